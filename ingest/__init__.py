@@ -1,0 +1,40 @@
+"""floe: an Earth-observation archive's rasters (Icechunk) and STAC items (Iceberg) in one versioned store."""
+
+from ingest.config import Settings, load_settings
+from ingest.errors import (
+    CommitConflict,
+    ConflictRetriesExhausted,
+    CorruptRepository,
+    FloeError,
+    InvalidItem,
+    InvalidRefName,
+    InvalidSource,
+    RefExists,
+    RefNotFound,
+    RepositoryExists,
+    RepositoryNotFound,
+    WriterClosed,
+)
+from ingest.repository import CommitResult, LogEntry, Ref, Repository, View, Writer
+
+__all__ = [
+    "CommitConflict",
+    "CommitResult",
+    "ConflictRetriesExhausted",
+    "CorruptRepository",
+    "FloeError",
+    "InvalidItem",
+    "InvalidRefName",
+    "InvalidSource",
+    "LogEntry",
+    "Ref",
+    "RefExists",
+    "RefNotFound",
+    "Repository",
+    "RepositoryExists",
+    "RepositoryNotFound",
+    "Settings",
+    "View",
+    "Writer",
+    "load_settings",
+]

@@ -1,0 +1,84 @@
+"""One settings object for floe.
+
+Values come, in order of precedence, from explicit keyword arguments (the CLI
+passes its flags this way), ``FLOE_*`` environment variables (nested fields with
+``__``, e.g. ``FLOE_S3__ENDPOINT_URL``), a TOML file named by ``FLOE_CONFIG``,
+and ``configs/default.toml``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
+
+
+class S3Settings(BaseModel):
+    """How to reach an S3-compatible object store for ``s3://`` roots."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+    allow_http: bool = False
+    force_path_style: bool = False
+    anonymous: bool = False
+
+
+class CommitSettings(BaseModel):
+    """The rebase-and-reconcile loop and the shape of table metadata."""
+
+    max_attempts: int = Field(default=100, ge=1)
+    backoff_initial_ms: float = Field(default=5.0, ge=0)
+    backoff_max_ms: float = Field(default=500.0, ge=0)
+    # Icechunk keeps the history; each Iceberg metadata.json keeps only this many snapshots.
+    snapshot_log: int = Field(default=4, ge=1)
+
+
+class Settings(BaseSettings):
+    """Everything floe can be configured with."""
+
+    model_config = SettingsConfigDict(env_prefix="FLOE_", env_nested_delimiter="__", extra="ignore")
+
+    root: str = "./floe-data"
+    branch: str = "main"
+    batch_size: int = Field(default=1000, ge=1)
+    s3: S3Settings = Field(default_factory=S3Settings)
+    commit: CommitSettings = Field(default_factory=CommitSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        files = [path for path in (DEFAULT_CONFIG_FILE, _user_config_file()) if path is not None and path.exists()]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        # Later files win in TomlConfigSettingsSource, so the user's file goes last.
+        if files:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=files))
+        return tuple(sources)
+
+
+def _user_config_file() -> Path | None:
+    value = os.environ.get("FLOE_CONFIG")
+    return Path(value) if value else None
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings from the files and the environment, with ``overrides`` (None values ignored) on top."""
+    return Settings(**{key: value for key, value in overrides.items() if value is not None})

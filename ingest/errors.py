@@ -1,0 +1,94 @@
+"""The project's exceptions.
+
+Every floe error derives from :class:`FloeError` and carries a stable ``kind``
+string that callers (and the CLI) can branch on without parsing messages.
+"""
+
+from __future__ import annotations
+
+
+class FloeError(Exception):
+    """Base class of every error floe raises on purpose."""
+
+    kind: str = "floe-error"
+
+
+class RepositoryNotFound(FloeError):
+    """No floe repository exists at the given root."""
+
+    kind = "repository-not-found"
+
+
+class RepositoryExists(FloeError):
+    """A floe repository already exists where one was to be created."""
+
+    kind = "repository-exists"
+
+
+class RefNotFound(FloeError):
+    """A branch, tag or snapshot id does not exist."""
+
+    kind = "ref-not-found"
+
+
+class RefExists(FloeError):
+    """A branch or tag of that name exists already."""
+
+    kind = "ref-exists"
+
+
+class InvalidRefName(FloeError):
+    """A branch or tag name floe refuses (empty, path-like, or ambiguous)."""
+
+    kind = "invalid-ref-name"
+
+
+class CorruptRepository(FloeError):
+    """A snapshot carries no usable pointer to the items table."""
+
+    kind = "corrupt-repository"
+
+
+class InvalidItem(FloeError):
+    """A STAC item that cannot be ingested; the message names the item and the source."""
+
+    kind = "invalid-item"
+
+    def __init__(self, message: str, *, item_id: str | None = None, source: str | None = None) -> None:
+        self.item_id = item_id
+        self.source = source
+        where = " ".join(part for part in (f"in {source}" if source else "", f"item {item_id!r}" if item_id else "") if part)
+        super().__init__(f"{where}: {message}" if where else message)
+        self.reason = message
+
+
+class InvalidSource(FloeError):
+    """An input file that cannot be read or parsed at all."""
+
+    kind = "invalid-source"
+
+
+class CommitConflict(FloeError):
+    """A commit that cannot be reconciled with what another writer committed.
+
+    Raised when the rebase finds changes to the same nodes (for example two
+    writers creating the same item group); the message names the paths.
+    """
+
+    kind = "commit-conflict"
+
+    def __init__(self, message: str, *, paths: list[str] | None = None) -> None:
+        self.paths = paths or []
+        super().__init__(message)
+
+
+class ConflictRetriesExhausted(FloeError):
+    """Every attempt of the rebase-and-reconcile loop lost its race."""
+
+    kind = "conflict-retries-exhausted"
+
+
+class WriterClosed(FloeError):
+    """A writer that has committed (or failed) cannot stage more changes."""
+
+    kind = "writer-closed"

@@ -1,0 +1,134 @@
+"""An Iceberg catalog whose one table lives at a pointer kept by Icechunk.
+
+floe never registers its table in a catalog service. The location of the
+current ``metadata.json`` travels in the metadata of each Icechunk commit, so
+"committing" an Iceberg change here only means writing the new metadata file;
+the compare-and-swap that makes it current is the Icechunk commit that carries
+its location (see :mod:`ingest.repository._writer`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pyiceberg.catalog import MetastoreCatalog
+from pyiceberg.io import FileIO
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table.metadata import TableMetadata, new_table_metadata
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.table.update import TableRequirement, TableUpdate
+
+TABLE_IDENTIFIER = ("floe", "items")
+DEFAULT_NAME_MAPPING = "schema.name-mapping.default"
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / "items.json"
+
+
+def load_table_definition(path: Path = SCHEMA_FILE) -> tuple[Schema, PartitionSpec, dict[str, str]]:
+    """The items table's schema, partition spec and properties, kept as data in ``schemas/``."""
+    definition = json.loads(path.read_text())
+    schema = Schema.model_validate(definition["schema"])
+    spec = PartitionSpec.model_validate(definition["partition-spec"])
+    return schema, spec, dict(definition["properties"])
+
+
+def trim_history(metadata: TableMetadata, keep: int) -> TableMetadata:
+    """Keep only the newest ``keep`` snapshots of the current lineage (and what refs point at).
+
+    Icechunk holds the history of table versions, so each metadata.json only
+    needs a short snapshot log; without this, every file carries every
+    snapshot and commits slow down as history grows.
+    """
+    by_id = {snapshot.snapshot_id: snapshot for snapshot in metadata.snapshots}
+    kept: set[int] = {ref.snapshot_id for ref in metadata.refs.values()}
+    snapshot_id = metadata.current_snapshot_id
+    while snapshot_id is not None and snapshot_id in by_id and len(kept) < keep:
+        kept.add(snapshot_id)
+        snapshot_id = by_id[snapshot_id].parent_snapshot_id
+    if len(kept) >= len(by_id):
+        return metadata
+    return metadata.model_copy(
+        update={
+            "snapshots": [s for s in metadata.snapshots if s.snapshot_id in kept],
+            "snapshot_log": [e for e in metadata.snapshot_log if e.snapshot_id in kept],
+        }
+    )
+
+
+class PointerCatalog(MetastoreCatalog):
+    """Loads the items table at a metadata location and writes its next versions.
+
+    ``commit_table`` validates the transaction's requirements against the version
+    the table was loaded at, writes the next metadata.json and returns it. It
+    never moves anything: the caller publishes the new location by committing
+    it to Icechunk.
+    """
+
+    def __init__(self, io: FileIO, *, snapshot_log: int = 4) -> None:
+        super().__init__("floe", **io.properties)
+        self._io = io
+        self._snapshot_log = snapshot_log
+
+    @property
+    def io(self) -> FileIO:
+        return self._io
+
+    def _load_file_io(self, properties: dict[str, str] | None = None, location: str | None = None) -> FileIO:
+        return self._io
+
+    def load_at(self, metadata_location: str) -> Table:
+        """The table as recorded in ``metadata_location``."""
+        metadata = FromInputFile.table_metadata(self._io.new_input(metadata_location))
+        return Table(TABLE_IDENTIFIER, metadata, metadata_location, self._io, self)
+
+    def create_initial(self, location: str, definition_path: Path = SCHEMA_FILE) -> Table:
+        """Write version 0 of a new, empty items table under ``location``."""
+        schema, spec, properties = load_table_definition(definition_path)
+        metadata = new_table_metadata(
+            schema=schema,
+            partition_spec=spec,
+            sort_order=UNSORTED_SORT_ORDER,
+            location=location,
+            properties=properties,
+        )
+        # Data files carry no Iceberg field ids; readers resolve columns by this
+        # mapping, which pyiceberg keeps current on every schema update.
+        mapping = metadata.schema().name_mapping.model_dump_json()
+        metadata = metadata.model_copy(update={"properties": {**metadata.properties, DEFAULT_NAME_MAPPING: mapping}})
+        metadata_location = load_location_provider(location, metadata.properties).new_table_metadata_file_location(0)
+        self._write_metadata(metadata, self._io, metadata_location)
+        return Table(TABLE_IDENTIFIER, metadata, metadata_location, self._io, self)
+
+    def commit_table(
+        self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
+    ) -> CommitTableResponse:
+        staged = self._update_and_stage_table(table, table.name(), requirements, updates)
+        metadata = trim_history(staged.metadata, self._snapshot_log)
+        self._write_metadata(metadata, self._io, staged.metadata_location)
+        return CommitTableResponse(metadata=metadata, metadata_location=staged.metadata_location)
+
+    # Everything below is catalog-service behaviour floe deliberately does not have.
+    def _unsupported(self, *_: Any, **__: Any) -> NoReturn:
+        raise NotImplementedError("floe keeps its table pointer in Icechunk; there is no catalog service")
+
+    create_table = _unsupported  # type: ignore[assignment]
+    load_table = _unsupported  # type: ignore[assignment]
+    register_table = _unsupported  # type: ignore[assignment]
+    drop_table = _unsupported  # type: ignore[assignment]
+    rename_table = _unsupported  # type: ignore[assignment]
+    create_namespace = _unsupported  # type: ignore[assignment]
+    drop_namespace = _unsupported  # type: ignore[assignment]
+    list_tables = _unsupported  # type: ignore[assignment]
+    list_namespaces = _unsupported  # type: ignore[assignment]
+    list_views = _unsupported  # type: ignore[assignment]
+    load_view = _unsupported  # type: ignore[assignment]
+    register_view = _unsupported  # type: ignore[assignment]
+    drop_view = _unsupported  # type: ignore[assignment]
+    view_exists = _unsupported  # type: ignore[assignment]
+    load_namespace_properties = _unsupported  # type: ignore[assignment]
+    update_namespace_properties = _unsupported  # type: ignore[assignment]

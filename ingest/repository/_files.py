@@ -1,0 +1,252 @@
+"""The items table's data files: planned per (collection, month), written once, registered per attempt.
+
+A writer converts its items into one GeoParquet file per partition and writes
+it before the commit loop starts. Each attempt of the loop then builds the
+Iceberg ``DataFile`` for that file from the Parquet footer kept in memory,
+against whatever schema the attempt's base has, so a retry re-registers the
+same files instead of rewriting them. Only a real type conflict with a column
+another writer added in the meantime makes a file be written again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+from urllib.parse import quote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import (
+    compute_statistics_plan,
+    data_file_statistics_from_parquet_metadata,
+    parquet_path_to_id_mapping,
+    schema_to_pyarrow,
+)
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.typedef import Record
+from stac_geoparquet.arrow._to_parquet import create_parquet_metadata
+
+from ingest.stac._rows import TIMESTAMP, items_to_arrow
+from ingest.stac._validate import parse_datetime
+
+Fit = Literal["same", "widen", "conflict"]
+ROW_GROUP_SIZE = 32_768
+_FIXED_COLUMNS = frozenset(
+    ("type", "stac_version", "stac_extensions", "id", "collection", "geometry", "bbox", "datetime",
+     "start_datetime", "end_datetime", "floe:overflow")
+)
+
+
+def normalize_type(data_type: pa.DataType) -> pa.DataType:
+    """Arrow type with large/view variants and timestamp zones folded, for comparing schemas."""
+    if pa.types.is_large_string(data_type) or pa.types.is_string_view(data_type):
+        return pa.string()
+    if pa.types.is_large_binary(data_type) or pa.types.is_binary_view(data_type):
+        return pa.binary()
+    if pa.types.is_timestamp(data_type) and data_type.tz is not None:
+        return TIMESTAMP
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return pa.list_(normalize_type(data_type.value_type))
+    if pa.types.is_struct(data_type):
+        return pa.struct(
+            [pa.field(data_type.field(i).name, normalize_type(data_type.field(i).type)) for i in range(data_type.num_fields)]
+        )
+    if pa.types.is_int32(data_type):
+        return pa.int64()
+    if pa.types.is_float32(data_type):
+        return pa.float64()
+    return data_type
+
+
+def fit(file_type: pa.DataType, table_type: pa.DataType) -> Fit:
+    """Can a column of ``file_type`` be stored in a table column of ``table_type``?
+
+    ``same``: as it is (struct fields the table lacks are added by the schema
+    union); ``widen``: after casting integers to doubles; ``conflict``: no.
+    """
+    file_type, table_type = normalize_type(file_type), normalize_type(table_type)
+    if file_type == table_type:
+        return "same"
+    if pa.types.is_int64(file_type) and pa.types.is_float64(table_type):
+        return "widen"
+    if pa.types.is_struct(file_type) and pa.types.is_struct(table_type):
+        table_fields = {table_type.field(i).name: table_type.field(i).type for i in range(table_type.num_fields)}
+        for i in range(file_type.num_fields):
+            inner = file_type.field(i)
+            if inner.name in table_fields and fit(inner.type, table_fields[inner.name]) != "same":
+                return "conflict"
+        return "same"
+    if pa.types.is_list(file_type) and pa.types.is_list(table_type):
+        return "same" if fit(file_type.value_type, table_type.value_type) == "same" else "conflict"
+    return "conflict"
+
+
+def merge_types(old: pa.DataType | None, new: pa.DataType) -> pa.DataType:
+    """The type a table column has after a union with a compatible ``new`` column."""
+    new = normalize_type(new)
+    if old is None:
+        return new
+    old = normalize_type(old)
+    if pa.types.is_struct(old) and pa.types.is_struct(new):
+        fields = {old.field(i).name: old.field(i).type for i in range(old.num_fields)}
+        for i in range(new.num_fields):
+            inner = new.field(i)
+            fields[inner.name] = merge_types(fields.get(inner.name), inner.type)
+        return pa.struct([pa.field(name, data_type) for name, data_type in fields.items()])
+    if pa.types.is_list(old) and pa.types.is_list(new):
+        return pa.list_(merge_types(old.value_type, new.value_type))
+    return old
+
+
+def table_column_types(schema: Schema) -> dict[str, pa.DataType]:
+    """Top-level column name -> normalized Arrow type of an Iceberg schema."""
+    arrow = schema_to_pyarrow(schema, include_field_ids=False)
+    return {arrow_field.name: normalize_type(arrow_field.type) for arrow_field in arrow}
+
+
+def month_of(item: Mapping[str, Any]) -> int | None:
+    """Iceberg's ``month`` transform of the item's datetime: months since 1970-01."""
+    text = item["properties"].get("datetime")
+    if not isinstance(text, str):
+        return None
+    when = parse_datetime(text)
+    return (when.year - 1970) * 12 + when.month - 1
+
+
+def month_label(month: int | None) -> str:
+    if month is None:
+        return "null"
+    return f"{1970 + month // 12:04d}-{month % 12 + 1:02d}"
+
+
+@dataclass
+class StagedFile:
+    """A data file written by a writer and not yet (or not finally) committed."""
+
+    path: str
+    collection: str
+    month: int | None
+    rows: int
+    size: int
+    parquet_metadata: pq.FileMetaData
+    schema: pa.Schema
+    items: list[dict[str, Any]] = field(repr=False)
+    untyped: frozenset[str] = frozenset()
+
+    def column_types(self) -> dict[str, pa.DataType]:
+        return {column.name: column.type for column in self.schema}
+
+
+def _plan_columns(
+    items: list[dict[str, Any]], column_types: dict[str, pa.DataType], untyped: frozenset[str]
+) -> tuple[pa.Table, frozenset[str]]:
+    """Convert items so every typed column fits the table; conflicting columns go to the overflow."""
+    while True:
+        table = items_to_arrow(items, untyped=untyped)
+        conflicts = {
+            name
+            for name in table.column_names
+            if name not in _FIXED_COLUMNS
+            and name in column_types
+            and fit(table.schema.field(name).type, column_types[name]) == "conflict"
+        }
+        if not conflicts:
+            break
+        untyped = untyped | conflicts
+    for index, name in enumerate(table.column_names):
+        if name in column_types and fit(table.schema.field(name).type, column_types[name]) == "widen":
+            table = table.set_column(index, name, table.column(name).cast(pa.float64()))
+    return table, untyped
+
+
+def write_group(
+    io: FileIO,
+    table_location: str,
+    items: list[dict[str, Any]],
+    column_types: dict[str, pa.DataType],
+    *,
+    untyped: frozenset[str] = frozenset(),
+) -> StagedFile:
+    """Write one partition's items as a GeoParquet file and return it staged.
+
+    ``column_types`` is updated with the columns this file adds, so the next
+    group of the same commit is checked against them too.
+    """
+    collection = items[0]["collection"]
+    month = month_of(items[0])
+    table, untyped = _plan_columns(items, column_types, untyped)
+    for column in table.schema:
+        if column.name not in _FIXED_COLUMNS:
+            column_types[column.name] = merge_types(column_types.get(column.name), column.type)
+
+    schema = table.schema.with_metadata(create_parquet_metadata(table.schema, schema_version="1.1.0"))
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
+        writer.write_table(table.replace_schema_metadata(schema.metadata), row_group_size=ROW_GROUP_SIZE)
+    payload = sink.getvalue()
+    name = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex}.parquet"
+    path = (
+        f"{table_location}/data/collection={quote(collection, safe='')}/datetime_month={month_label(month)}/{name}"
+    )
+    with io.new_output(path).create(overwrite=False) as stream:
+        stream.write(payload)
+    return StagedFile(
+        path=path,
+        collection=collection,
+        month=month,
+        rows=table.num_rows,
+        size=payload.size,
+        parquet_metadata=pq.read_metadata(pa.BufferReader(payload)),
+        schema=table.schema.remove_metadata(),
+        items=items,
+        untyped=untyped,
+    )
+
+
+def file_fits(staged: StagedFile, column_types: Mapping[str, pa.DataType]) -> bool:
+    """Whether a staged file can be registered as it is into a table with these columns."""
+    for name, data_type in staged.column_types().items():
+        if name in _FIXED_COLUMNS or name not in column_types:
+            continue
+        if fit(data_type, column_types[name]) != "same":
+            return False
+    return True
+
+
+def union_schema(files: Iterable[StagedFile]) -> pa.Schema | None:
+    """One Arrow schema with every column the files carry (for the table's schema union)."""
+    merged: dict[str, pa.DataType] = {}
+    for staged in files:
+        for name, data_type in staged.column_types().items():
+            merged[name] = merge_types(merged.get(name), data_type)
+    if not merged:
+        return None
+    return pa.schema([pa.field(name, data_type) for name, data_type in merged.items()])
+
+
+def to_data_file(staged: StagedFile, metadata: TableMetadata) -> DataFile:
+    """The Iceberg DataFile of a staged file, with statistics keyed to ``metadata``'s schema."""
+    schema = metadata.schema()
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=staged.parquet_metadata,
+        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=staged.path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(staged.collection, staged.month),
+        file_size_in_bytes=staged.size,
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )

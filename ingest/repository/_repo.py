@@ -1,0 +1,334 @@
+"""Open or create a floe repository; resolve refs; read any version; tag, branch, log."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import icechunk
+import pyarrow as pa
+import zarr
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.table import Table
+
+from ingest.config import Settings, load_settings
+from ingest.errors import (
+    ConflictRetriesExhausted,
+    CorruptRepository,
+    InvalidRefName,
+    RefExists,
+    RefNotFound,
+    RepositoryExists,
+    RepositoryNotFound,
+)
+from ingest.repository._catalog import PointerCatalog
+from ingest.stac._rows import arrow_to_items
+from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
+
+if TYPE_CHECKING:
+    from ingest.repository._writer import Writer
+
+log = logging.getLogger(__name__)
+
+FLOE_KEY = "floe"
+ITEMS_TABLE = "items"
+_REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SNAPSHOT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{20}$")
+
+
+def check_ref_name(name: str) -> str:
+    """A branch or tag name: letters, digits, '.', '_' and '-', not starting with a symbol."""
+    if not _REF_NAME.match(name or "") or ".." in name:
+        raise InvalidRefName(
+            f"{name!r} is not a valid branch or tag name: use letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit (at most 128 characters)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A named ref and the snapshot it points at."""
+
+    name: str
+    kind: str  # "branch" or "tag"
+    snapshot_id: str
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One commit in a branch's (or any snapshot's) history."""
+
+    snapshot_id: str
+    parent_id: str | None
+    written_at: datetime
+    message: str
+    metadata_location: str | None
+    rows_added: int
+    attempts: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "snapshot_id": self.snapshot_id,
+            "parent_id": self.parent_id,
+            "written_at": self.written_at.isoformat(),
+            "message": self.message,
+            "metadata_location": self.metadata_location,
+            "rows_added": self.rows_added,
+            "attempts": self.attempts,
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+
+class View:
+    """The repository at one snapshot: the items table and the arrays, from the same commit."""
+
+    def __init__(self, repository: Repository, ref: str, snapshot_id: str) -> None:
+        self.repository = repository
+        self.ref = ref
+        self.snapshot_id = snapshot_id
+        self.metadata_location = repository.metadata_location_of(snapshot_id)
+        self._table: Table | None = None
+        self._session: icechunk.Session | None = None
+
+    @property
+    def table(self) -> Table:
+        """The Iceberg items table at this snapshot (scan it with row filters)."""
+        if self._table is None:
+            self._table = self.repository.catalog.load_at(self.metadata_location)
+        return self._table
+
+    @property
+    def session(self) -> icechunk.Session:
+        if self._session is None:
+            self._session = self.repository.icechunk.readonly_session(snapshot_id=self.snapshot_id)
+        return self._session
+
+    def arrays(self, path: str = "") -> zarr.Group:
+        """The Zarr group at ``path`` in this snapshot (the root by default), read-only."""
+        return zarr.open_group(self.session.store, path=path, mode="r")
+
+    def batches(
+        self, row_filter: BooleanExpression | str = AlwaysTrue(), selected_fields: tuple[str, ...] = ("*",)
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the table's rows as Arrow batches (never the whole table in memory)."""
+        scan = self.table.scan(row_filter=row_filter, selected_fields=selected_fields)
+        yield from scan.to_arrow_batch_reader()
+
+    def items(self, row_filter: BooleanExpression | str = AlwaysTrue()) -> Iterator[dict[str, Any]]:
+        """Stream the STAC items at this snapshot, exactly as they were ingested."""
+        for batch in self.batches(row_filter):
+            yield from arrow_to_items(pa.Table.from_batches([batch]))
+
+    def count(self) -> int:
+        return sum(task.file.record_count for task in self.table.scan().plan_files())
+
+
+class Repository:
+    """A floe repository: an Icechunk repository whose commits carry the items table's pointer.
+
+    Use :meth:`create`, :meth:`open` or :meth:`open_or_create`.
+    """
+
+    def __init__(self, location: Location, settings: Settings, repo: icechunk.Repository) -> None:
+        self.location = location
+        self.settings = settings
+        self.icechunk = repo
+        self.io = location.file_io()
+        self.catalog = PointerCatalog(self.io, snapshot_log=settings.commit.snapshot_log)
+
+    # -- opening -----------------------------------------------------------------------------
+    @classmethod
+    def create(cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> Repository:
+        """Create an empty repository at ``root``: the Icechunk repository and version 0 of the items table."""
+        settings = settings or load_settings()
+        location = Location.parse(root if root is not None else settings.root, settings)
+        quiet_icechunk_logs()
+        storage = location.icechunk_storage()
+        with location.mutation_lock():
+            if icechunk.Repository.exists(storage):
+                raise RepositoryExists(f"a repository exists already at {location.url}")
+            repo = icechunk.Repository.create(storage)
+            self = cls(location, settings, repo)
+            table = self.catalog.create_initial(location.join(TABLES_DIR, ITEMS_TABLE))
+            session = repo.writable_session("main")
+            zarr.open_group(session.store, mode="a")
+            snapshot_id = session.commit(
+                "floe: initialize repository",
+                metadata={FLOE_KEY: {ITEMS_TABLE: self.relative_location(table.metadata_location), "rows_added": 0}},
+                allow_empty=True,
+            )
+            if settings.branch != "main":
+                repo.create_branch(check_ref_name(settings.branch), snapshot_id)
+        log.info("created floe repository at %s", location.url)
+        return self
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> Repository:
+        """Open the repository at ``root`` (default: the configured root)."""
+        settings = settings or load_settings()
+        location = Location.parse(root if root is not None else settings.root, settings)
+        quiet_icechunk_logs()
+        storage = location.icechunk_storage()
+        if not icechunk.Repository.exists(storage):
+            raise RepositoryNotFound(f"no floe repository at {location.url} (create one with `floe init`)")
+        return cls(location, settings, icechunk.Repository.open(storage))
+
+    @classmethod
+    def open_or_create(cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> Repository:
+        try:
+            return cls.open(root, settings)
+        except RepositoryNotFound:
+            try:
+                return cls.create(root, settings)
+            except RepositoryExists:
+                return cls.open(root, settings)
+
+    # -- pointers ------------------------------------------------------------------------------
+    def relative_location(self, metadata_location: str) -> str:
+        """A metadata.json location relative to ``<root>/tables/`` (what commits carry)."""
+        prefix = self.location.tables_url + "/"
+        if not metadata_location.startswith(prefix):
+            raise CorruptRepository(f"{metadata_location} is outside {self.location.tables_url}")
+        return metadata_location[len(prefix) :]
+
+    def absolute_location(self, relative: str) -> str:
+        return self.location.join(TABLES_DIR, relative)
+
+    def metadata_location_of(self, snapshot_id: str) -> str:
+        """The items table's metadata.json location recorded by snapshot ``snapshot_id``."""
+        try:
+            info = self.icechunk.lookup_snapshot(snapshot_id)
+        except icechunk.IcechunkError as error:
+            raise RefNotFound(f"snapshot {snapshot_id} does not exist") from error
+        pointer = (info.metadata or {}).get(FLOE_KEY, {}).get(ITEMS_TABLE)
+        if not isinstance(pointer, str):
+            raise CorruptRepository(f"snapshot {snapshot_id} ({info.message!r}) carries no items-table pointer")
+        return self.absolute_location(pointer)
+
+    # -- refs --------------------------------------------------------------------------------
+    def resolve(self, ref: str | None = None) -> str:
+        """The snapshot id a ref names: a branch, a tag or a snapshot id (in that order).
+
+        Prefix with ``branch:``, ``tag:`` or ``snapshot:`` to be explicit.
+        """
+        ref = ref or self.settings.branch
+        kind, _, name = ref.partition(":") if ref.split(":", 1)[0] in ("branch", "tag", "snapshot") else ("", "", ref)
+        lookups = {
+            "branch": self.icechunk.lookup_branch,
+            "tag": self.icechunk.lookup_tag,
+            "snapshot": lambda sid: self.icechunk.lookup_snapshot(sid).id,
+        }
+        order = [kind] if kind else ["branch", "tag"] + (["snapshot"] if _SNAPSHOT_ID.match(name) else [])
+        for candidate in order:
+            try:
+                return lookups[candidate](name)
+            except (icechunk.IcechunkError, KeyError, ValueError):
+                continue
+        raise RefNotFound(f"no branch, tag or snapshot named {ref!r} (see `floe refs`)")
+
+    def view(self, ref: str | None = None) -> View:
+        """Read the repository at ``ref`` (default: the configured branch)."""
+        return View(self, ref or self.settings.branch, self.resolve(ref))
+
+    def refs(self) -> list[Ref]:
+        """Every branch and tag with the snapshot it points at."""
+        found = [Ref(name, "branch", self.icechunk.lookup_branch(name)) for name in sorted(self.icechunk.list_branches())]
+        found += [Ref(name, "tag", self.icechunk.lookup_tag(name)) for name in sorted(self.icechunk.list_tags())]
+        return found
+
+    def tag(self, name: str, ref: str | None = None) -> str:
+        """Tag the snapshot ``ref`` resolves to; tags never move. Returns the snapshot id."""
+        check_ref_name(name)
+        snapshot_id = self.resolve(ref)
+        self.metadata_location_of(snapshot_id)  # refuse to tag a snapshot without a table
+        if name in self.icechunk.list_tags():
+            raise RefExists(f"tag {name!r} exists already (tags never move)")
+        with self.location.mutation_lock():
+            try:
+                self.icechunk.create_tag(name, snapshot_id)
+            except icechunk.AlreadyExistsError as error:
+                raise RefExists(f"tag {name!r} exists already (tags never move)") from error
+        return snapshot_id
+
+    def branch(self, name: str, from_ref: str | None = None) -> str:
+        """Create branch ``name`` at the snapshot ``from_ref`` resolves to. Returns the snapshot id."""
+        check_ref_name(name)
+        snapshot_id = self.resolve(from_ref)
+        self.metadata_location_of(snapshot_id)
+        if name in self.icechunk.list_branches():
+            raise RefExists(f"branch {name!r} exists already")
+        with self.location.mutation_lock():
+            try:
+                self.icechunk.create_branch(name, snapshot_id)
+            except icechunk.AlreadyExistsError as error:
+                raise RefExists(f"branch {name!r} exists already") from error
+        return snapshot_id
+
+    def log(self, ref: str | None = None, limit: int | None = None) -> list[LogEntry]:
+        """The history leading to ``ref``, newest first (floe commits only)."""
+        entries = []
+        for info in self.icechunk.ancestry(snapshot_id=self.resolve(ref)):
+            floe = (info.metadata or {}).get(FLOE_KEY)
+            if not isinstance(floe, dict):
+                continue  # Icechunk's own root snapshot predates the table
+            pointer = floe.get(ITEMS_TABLE)
+            known = {ITEMS_TABLE, "rows_added", "attempts"}
+            entries.append(
+                LogEntry(
+                    snapshot_id=info.id,
+                    parent_id=info.parent_id,
+                    written_at=info.written_at,
+                    message=info.message,
+                    metadata_location=self.absolute_location(pointer) if isinstance(pointer, str) else None,
+                    rows_added=int(floe.get("rows_added", 0)),
+                    attempts=int(floe.get("attempts", 1)),
+                    extra={key: value for key, value in floe.items() if key not in known},
+                )
+            )
+            if limit is not None and len(entries) >= limit:
+                break
+        return entries
+
+    # -- writing -----------------------------------------------------------------------------
+    def writer(self, branch: str | None = None) -> Writer:
+        """A writer on ``branch``: stage arrays and items, then ``commit``."""
+        from ingest.repository._writer import Writer
+
+        return Writer(self, branch or self.settings.branch)
+
+    def ensure_groups(self, paths: list[str], *, branch: str | None = None) -> str | None:
+        """Create the groups at ``paths`` on ``branch`` in a commit of their own, if any is missing.
+
+        Idempotent and safe against concurrent callers: a group someone else
+        created meanwhile counts as created. Returns the new snapshot id, or None
+        if nothing was missing.
+        """
+        from ingest.repository._writer import backoff_seconds, group_exists
+
+        branch = branch or self.settings.branch
+        settings = self.settings.commit
+        for attempt in range(1, settings.max_attempts + 1):
+            session = self.icechunk.writable_session(branch)
+            missing = [path for path in sorted(set(paths)) if not group_exists(session, path)]
+            if not missing:
+                return None
+            for path in missing:
+                zarr.open_group(session.store, path=path, mode="a")
+            pointer = self.relative_location(self.metadata_location_of(session.snapshot_id))
+            try:
+                with self.location.mutation_lock():
+                    return session.commit(
+                        f"floe: create {', '.join('/' + path for path in missing)}",
+                        metadata={FLOE_KEY: {ITEMS_TABLE: pointer, "rows_added": 0, "attempts": attempt}},
+                    )
+            except icechunk.ConflictError:
+                time.sleep(backoff_seconds(attempt, settings.backoff_initial_ms, settings.backoff_max_ms))
+        raise ConflictRetriesExhausted(f"could not create {paths} on {branch!r}: every attempt lost its race")

@@ -1,0 +1,277 @@
+"""The writer and its rebase-and-reconcile commit loop (DESIGN §4).
+
+A writer holds one Icechunk session on a branch and a plan: arrays staged in
+the session, data files already written, table changes not yet applied. Each
+attempt of ``commit`` applies the plan to the table version its base snapshot
+points at, writes the next metadata.json, and commits arrays and pointer
+together with a compare-and-swap on the branch tip. Losing the race means:
+rebase the session (staged chunks carry forward), replay the plan on the
+winner's table version, back off, try again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import icechunk
+import zarr
+import zarr.errors
+
+from ingest.errors import CommitConflict, ConflictRetriesExhausted, InvalidItem, RefNotFound, WriterClosed
+from ingest.repository._files import (
+    StagedFile,
+    file_fits,
+    table_column_types,
+    to_data_file,
+    union_schema,
+    write_group,
+)
+from ingest.repository._repo import FLOE_KEY, ITEMS_TABLE
+from ingest.stac._validate import check_name, validate_item
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from ingest.repository._repo import Repository
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one commit did."""
+
+    snapshot_id: str
+    branch: str
+    metadata_location: str
+    rows_added: int
+    attempts: int
+    files_written: int
+    files_rewritten: int
+
+
+def group_exists(session: icechunk.Session, path: str) -> bool:
+    try:
+        zarr.open_group(session.store, path=path, mode="r")
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError, zarr.errors.ContainsArrayError):
+        return False
+    return True
+
+
+def backoff_seconds(attempt: int, initial_ms: float, max_ms: float) -> float:
+    """Full-jitter exponential backoff: uniform in [0, min(max, initial * 2**attempt)]."""
+    ceiling = min(max_ms, initial_ms * (2 ** min(attempt, 20)))
+    return random.uniform(0, ceiling) / 1000.0
+
+
+def _as_dict(item: Any) -> Any:
+    to_dict = getattr(item, "to_dict", None)
+    return to_dict(include_self_link=False) if callable(to_dict) else item
+
+
+class Writer:
+    """Stages arrays and STAC items on a branch and commits them atomically.
+
+    Writers never coordinate: any number of them (threads, processes, machines)
+    may commit to the same branch; losers of a race reconcile and retry.
+    A writer commits once; open a new one for the next batch.
+    """
+
+    def __init__(self, repository: Repository, branch: str) -> None:
+        self.repository = repository
+        self.branch = branch
+        try:
+            self._session = repository.icechunk.writable_session(branch)
+        except icechunk.IcechunkError as error:
+            raise RefNotFound(f"branch {branch!r} does not exist (create it with `floe branch {branch}`)") from error
+        self._items: dict[tuple[str, str], dict[str, Any]] = {}
+        self._sources: dict[tuple[str, str], str | None] = {}
+        self._closed = False
+
+    # -- staging ----------------------------------------------------------------------------
+    @property
+    def session(self) -> icechunk.Session:
+        """The Icechunk session arrays are staged in."""
+        return self._session
+
+    @property
+    def store(self) -> icechunk.IcechunkStore:
+        """The Zarr store of the session: stage arrays with the zarr API on it."""
+        return self._session.store
+
+    @property
+    def pending_items(self) -> int:
+        return len(self._items)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WriterClosed("this writer has committed (or failed); open a new one with repository.writer()")
+
+    def ensure_collection(self, collection: str) -> None:
+        """Make sure ``/<collection>`` exists at this writer's base.
+
+        Two writers creating the same group can never be rebased onto each
+        other, so shared parents are created in a small commit of their own
+        (idempotently) before arrays are staged under them.
+        """
+        self._check_open()
+        check_name(collection, "collection")
+        if group_exists(self._session, collection):
+            return
+        self.repository.ensure_groups([collection], branch=self.branch)
+        if self._session.has_uncommitted_changes:
+            self._rebase()
+        else:
+            self._session = self.repository.icechunk.writable_session(self.branch)
+
+    def item_group(self, collection: str, item_id: str) -> zarr.Group:
+        """The group ``/<collection>/<item_id>`` in this writer's session, created if needed."""
+        check_name(item_id, "id")
+        self.ensure_collection(collection)
+        return zarr.open_group(self.store, path=f"{collection}/{item_id}", mode="a")
+
+    def add_item(self, item: Any, *, source: str | None = None, default_collection: str | None = None) -> None:
+        """Validate and stage one STAC item (a dict or a pystac Item). Raises InvalidItem."""
+        self._check_open()
+        item = validate_item(_as_dict(item), source=source, default_collection=default_collection)
+        key = (item["collection"], item["id"])
+        if key in self._items:
+            first = self._sources.get(key)
+            raise InvalidItem(
+                f"duplicate id in this batch (first seen in {first or 'the same input'})",
+                item_id=item["id"],
+                source=source,
+            )
+        self._items[key] = item
+        self._sources[key] = source
+
+    def add_items(
+        self, items: Iterable[Any], *, source: str | None = None, default_collection: str | None = None
+    ) -> list[InvalidItem]:
+        """Stage many items; returns the rejected ones (the rest are staged)."""
+        rejected = []
+        for item in items:
+            try:
+                self.add_item(item, source=source, default_collection=default_collection)
+            except InvalidItem as error:
+                rejected.append(error)
+        return rejected
+
+    # -- committing -------------------------------------------------------------------------
+    def _write_files(self, table: Table) -> list[StagedFile]:
+        groups: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)
+        from ingest.repository._files import month_of
+
+        for item in self._items.values():
+            groups[(item["collection"], month_of(item))].append(item)
+        column_types = table_column_types(table.schema())
+        return [
+            write_group(self.repository.io, table.location(), items, column_types)
+            for _, items in sorted(groups.items(), key=lambda pair: (pair[0][0], pair[0][1] or 0))
+        ]
+
+    def _reconcile_files(self, files: list[StagedFile], table: Table) -> tuple[list[StagedFile], int]:
+        """Keep files that fit the base's schema; rewrite (with the conflicting columns untyped) those that do not."""
+        column_types = table_column_types(table.schema())
+        reconciled, rewritten = [], 0
+        for staged in files:
+            if file_fits(staged, column_types):
+                reconciled.append(staged)
+                for column in staged.schema:
+                    column_types.setdefault(column.name, column.type)
+                continue
+            log.info("re-planning %s: a concurrent commit typed one of its columns differently", staged.path)
+            reconciled.append(
+                write_group(self.repository.io, table.location(), staged.items, column_types, untyped=staged.untyped)
+            )
+            rewritten += 1
+        return reconciled, rewritten
+
+    def _apply(self, table: Table, files: list[StagedFile], message: str) -> str:
+        """Apply the plan to ``table`` and write the next metadata.json; returns its location."""
+        if not files:
+            return table.metadata_location
+        transaction = table.transaction()
+        schema = union_schema(files)
+        if schema is not None:
+            with transaction.update_schema() as update:
+                update.union_by_name(schema)
+        rows = sum(staged.rows for staged in files)
+        properties = {"floe.rows-added": str(rows), "floe.message": message[:200]}
+        with transaction.update_snapshot(snapshot_properties=properties).merge_append() as append:
+            for staged in files:
+                append.append_data_file(to_data_file(staged, transaction.table_metadata))
+        return transaction.commit_transaction().metadata_location
+
+    def _rebase(self) -> None:
+        try:
+            self._session.rebase(icechunk.ConflictDetector())
+        except icechunk.RebaseFailedError as error:
+            self._closed = True
+            paths = sorted({conflict.path for conflict in error.conflicts})
+            raise CommitConflict(
+                f"changes staged on {self.branch!r} conflict with a commit made meanwhile at {', '.join(paths)}: "
+                "another writer changed the same nodes; re-plan these items from the new tip",
+                paths=paths,
+            ) from error
+
+    def commit(self, message: str, *, metadata: dict[str, Any] | None = None) -> CommitResult:
+        """Commit the staged arrays and items in one Icechunk commit, reconciling with concurrent writers.
+
+        Raises ``CommitConflict`` if staged arrays collide with another writer's
+        (never merged blindly) and ``ConflictRetriesExhausted`` after the
+        configured number of lost races.
+        """
+        self._check_open()
+        settings = self.repository.settings.commit
+        base = self.repository.catalog.load_at(self.repository.metadata_location_of(self._session.snapshot_id))
+        files = self._write_files(base)
+        files_written = len(files)
+        rows = sum(staged.rows for staged in files)
+        files_rewritten = 0
+        attempt = 0
+        while True:
+            attempt += 1
+            if attempt > 1:
+                base = self.repository.catalog.load_at(self.repository.metadata_location_of(self._session.snapshot_id))
+                files, rewritten = self._reconcile_files(files, base)
+                files_rewritten += rewritten
+            metadata_location = self._apply(base, files, message)
+            commit_metadata = {
+                **(metadata or {}),
+                FLOE_KEY: {
+                    ITEMS_TABLE: self.repository.relative_location(metadata_location),
+                    "rows_added": rows,
+                    "attempts": attempt,
+                },
+            }
+            try:
+                with self.repository.location.mutation_lock():
+                    snapshot_id = self._session.commit(message, metadata=commit_metadata, allow_empty=True)
+            except icechunk.ConflictError as error:
+                if attempt >= settings.max_attempts:
+                    self._closed = True
+                    raise ConflictRetriesExhausted(
+                        f"commit {message!r} to {self.branch!r} lost {attempt} races in a row; nothing was "
+                        "committed. Retry later, or raise commit.max_attempts (FLOE_COMMIT__MAX_ATTEMPTS)"
+                    ) from error
+                log.debug("commit attempt %d on %s lost the race; rebasing", attempt, self.branch)
+                self._rebase()
+                time.sleep(backoff_seconds(attempt, settings.backoff_initial_ms, settings.backoff_max_ms))
+                continue
+            self._closed = True
+            return CommitResult(
+                snapshot_id=snapshot_id,
+                branch=self.branch,
+                metadata_location=metadata_location,
+                rows_added=rows,
+                attempts=attempt,
+                files_written=files_written + files_rewritten,
+                files_rewritten=files_rewritten,
+            )

@@ -1,0 +1,365 @@
+"""STAC items <-> Arrow rows in the stac-geoparquet layout, losslessly.
+
+Columns follow stac-geoparquet: ``id``, ``collection``, ``geometry`` (WKB),
+``bbox`` (struct of doubles), ``datetime``/``start_datetime``/``end_datetime``
+(timestamps), properties hoisted to top-level columns, ``assets``, ``links``,
+``stac_version``, ``stac_extensions``.
+
+Real archives are heterogeneous, and Arrow's type inference is not lossless
+(structs fill missing keys with nulls, a property may be a number in one item
+and a string in another). So a column is typed only when its values decode back
+to exactly what came in; everything else (type conflicts, explicit nulls, empty
+objects, timestamps whose original text differs from the canonical rendering,
+foreign members) goes, per row, into the JSON column ``floe:overflow``, which
+is merged back on read. Nothing is dropped and nothing is coerced silently; the
+one widening is integer -> double where a column mixes both (JSON numbers).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import shapely
+
+from ingest.stac._validate import parse_datetime
+
+OVERFLOW = "floe:overflow"
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+BBOX_TYPE = pa.struct([(name, pa.float64()) for name in ("xmin", "ymin", "xmax", "ymax")])
+TIME_COLUMNS = ("datetime", "start_datetime", "end_datetime")
+# Top-level item members with a column of their own; everything else in properties.
+CORE_COLUMNS = ("type", "stac_version", "stac_extensions", "id", "collection", "geometry", "bbox")
+NESTED_TOP = ("assets", "links")
+RESERVED = frozenset((*CORE_COLUMNS, *TIME_COLUMNS, *NESTED_TOP, OVERFLOW, "properties"))
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass
+class _Overflow:
+    top: dict[str, Any]
+    properties: dict[str, Any]
+    absent: list[str]
+
+    def to_json(self) -> str | None:
+        payload: dict[str, Any] = {}
+        if self.top:
+            payload["top"] = self.top
+        if self.properties:
+            payload["properties"] = self.properties
+        if self.absent:
+            payload["absent"] = self.absent
+        return json.dumps(payload, separators=(",", ":"), allow_nan=True) if payload else None
+
+
+def render_datetime(value: datetime) -> str:
+    """The canonical RFC 3339 text floe writes for a timestamp."""
+    value = value.astimezone(UTC)
+    if value.microsecond:
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def strip_nulls(value: Any) -> Any:
+    """Drop ``None``-valued keys from objects, recursively: how typed structs decode."""
+    if isinstance(value, dict):
+        return {key: strip_nulls(inner) for key, inner in value.items() if inner is not None}
+    if isinstance(value, list):
+        return [strip_nulls(inner) for inner in value]
+    return value
+
+
+def _scalar_type(values: list[Any]) -> pa.DataType | None:
+    """The Arrow type for a column of non-null JSON scalars, or None if they do not share one."""
+    kinds = set()
+    for value in values:
+        if isinstance(value, bool):
+            kinds.add("bool")
+        elif isinstance(value, int):
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                return None
+            kinds.add("int")
+        elif isinstance(value, float):
+            kinds.add("float")
+        elif isinstance(value, str):
+            kinds.add("str")
+        else:
+            kinds.add("nested")
+        if len(kinds) > 2:
+            return None
+    if kinds == {"str"}:
+        return pa.string()
+    if kinds == {"bool"}:
+        return pa.bool_()
+    if kinds == {"int"}:
+        return pa.int64()
+    if kinds in ({"float"}, {"int", "float"}):
+        return pa.float64()
+    return None
+
+
+def _storable(data_type: pa.DataType) -> bool:
+    """Whether a nested Arrow type can live in Parquet and Iceberg unambiguously."""
+    if pa.types.is_null(data_type):
+        return False
+    if pa.types.is_struct(data_type):
+        if data_type.num_fields == 0:
+            return False
+        names = [data_type.field(i).name for i in range(data_type.num_fields)]
+        if len(set(names)) != len(names) or any("." in name or not name for name in names):
+            return False
+        return all(_storable(data_type.field(i).type) for i in range(data_type.num_fields))
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return _storable(data_type.value_type)
+    if pa.types.is_map(data_type) or pa.types.is_union(data_type) or pa.types.is_dictionary(data_type):
+        return False
+    return True
+
+
+def _nested_array(values: list[Any]) -> pa.Array | None:
+    """Type a column of objects/lists if (and only if) it decodes back exactly."""
+    try:
+        array = pa.array(values)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        return None
+    if not _storable(array.type):
+        return None
+    if [strip_nulls(value) for value in array.to_pylist()] != values:
+        return None
+    return array
+
+
+def _column_array(values: list[Any]) -> pa.Array | None:
+    present = [value for value in values if value is not None]
+    if not present:
+        return None
+    scalar = _scalar_type(present)
+    if scalar is not None:
+        return pa.array(values, type=scalar)
+    if all(isinstance(value, dict | list) for value in present):
+        return _nested_array(values)
+    return None
+
+
+def _property_column_ok(name: str) -> bool:
+    return bool(name) and "." not in name and name not in RESERVED
+
+
+def _geometry_to_wkb(geometries: list[dict[str, Any]], overflows: list[_Overflow]) -> list[bytes]:
+    shapes = [shapely.geometry.shape(geometry) for geometry in geometries]
+    wkb = shapely.to_wkb(shapes, output_dimension=3, flavor="iso")
+    decoded = shapely.to_geojson(shapely.from_wkb(wkb))
+    for row, (text, geometry) in enumerate(zip(decoded, geometries, strict=True)):
+        if json.loads(text) != geometry:
+            overflows[row].top["geometry"] = geometry
+    return list(wkb)
+
+
+def _bbox_rows(items: list[dict[str, Any]], wkb: list[bytes], overflows: list[_Overflow]) -> pa.Array:
+    bounds = shapely.bounds(shapely.from_wkb(wkb))
+    rows = []
+    for row, item in enumerate(items):
+        bbox = item.get("bbox")
+        if bbox is None:
+            overflows[row].absent.append("bbox")
+            xmin, ymin, xmax, ymax = (float(v) for v in bounds[row])
+        elif len(bbox) == 6:
+            overflows[row].top["bbox"] = bbox
+            xmin, ymin, _, xmax, ymax, _ = (float(v) for v in bbox)
+        else:
+            xmin, ymin, xmax, ymax = (float(v) for v in bbox)
+        rows.append({"xmin": xmin, "ymin": ymin, "xmax": xmax, "ymax": ymax})
+    return pa.array(rows, type=BBOX_TYPE)
+
+
+def _time_column(items: list[dict[str, Any]], key: str, overflows: list[_Overflow]) -> pa.Array:
+    values: list[datetime | None] = []
+    for row, item in enumerate(items):
+        properties = item["properties"]
+        text = properties.get(key)
+        if not isinstance(text, str):
+            # A null datetime decodes as null anyway; anything else must come back as it was.
+            if key in properties and not (key == "datetime" and text is None):
+                overflows[row].properties[key] = text
+            values.append(None)
+            continue
+        try:
+            parsed = parse_datetime(text)
+        except ValueError:
+            overflows[row].properties[key] = text
+            values.append(None)
+            continue
+        if render_datetime(parsed) != text:
+            overflows[row].properties[key] = text
+        values.append(parsed)
+    return pa.array(values, type=TIMESTAMP)
+
+
+def spatial_order(bbox: pa.Array) -> np.ndarray:
+    """Row order along a Z-order curve of bbox centres, so neighbours share row groups."""
+    if len(bbox) == 0:
+        return np.arange(0)
+    xmin = bbox.field("xmin").to_numpy(zero_copy_only=False)
+    xmax = bbox.field("xmax").to_numpy(zero_copy_only=False)
+    ymin = bbox.field("ymin").to_numpy(zero_copy_only=False)
+    ymax = bbox.field("ymax").to_numpy(zero_copy_only=False)
+    x = np.clip(((xmin + xmax) / 2 + 180.0) / 360.0, 0, 1)
+    y = np.clip(((ymin + ymax) / 2 + 90.0) / 180.0, 0, 1)
+    xi = np.nan_to_num(x * 0xFFFF).astype(np.uint64)
+    yi = np.nan_to_num(y * 0xFFFF).astype(np.uint64)
+    key = np.zeros(len(xi), dtype=np.uint64)
+    for bit in range(16):
+        key |= ((xi >> np.uint64(bit)) & np.uint64(1)) << np.uint64(2 * bit)
+        key |= ((yi >> np.uint64(bit)) & np.uint64(1)) << np.uint64(2 * bit + 1)
+    return np.argsort(key, kind="stable")
+
+
+def items_to_arrow(
+    items: list[dict[str, Any]],
+    *,
+    untyped: Iterable[str] = (),
+) -> pa.Table:
+    """Convert validated items (see :func:`validate_item`) into one Arrow table.
+
+    ``untyped`` names columns that must not be typed (their values go to the
+    overflow column): the writer passes columns whose type conflicts with the
+    table's. Rows are returned in spatial order.
+    """
+    untyped = set(untyped)
+    overflows = [_Overflow({}, {}, []) for _ in items]
+    columns: dict[str, pa.Array] = {}
+
+    for key in ("type", "stac_version"):
+        values = [item.get(key) for item in items]
+        typed = _column_array(values) if key not in untyped else None
+        if typed is None or not pa.types.is_string(typed.type):
+            for row, value in enumerate(values):
+                if key in items[row]:
+                    overflows[row].top[key] = value
+            typed = pa.nulls(len(items), pa.string())
+        columns[key] = typed
+
+    extensions = [item.get("stac_extensions") for item in items]
+    ext_ok = all(value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value)) for value in extensions)
+    if not ext_ok:
+        for row, item in enumerate(items):
+            if "stac_extensions" in item:
+                overflows[row].top["stac_extensions"] = item["stac_extensions"]
+        extensions = [None] * len(items)
+    else:
+        for row, item in enumerate(items):
+            if "stac_extensions" in item and item["stac_extensions"] is None:
+                overflows[row].top["stac_extensions"] = None
+    columns["stac_extensions"] = pa.array(extensions, type=pa.list_(pa.string()))
+    columns["id"] = pa.array([item["id"] for item in items], type=pa.string())
+    columns["collection"] = pa.array([item["collection"] for item in items], type=pa.string())
+    wkb = _geometry_to_wkb([item["geometry"] for item in items], overflows)
+    columns["geometry"] = pa.array(wkb, type=pa.binary())
+    columns["bbox"] = _bbox_rows(items, wkb, overflows)
+    for key in TIME_COLUMNS:
+        columns[key] = _time_column(items, key, overflows)
+
+    # Foreign top-level members go to the overflow as they are.
+    for row, item in enumerate(items):
+        for key, value in item.items():
+            if key not in RESERVED:
+                overflows[row].top[key] = value
+
+    # Nested members and properties: typed where lossless, else per-row overflow.
+    candidates: dict[str, list[Any]] = {}
+    for row, item in enumerate(items):
+        for key in NESTED_TOP:
+            if key in item:
+                candidates.setdefault(key, [None] * len(items))[row] = item[key]
+        for key, value in item["properties"].items():
+            if key in TIME_COLUMNS:
+                continue
+            if not _property_column_ok(key):
+                overflows[row].properties[key] = value
+                continue
+            candidates.setdefault(key, [None] * len(items))[row] = value
+
+    for key, values in candidates.items():
+        is_property = key not in NESTED_TOP
+        present_rows = []
+        for row, value in enumerate(values):
+            container = items[row]["properties"] if is_property else items[row]
+            if key not in container:
+                continue
+            # Explicit nulls and empty objects have no typed form.
+            if value is None or value == {}:
+                (overflows[row].properties if is_property else overflows[row].top)[key] = value
+                values[row] = None
+            else:
+                present_rows.append(row)
+        typed = None if key in untyped else _column_array(values)
+        if typed is None:
+            for row in present_rows:
+                (overflows[row].properties if is_property else overflows[row].top)[key] = values[row]
+            continue
+        columns[key] = typed
+
+    columns[OVERFLOW] = pa.array([overflow.to_json() for overflow in overflows], type=pa.string())
+    table = pa.table(columns)
+    return table.take(spatial_order(table.column("bbox").combine_chunks()))
+
+
+def _geometries_from_wkb(values: list[bytes | None]) -> list[Any]:
+    shapes = shapely.from_wkb(values)
+    texts = shapely.to_geojson(shapes)
+    return [json.loads(text) if text is not None else None for text in texts]
+
+
+def arrow_to_items(table: pa.Table) -> Iterator[dict[str, Any]]:
+    """Turn rows written by :func:`items_to_arrow` (any schema version) back into STAC items."""
+    if table.num_rows == 0:
+        return
+    names = table.column_names
+    data = {name: table.column(name).to_pylist() for name in names if name != "geometry"}
+    geometries = _geometries_from_wkb(table.column("geometry").to_pylist()) if "geometry" in names else None
+    property_names = [name for name in names if name not in RESERVED]
+    for row in range(table.num_rows):
+        item: dict[str, Any] = {}
+        for key in ("type", "stac_version", "stac_extensions", "id"):
+            value = data.get(key, [None] * table.num_rows)[row]
+            if value is not None:
+                item[key] = value
+        item["geometry"] = geometries[row] if geometries is not None else None
+        bbox = data.get("bbox", [None] * table.num_rows)[row]
+        if bbox is not None:
+            item["bbox"] = [bbox["xmin"], bbox["ymin"], bbox["xmax"], bbox["ymax"]]
+        properties: dict[str, Any] = {}
+        for key in TIME_COLUMNS:
+            value = data.get(key, [None] * table.num_rows)[row]
+            if value is not None:
+                properties[key] = render_datetime(value)
+            elif key == "datetime":
+                properties[key] = None
+        for key in property_names:
+            value = data[key][row]
+            if value is not None:
+                properties[key] = strip_nulls(value)
+        item["properties"] = properties
+        for key in NESTED_TOP:
+            value = data.get(key, [None] * table.num_rows)[row]
+            if value is not None:
+                item[key] = strip_nulls(value)
+        collection = data.get("collection", [None] * table.num_rows)[row]
+        if collection is not None:
+            item["collection"] = collection
+        overflow_text = data.get(OVERFLOW, [None] * table.num_rows)[row]
+        if overflow_text:
+            _apply_overflow(item, json.loads(overflow_text))
+        yield item
+
+
+def _apply_overflow(item: dict[str, Any], overflow: Mapping[str, Any]) -> None:
+    for key in overflow.get("absent", ()):
+        item.pop(key, None)
+    item.update(overflow.get("top", {}))
+    item["properties"].update(overflow.get("properties", {}))

@@ -1,0 +1,156 @@
+"""A root URL -> Icechunk storage, Iceberg FileIO, and the local commit lock.
+
+A floe repository lives under one root: a local path or ``s3://bucket/prefix``.
+Icechunk's repository is at ``<root>/arrays`` and Iceberg's files at
+``<root>/tables``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+import icechunk
+
+from ingest.config import S3Settings, Settings
+from ingest.errors import FloeError
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+
+log = logging.getLogger(__name__)
+
+ARRAYS_DIR = "arrays"
+TABLES_DIR = "tables"
+LOCK_FILE = ".floe.lock"
+
+
+class InvalidRoot(FloeError):
+    """A root that is neither a local path nor an s3:// URL."""
+
+    kind = "invalid-root"
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a floe repository lives, and how to reach it."""
+
+    url: str
+    """The normalised root: an absolute local path or ``s3://bucket/prefix``."""
+    s3: S3Settings
+
+    @classmethod
+    def parse(cls, root: str | os.PathLike[str], settings: Settings | None = None) -> Location:
+        """Normalise ``root``; relative local paths become absolute."""
+        s3 = settings.s3 if settings is not None else S3Settings()
+        text = os.fspath(root)
+        parsed = urlparse(text)
+        if parsed.scheme == "s3":
+            if not parsed.netloc:
+                raise InvalidRoot(f"root {text!r} names no bucket: use s3://bucket/prefix")
+            prefix = parsed.path.strip("/")
+            if not prefix:
+                raise InvalidRoot(f"root {text!r} is a bucket root: give a prefix, s3://{parsed.netloc}/<prefix>")
+            return cls(url=f"s3://{parsed.netloc}/{prefix}", s3=s3)
+        if parsed.scheme == "file":
+            text = parsed.path
+        elif parsed.scheme and len(parsed.scheme) > 1:
+            raise InvalidRoot(f"root {text!r}: only local paths and s3:// URLs are supported")
+        return cls(url=str(Path(text).expanduser().resolve()), s3=s3)
+
+    @property
+    def is_local(self) -> bool:
+        return not self.url.startswith("s3://")
+
+    @property
+    def bucket(self) -> str:
+        return urlparse(self.url).netloc
+
+    @property
+    def prefix(self) -> str:
+        return urlparse(self.url).path.strip("/")
+
+    def join(self, *parts: str) -> str:
+        """An absolute location under the root (a path for local roots, a URL for S3)."""
+        tail = "/".join(part.strip("/") for part in parts if part)
+        return f"{self.url}/{tail}" if tail else self.url
+
+    @property
+    def tables_url(self) -> str:
+        return self.join(TABLES_DIR)
+
+    def icechunk_storage(self) -> icechunk.Storage:
+        """The Icechunk storage of ``<root>/arrays``."""
+        if self.is_local:
+            return icechunk.local_filesystem_storage(self.join(ARRAYS_DIR))
+        s3 = self.s3
+        has_keys = bool(s3.access_key_id and s3.secret_access_key)
+        return icechunk.s3_storage(
+            bucket=self.bucket,
+            prefix=f"{self.prefix}/{ARRAYS_DIR}",
+            region=s3.region,
+            endpoint_url=s3.endpoint_url,
+            allow_http=s3.allow_http,
+            access_key_id=s3.access_key_id if has_keys else None,
+            secret_access_key=s3.secret_access_key if has_keys else None,
+            session_token=s3.session_token if has_keys else None,
+            anonymous=s3.anonymous or None,
+            from_env=None if has_keys or s3.anonymous else True,
+            force_path_style=s3.force_path_style,
+        )
+
+    def file_io_properties(self) -> dict[str, str]:
+        """PyIceberg FileIO properties for the tables of this root."""
+        if self.is_local:
+            return {}
+        s3 = self.s3
+        properties = {
+            "s3.endpoint": s3.endpoint_url,
+            "s3.region": s3.region,
+            "s3.access-key-id": s3.access_key_id,
+            "s3.secret-access-key": s3.secret_access_key,
+            "s3.session-token": s3.session_token,
+            "s3.force-virtual-addressing": "false" if s3.force_path_style or s3.endpoint_url else None,
+            "s3.anonymous": "true" if s3.anonymous else None,
+        }
+        return {key: value for key, value in properties.items() if value is not None}
+
+    def file_io(self) -> FileIO:
+        """A PyArrow FileIO that reads and writes this root's table files."""
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        return PyArrowFileIO(properties=self.file_io_properties())
+
+    @contextlib.contextmanager
+    def mutation_lock(self) -> Iterator[None]:
+        """Serialize mutations of Icechunk refs on local storage.
+
+        Icechunk's local filesystem backend writes its ``repo`` object without a
+        condition, so two processes committing at once can lose a commit. An
+        exclusive ``flock`` on ``<root>/.floe.lock`` makes each ref update atomic.
+        Object stores answer concurrent writes with 412 and need no lock.
+        """
+        if not self.is_local:
+            yield
+            return
+        Path(self.url).mkdir(parents=True, exist_ok=True)
+        fd = os.open(os.path.join(self.url, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+
+def quiet_icechunk_logs() -> None:
+    """Silence Icechunk's warning about local storage: floe serializes local commits itself."""
+    if os.environ.get("ICECHUNK_LOG") is None:
+        icechunk.set_logs_filter("error")
