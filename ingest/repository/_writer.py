@@ -151,6 +151,12 @@ class Writer:
         self._items[key] = item
         self._sources[key] = source
 
+    def discard_item(self, collection: str, item_id: str) -> None:
+        """Unstage an item added earlier."""
+        self._check_open()
+        self._items.pop((collection, item_id), None)
+        self._sources.pop((collection, item_id), None)
+
     def add_items(
         self, items: Iterable[Any], *, source: str | None = None, default_collection: str | None = None
     ) -> list[InvalidItem]:

@@ -1,0 +1,311 @@
+"""The ``floe`` command: parse arguments, call the library, render the result.
+
+Exit status: 0 success, 1 error, 2 usage error, 3 some input was rejected
+(the rest was committed), 4 ``check`` found problems.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+
+from ingest.config import Settings, load_settings
+from ingest.errors import FloeError, RepositoryNotFound
+from ingest.repository import Repository
+
+EXIT_ERROR = 1
+EXIT_REJECTED = 3
+EXIT_PROBLEMS = 4
+
+app = typer.Typer(
+    name="floe",
+    help=(
+        "floe keeps an Earth-observation archive's STAC items (an Iceberg table) and rasters "
+        "(an Icechunk repository) in one versioned store: every commit moves both, every tag pins both.\n\n"
+        "The repository root is --root, else $FLOE_ROOT, else ./floe-data (a local path or s3://bucket/prefix)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+stderr = Console(stderr=True)
+stdout = Console()
+
+
+def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    stderr.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Render floe's own errors as one clear line and a non-zero exit."""
+    try:
+        yield
+    except FloeError as error:
+        _fail(str(error))
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    return ctx.obj["settings"]
+
+
+def _open(ctx: typer.Context) -> Repository:
+    return Repository.open(settings=_settings(ctx))
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    root: Annotated[
+        str | None, typer.Option("--root", "-r", help="Repository root: a path or s3://bucket/prefix.", show_default=False)
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", help="A TOML settings file (see configs/default.toml).", show_default=False)
+    ] = None,
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More logging (-v info, -vv debug).")] = 0,
+) -> None:
+    if config is not None:
+        if not config.exists():
+            _fail(f"config file {config} does not exist")
+        os.environ["FLOE_CONFIG"] = str(config)
+    logging.basicConfig(
+        level=[logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)],
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        settings = load_settings(root=root)
+    except ValueError as error:
+        _fail(f"invalid settings: {error}")
+    ctx.obj = {"settings": settings}
+
+
+@app.command()
+def init(ctx: typer.Context) -> None:
+    """Create an empty repository at the root (an Icechunk repository and an empty items table)."""
+    with _errors():
+        repository = Repository.create(settings=_settings(ctx))
+    stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
+
+
+@app.command()
+def ingest(
+    ctx: typer.Context,
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            help="STAC item JSON, FeatureCollection, JSON array or NDJSON files, folders of them, or - for NDJSON on stdin.",
+            show_default=False,
+        ),
+    ],
+    branch: Annotated[str | None, typer.Option("--branch", "-b", help="Branch to commit to [default: main].")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", "-n", min=1, help="Items per commit [default: 1000].")
+    ] = None,
+    message: Annotated[str | None, typer.Option("--message", "-m", help="Commit message.")] = None,
+    collection: Annotated[
+        str | None, typer.Option("--collection", help="Collection id for items that have none.")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Write rejected inputs here as JSON lines.", show_default=False)
+    ] = None,
+) -> None:
+    """Ingest STAC items (metadata only), one commit per batch.
+
+    Creates the repository if it does not exist. Bad input (unreadable files,
+    invalid items, duplicate or unsafe ids) is reported with its source and
+    skipped; everything else is committed, and the exit status is 3.
+    """
+    from ingest.pipeline import ingest_items
+
+    with _errors():
+        try:
+            repository = _open(ctx)
+        except RepositoryNotFound:
+            repository = Repository.create(settings=_settings(ctx))
+            stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=stderr,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("reading items")
+
+            def update(state: Any) -> None:
+                progress.update(
+                    task,
+                    description=(
+                        f"{state.items_read} items read, {state.rows_added} committed in {len(state.commits)} "
+                        f"commit(s), {len(state.rejected)} rejected, {state.conflicts_retried} conflicts retried"
+                    ),
+                )
+
+            result = ingest_items(
+                repository,
+                sources,
+                branch=branch,
+                batch_size=batch_size,
+                message=message,
+                default_collection=collection,
+                progress=update,
+            )
+    for rejection in result.rejected:
+        stderr.print(f"[yellow]rejected[/] {rejection}", highlight=False, soft_wrap=True)
+    if report is not None:
+        result.write_report(report)
+    tip = result.commits[-1].snapshot_id if result.commits else "no new snapshot"
+    stderr.print(
+        f"ingested {result.rows_added} items in {len(result.commits)} commit(s) ({tip}); "
+        f"{len(result.rejected)} rejected; {result.conflicts_retried} conflicts retried",
+        highlight=False,
+    )
+    if result.rejected:
+        raise typer.Exit(EXIT_REJECTED)
+
+
+@contextmanager
+def _output(out: str) -> Iterator[Any]:
+    """stdout for '-', else a file that appears only once it is complete."""
+    if out == "-":
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    target = Path(out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            yield stream
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+@app.command()
+def export(
+    ctx: typer.Context,
+    out: Annotated[str, typer.Argument(help="Output file, or - for stdout.")] = "-",
+    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id [default: main].")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="Output format: ndjson.")] = "ndjson",
+) -> None:
+    """Export every item at a ref, exactly as ingested."""
+    if format != "ndjson":
+        _fail(f"unknown format {format!r}: supported formats are ndjson", code=2)
+    count = 0
+    with _errors():
+        view = _open(ctx).view(ref)
+        with _output(out) as stream:
+            for item in view.items():
+                stream.write(json.dumps(item, separators=(",", ":")) + "\n")
+                count += 1
+    stderr.print(f"exported {count} items from {view.ref} ({view.snapshot_id})", highlight=False)
+
+
+@app.command("log")
+def log_command(
+    ctx: typer.Context,
+    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id [default: main].")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON array, one object per commit, newest first.")] = False,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Show at most this many commits.")] = None,
+) -> None:
+    """Show the history of a ref: message, time, rows added, attempts, table pointer."""
+    with _errors():
+        entries = _open(ctx).log(ref, limit=limit)
+    if as_json:
+        stdout.print_json(json.dumps([entry.to_json() for entry in entries]))
+        return
+    table = RichTable("snapshot", "written at (UTC)", "rows", "attempts", "message", box=None)
+    for entry in entries:
+        table.add_row(
+            entry.snapshot_id,
+            entry.written_at.strftime("%Y-%m-%d %H:%M:%S"),
+            str(entry.rows_added),
+            str(entry.attempts),
+            entry.message,
+        )
+    stdout.print(table)
+
+
+@app.command()
+def tag(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The new tag's name.")],
+    ref: Annotated[str | None, typer.Option("--ref", help="What to tag [default: main].")] = None,
+) -> None:
+    """Tag a version: arrays and table together, for good (tags never move)."""
+    with _errors():
+        snapshot_id = _open(ctx).tag(name, ref)
+    stderr.print(f"tagged {snapshot_id} as [bold]{name}[/]")
+
+
+@app.command()
+def branch(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The new branch's name.")],
+    from_ref: Annotated[str | None, typer.Option("--from", help="Where it starts [default: main].")] = None,
+) -> None:
+    """Create a branch at a version."""
+    with _errors():
+        snapshot_id = _open(ctx).branch(name, from_ref)
+    stderr.print(f"created branch [bold]{name}[/] at {snapshot_id}")
+
+
+@app.command()
+def refs(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+) -> None:
+    """List branches and tags with the snapshot each points at."""
+    with _errors():
+        found = _open(ctx).refs()
+    if as_json:
+        stdout.print_json(json.dumps([{"name": r.name, "kind": r.kind, "snapshot_id": r.snapshot_id} for r in found]))
+        return
+    table = RichTable("kind", "name", "snapshot", box=None)
+    for ref in found:
+        table.add_row(ref.kind, ref.name, ref.snapshot_id)
+    stdout.print(table)
+
+
+@app.command()
+def check(
+    ctx: typer.Context,
+    ref: Annotated[str | None, typer.Option("--ref", help="The ref to check [default: main].")] = None,
+    all_refs: Annotated[bool, typer.Option("--all", help="Check every branch and tag.")] = False,
+) -> None:
+    """Verify that a ref's (or every ref's) table pointer resolves and every file it references exists.
+
+    Exits with status 4 and lists the problems if anything is wrong.
+    """
+    from ingest.lifecycle import check as run_check
+
+    if ref is not None and all_refs:
+        _fail("give --ref or --all, not both", code=2)
+    with _errors():
+        problems = run_check(_open(ctx), ref, all_refs=all_refs)
+    for problem in problems:
+        stdout.print(f"[red]problem[/] {problem}", highlight=False, soft_wrap=True)
+    if problems:
+        stderr.print(f"{len(problems)} problem(s) found")
+        raise typer.Exit(EXIT_PROBLEMS)
+    stderr.print("ok: every pointer resolves and every referenced file exists")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

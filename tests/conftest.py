@@ -1,0 +1,137 @@
+"""Shared fixtures: repositories on local disk and on a real S3-compatible server (moto) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingest import Repository, Settings
+from ingest.config import S3Settings
+
+DATA = Path(__file__).parent / "data"
+REAL_ITEMS = DATA / "real-items"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def make_item(item_id: str, collection: str = "c", *, when: str = "2024-01-05T00:00:00Z", **properties: Any) -> dict:
+    """A small valid STAC item."""
+    x = (hash(item_id) % 3600) / 10 - 180
+    return {
+        "type": "Feature",
+        "stac_version": "1.0.0",
+        "stac_extensions": [],
+        "id": item_id,
+        "collection": collection,
+        "geometry": {"type": "Point", "coordinates": [x, 10.0]},
+        "bbox": [x, 10.0, x, 10.0],
+        "properties": {"datetime": when, **properties},
+        "assets": {"data": {"href": f"https://example.com/{item_id}.tif", "type": "image/tiff"}},
+        "links": [],
+    }
+
+
+def load_real_items() -> list[dict]:
+    """Every item in the vendored real-items fixture (13 collections)."""
+    items: list[dict] = []
+    for path in sorted(REAL_ITEMS.glob("*.json")):
+        document = json.loads(path.read_text())
+        entries = document if isinstance(document, list) else [document]
+        items.extend(entry for entry in entries if entry.get("type") == "Feature")
+    return items
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings()
+
+
+@pytest.fixture
+def repo(tmp_path: Path, settings: Settings) -> Repository:
+    return Repository.create(tmp_path / "repo", settings)
+
+
+class MotoServer:
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        executable = Path(sys.executable).with_name("moto_server")
+        command = [str(executable)] if executable.exists() else [sys.executable, "-m", "moto.server"]
+        self.process = subprocess.Popen(
+            [*command, "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=1)  # noqa: S310 - loopback only
+                break
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("moto server did not start") from None
+                time.sleep(0.2)
+
+    def s3_settings(self) -> S3Settings:
+        return S3Settings(
+            endpoint_url=self.endpoint,
+            region="us-east-1",
+            access_key_id="testing",
+            secret_access_key="testing",
+            allow_http=True,
+            force_path_style=True,
+        )
+
+    def create_bucket(self) -> str:
+        import boto3
+
+        bucket = f"floe-{uuid.uuid4().hex[:12]}"
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        client.create_bucket(Bucket=bucket)
+        return bucket
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, 15)
+            self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    server = MotoServer()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_settings(moto_server: MotoServer) -> Settings:
+    return Settings(s3=moto_server.s3_settings())
+
+
+@pytest.fixture
+def s3_root(moto_server: MotoServer) -> str:
+    return f"s3://{moto_server.create_bucket()}/repo"
