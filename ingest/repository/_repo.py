@@ -28,6 +28,7 @@ from ingest.errors import (
     RepositoryNotFound,
 )
 from ingest.repository._catalog import PointerCatalog
+from ingest.repository._read import read_batches
 from ingest.stac._rows import arrow_to_items
 from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
 
@@ -116,11 +117,17 @@ class View:
         return zarr.open_group(self.session.store, path=path, mode="r")
 
     def batches(
-        self, row_filter: BooleanExpression | str = AlwaysTrue(), selected_fields: tuple[str, ...] = ("*",)
+        self, row_filter: BooleanExpression | str = AlwaysTrue(), columns: list[str] | None = None
     ) -> Iterator[pa.RecordBatch]:
-        """Stream the table's rows as Arrow batches (never the whole table in memory)."""
-        scan = self.table.scan(row_filter=row_filter, selected_fields=selected_fields)
-        yield from scan.to_arrow_batch_reader()
+        """Stream the rows matching ``row_filter`` as Arrow batches, one data file at a time.
+
+        Iceberg plans the scan (partition and column-bound pruning); floe then
+        reads its own files by column name and applies the filter exactly. Each
+        batch keeps its file's own schema (columns added later are absent, not
+        null-filled). pyiceberg's reader is not used for the rows because it turns
+        null lists of structs into empty lists, which would change items.
+        """
+        yield from read_batches(self.table, self.repository.io, row_filter, columns)
 
     def items(self, row_filter: BooleanExpression | str = AlwaysTrue()) -> Iterator[dict[str, Any]]:
         """Stream the STAC items at this snapshot, exactly as they were ingested."""

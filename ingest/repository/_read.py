@@ -1,0 +1,53 @@
+"""Reading the items table's rows: Iceberg plans, floe reads its own GeoParquet files by name."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.expressions.parser import parse
+from pyiceberg.expressions.visitors import bind, extract_field_ids
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import expression_to_pyarrow, schema_to_pyarrow
+from pyiceberg.table import Table
+
+BATCH_ROWS = 8192
+
+
+def read_batches(
+    table: Table,
+    io: FileIO,
+    row_filter: BooleanExpression | str = AlwaysTrue(),
+    columns: list[str] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Rows of ``table`` matching ``row_filter``, file by file, batch by batch."""
+    expression = parse(row_filter) if isinstance(row_filter, str) else row_filter
+    schema = table.schema()
+    arrow_filter: pc.Expression | None = None
+    filter_columns: dict[str, pa.DataType] = {}
+    if not isinstance(expression, AlwaysTrue):
+        bound = bind(schema, expression, case_sensitive=True)
+        arrow_filter = expression_to_pyarrow(bound, schema)
+        table_arrow = schema_to_pyarrow(schema, include_field_ids=False)
+        for field_id in extract_field_ids(bound):
+            top = schema.find_column_name(field_id).split(".")[0]
+            filter_columns[top] = table_arrow.field(top).type
+    for task in table.scan(row_filter=expression).plan_files():
+        with io.new_input(task.file.file_path).open() as stream:
+            parquet = pq.ParquetFile(stream)
+            present = set(parquet.schema_arrow.names)
+            wanted = None if columns is None else [name for name in columns if name in present]
+            read_columns = None if wanted is None else sorted(set(wanted) | (set(filter_columns) & present))
+            for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=read_columns):
+                if arrow_filter is not None:
+                    for name, data_type in filter_columns.items():
+                        if name not in batch.schema.names:
+                            batch = batch.append_column(name, pa.nulls(batch.num_rows, data_type))
+                    batch = batch.filter(arrow_filter)
+                    if wanted is not None:
+                        batch = batch.select(wanted)
+                if batch.num_rows:
+                    yield batch

@@ -1,0 +1,150 @@
+"""Items -> Arrow rows -> items is exact, for real heterogeneous items and for generated ones."""
+
+from __future__ import annotations
+
+import json
+import string
+from collections import Counter
+
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ingest import Repository
+from ingest.stac import OVERFLOW, arrow_to_items, items_to_arrow, validate_item
+from tests.conftest import load_real_items
+
+KEYS = st.sampled_from(["eo:cloud_cover", "gsd", "platform", "proj:epsg", "raster:bands", "title", "a", "b", "nested"])
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(string.ascii_lowercase, min_size=1, max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+DATETIMES = st.sampled_from(
+    ["2024-01-05T00:00:00Z", "2024-01-05T10:20:30.123456Z", "2024-01-05T10:20:30.5Z", "2024-01-05 10:20:30+00:00", "2023-12-31T23:59:59+02:00"]
+)
+
+
+@st.composite
+def items(draw, collection: str | None = None) -> dict:
+    x = draw(st.floats(-180, 179))
+    y = draw(st.floats(-90, 89))
+    geometry = draw(
+        st.sampled_from(
+            [
+                {"type": "Point", "coordinates": [x, y]},
+                {"type": "Polygon", "coordinates": [[[x, y], [x + 1, y], [x + 1, y + 1], [x, y + 1], [x, y]]]},
+                {"type": "Point", "coordinates": [x, y, 5.0]},
+            ]
+        )
+    )
+    properties = {"datetime": draw(DATETIMES)}
+    properties.update(draw(st.dictionaries(KEYS, JSON, max_size=5)))
+    item = {
+        "type": "Feature",
+        "stac_version": "1.0.0",
+        "id": draw(st.text(string.ascii_letters + string.digits + "_-", min_size=1, max_size=12)),
+        "collection": collection or draw(st.sampled_from(["c1", "c2"])),
+        "geometry": geometry,
+        "properties": properties,
+    }
+    if draw(st.booleans()):
+        item["bbox"] = [x, y, x + 1, y + 1]
+    if draw(st.booleans()):
+        item["stac_extensions"] = draw(st.lists(st.text(max_size=5), max_size=2))
+    if draw(st.booleans()):
+        item["assets"] = draw(st.dictionaries(st.sampled_from(["data", "thumb"]), st.dictionaries(st.sampled_from(["href", "type", "roles"]), JSON, max_size=3), max_size=2))
+    if draw(st.booleans()):
+        item["links"] = draw(st.lists(st.fixed_dictionaries({"rel": st.sampled_from(["self", "parent"]), "href": st.text(max_size=5)}), max_size=2))
+    if draw(st.booleans()):
+        item["foreign:member"] = draw(JSON)
+    return item
+
+
+def unique_by_id(batch: list[dict]) -> list[dict]:
+    return list({(item["collection"], item["id"]): item for item in batch}.values())
+
+
+def round_trip(batch: list[dict], **kwargs) -> dict:
+    table = items_to_arrow(batch, **kwargs)
+    return {(item["collection"], item["id"]): item for item in arrow_to_items(table)}
+
+
+def test_real_items_round_trip_exactly():
+    real = load_real_items()
+    assert len({item["collection"] for item in real}) == 13
+    for item in real:
+        validate_item(item)
+    back = round_trip(real)
+    assert len(back) == len(real)
+    for item in real:
+        assert back[(item["collection"], item["id"])] == item
+
+
+def test_typed_columns_are_used_where_lossless():
+    batch = [
+        {"type": "Feature", "id": f"i{n}", "collection": "c", "geometry": {"type": "Point", "coordinates": [1.0, 2.0]},
+         "properties": {"datetime": "2024-01-01T00:00:00Z", "eo:cloud_cover": 1.5 * n, "platform": "sentinel-2a"}}
+        for n in range(3)
+    ]
+    table = items_to_arrow(batch)
+    assert table.schema.field("eo:cloud_cover").type == pa.float64()
+    assert table.schema.field("platform").type == pa.string()
+    assert table.schema.field("datetime").type == pa.timestamp("us", tz="UTC")
+    # Only the absent bbox needs the overflow column here.
+    assert [json.loads(text) for text in table.column(OVERFLOW).to_pylist()] == [{"absent": ["bbox"]}] * 3
+
+
+def test_mixed_types_go_to_the_overflow_and_come_back():
+    base = {"type": "Feature", "collection": "c", "geometry": {"type": "Point", "coordinates": [1.0, 2.0]}}
+    batch = [
+        {**base, "id": "a", "properties": {"datetime": "2024-01-01T00:00:00Z", "mixed": 1, "nulled": None}},
+        {**base, "id": "b", "properties": {"datetime": "2024-01-01T00:00:00Z", "mixed": "one"}},
+    ]
+    table = items_to_arrow(batch)
+    assert "mixed" not in table.column_names
+    assert round_trip(batch) == {("c", "a"): batch[0], ("c", "b"): batch[1]}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(items(), min_size=1, max_size=8))
+def test_generated_items_round_trip_exactly(batch):
+    batch = unique_by_id(batch)
+    back = round_trip(batch)
+    assert back == {(item["collection"], item["id"]): item for item in batch}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(items(), min_size=1, max_size=5), st.sets(KEYS))
+def test_untyped_columns_still_round_trip(batch, untyped):
+    batch = unique_by_id(batch)
+    back = round_trip(batch, untyped=untyped | {"assets", "links"})
+    assert back == {(item["collection"], item["id"]): item for item in batch}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.lists(items(), min_size=1, max_size=4), min_size=2, max_size=3))
+def test_batches_with_conflicting_types_round_trip_through_the_table(tmp_path_factory, batches):
+    """Later batches meet columns typed by earlier ones; nothing is lost or coerced."""
+    repo = Repository.create(tmp_path_factory.mktemp("repo") / "r")
+    expected: dict = {}
+    for number, batch in enumerate(batches):
+        batch = [item for item in unique_by_id(batch) if (item["collection"], item["id"]) not in expected]
+        if not batch:
+            continue
+        writer = repo.writer()
+        assert writer.add_items(batch) == []
+        writer.commit(f"batch {number}")
+        expected.update({(item["collection"], item["id"]): item for item in batch})
+    found = list(repo.view().items())
+    assert Counter((item["collection"], item["id"]) for item in found) == Counter(expected.keys())
+    assert {(item["collection"], item["id"]): item for item in found} == expected
