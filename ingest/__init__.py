@@ -36,5 +36,6 @@ __all__ = [
     "Settings",
     "View",
     "Writer",
+    "WriterClosed",
     "load_settings",
 ]

@@ -70,10 +70,12 @@ def _open(ctx: typer.Context) -> Repository:
 def main(
     ctx: typer.Context,
     root: Annotated[
-        str | None, typer.Option("--root", "-r", help="Repository root: a path or s3://bucket/prefix.", show_default=False)
+        str | None,
+        typer.Option("--root", "-r", help="Repository root: a path or s3://bucket/prefix.", show_default=False),
     ] = None,
     config: Annotated[
-        Path | None, typer.Option("--config", help="A TOML settings file (see configs/default.toml).", show_default=False)
+        Path | None,
+        typer.Option("--config", help="A TOML settings file (see configs/default.toml).", show_default=False),
     ] = None,
     verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More logging (-v info, -vv debug).")] = 0,
 ) -> None:
@@ -102,12 +104,15 @@ def init(ctx: typer.Context) -> None:
 
 
 @app.command()
-def ingest(
+def ingest(  # noqa: PLR0917 - typer maps parameters to options
     ctx: typer.Context,
     sources: Annotated[
         list[str],
         typer.Argument(
-            help="STAC item JSON, FeatureCollection, JSON array or NDJSON files, folders of them, or - for NDJSON on stdin.",
+            help=(
+                "STAC item JSON, FeatureCollection, JSON array or NDJSON files, folders of them, "
+                "or - for NDJSON on stdin."
+            ),
             show_default=False,
         ),
     ],

@@ -40,8 +40,8 @@ class CommitSettings(BaseModel):
     """The rebase-and-reconcile loop and the shape of table metadata."""
 
     max_attempts: int = Field(default=100, ge=1)
-    backoff_initial_ms: float = Field(default=5.0, ge=0)
-    backoff_max_ms: float = Field(default=500.0, ge=0)
+    backoff_initial_ms: float = Field(default=2.0, ge=0)
+    backoff_max_ms: float = Field(default=200.0, ge=0)
     # Icechunk keeps the history; each Iceberg metadata.json keeps only this many snapshots.
     snapshot_log: int = Field(default=4, ge=1)
 

@@ -57,7 +57,9 @@ class InvalidItem(FloeError):
     def __init__(self, message: str, *, item_id: str | None = None, source: str | None = None) -> None:
         self.item_id = item_id
         self.source = source
-        where = " ".join(part for part in (f"in {source}" if source else "", f"item {item_id!r}" if item_id else "") if part)
+        where = " ".join(
+            part for part in (f"in {source}" if source else "", f"item {item_id!r}" if item_id else "") if part
+        )
         super().__init__(f"{where}: {message}" if where else message)
         self.reason = message
 

@@ -80,7 +80,7 @@ class MotoServer:
         deadline = time.monotonic() + 30
         while True:
             try:
-                urllib.request.urlopen(self.endpoint, timeout=1)  # noqa: S310 - loopback only
+                urllib.request.urlopen(self.endpoint, timeout=1)
                 break
             except OSError:
                 if time.monotonic() > deadline or self.process.poll() is not None:

@@ -115,7 +115,9 @@ def ingest_items(
             if key in seen:
                 # The writer only sees its own batch; an id repeated across batches of one run is refused too.
                 writer.discard_item(*key)
-                report.rejected.append(Rejection(sourced.source, item["id"], f"duplicate id (first seen in {seen[key]})"))
+                report.rejected.append(
+                    Rejection(sourced.source, item["id"], f"duplicate id (first seen in {seen[key]})")
+                )
             else:
                 seen[key] = sourced.source
         if progress:

@@ -79,7 +79,9 @@ def _read_ndjson(lines: Iterable[str], label: str) -> Iterator[SourcedItem]:
         try:
             document = json.loads(line)
         except json.JSONDecodeError as error:
-            yield SourcedItem(source, error=InvalidItem(f"not valid JSON ({error.msg} at column {error.colno})", source=source))
+            yield SourcedItem(
+                source, error=InvalidItem(f"not valid JSON ({error.msg} at column {error.colno})", source=source)
+            )
             continue
         yield from _from_document(document, source)
 

@@ -38,8 +38,19 @@ from ingest.stac._validate import parse_datetime
 Fit = Literal["same", "widen", "conflict"]
 ROW_GROUP_SIZE = 32_768
 _FIXED_COLUMNS = frozenset(
-    ("type", "stac_version", "stac_extensions", "id", "collection", "geometry", "bbox", "datetime",
-     "start_datetime", "end_datetime", "floe:overflow")
+    (
+        "type",
+        "stac_version",
+        "stac_extensions",
+        "id",
+        "collection",
+        "geometry",
+        "bbox",
+        "datetime",
+        "start_datetime",
+        "end_datetime",
+        "floe:overflow",
+    )
 )
 
 
@@ -55,7 +66,10 @@ def normalize_type(data_type: pa.DataType) -> pa.DataType:
         return pa.list_(normalize_type(data_type.value_type))
     if pa.types.is_struct(data_type):
         return pa.struct(
-            [pa.field(data_type.field(i).name, normalize_type(data_type.field(i).type)) for i in range(data_type.num_fields)]
+            [
+                pa.field(data_type.field(i).name, normalize_type(data_type.field(i).type))
+                for i in range(data_type.num_fields)
+            ]
         )
     if pa.types.is_int32(data_type):
         return pa.int64()
@@ -191,9 +205,7 @@ def write_group(
         writer.write_table(table.replace_schema_metadata(schema.metadata), row_group_size=ROW_GROUP_SIZE)
     payload = sink.getvalue()
     name = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex}.parquet"
-    path = (
-        f"{table_location}/data/collection={quote(collection, safe='')}/datetime_month={month_label(month)}/{name}"
-    )
+    path = f"{table_location}/data/collection={quote(collection, safe='')}/datetime_month={month_label(month)}/{name}"
     with io.new_output(path).create(overwrite=False) as stream:
         stream.write(payload)
     return StagedFile(
@@ -219,13 +231,21 @@ def file_fits(staged: StagedFile, column_types: Mapping[str, pa.DataType]) -> bo
     return True
 
 
-def union_schema(files: Iterable[StagedFile]) -> pa.Schema | None:
-    """One Arrow schema with every column the files carry (for the table's schema union)."""
+def union_schema(files: Iterable[StagedFile], table_columns: Mapping[str, pa.DataType]) -> pa.Schema | None:
+    """One Arrow schema with every column the files carry, or None if the table has them all already.
+
+    Skipping a union that would change nothing keeps the common case (a batch
+    of items like the ones before it) from paying for a schema update.
+    """
     merged: dict[str, pa.DataType] = {}
     for staged in files:
         for name, data_type in staged.column_types().items():
             merged[name] = merge_types(merged.get(name), data_type)
-    if not merged:
+    grows = any(
+        name not in table_columns or merge_types(table_columns[name], data_type) != normalize_type(table_columns[name])
+        for name, data_type in merged.items()
+    )
+    if not grows:
         return None
     return pa.schema([pa.field(name, data_type) for name, data_type in merged.items()])
 

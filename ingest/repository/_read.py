@@ -20,7 +20,7 @@ BATCH_ROWS = 8192
 def read_batches(
     table: Table,
     io: FileIO,
-    row_filter: BooleanExpression | str = AlwaysTrue(),
+    row_filter: BooleanExpression | str = "true",
     columns: list[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Rows of ``table`` matching ``row_filter``, file by file, batch by batch."""
@@ -41,13 +41,18 @@ def read_batches(
             present = set(parquet.schema_arrow.names)
             wanted = None if columns is None else [name for name in columns if name in present]
             read_columns = None if wanted is None else sorted(set(wanted) | (set(filter_columns) & present))
-            for batch in parquet.iter_batches(batch_size=BATCH_ROWS, columns=read_columns):
-                if arrow_filter is not None:
-                    for name, data_type in filter_columns.items():
-                        if name not in batch.schema.names:
-                            batch = batch.append_column(name, pa.nulls(batch.num_rows, data_type))
-                    batch = batch.filter(arrow_filter)
-                    if wanted is not None:
-                        batch = batch.select(wanted)
+            for raw in parquet.iter_batches(batch_size=BATCH_ROWS, columns=read_columns):
+                batch = raw if arrow_filter is None else _filtered(raw, arrow_filter, filter_columns, wanted)
                 if batch.num_rows:
                     yield batch
+
+
+def _filtered(
+    batch: pa.RecordBatch, arrow_filter: pc.Expression, filter_columns: dict[str, pa.DataType], wanted: list[str] | None
+) -> pa.RecordBatch:
+    # Files written before a column existed lack it: it is null there, as Iceberg reads it.
+    for name, data_type in filter_columns.items():
+        if name not in batch.schema.names:
+            batch = batch.append_column(name, pa.nulls(batch.num_rows, data_type))
+    batch = batch.filter(arrow_filter)
+    return batch if wanted is None else batch.select(wanted)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import icechunk
 import pyarrow as pa
 import zarr
-from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from ingest.config import Settings, load_settings
@@ -117,7 +117,7 @@ class View:
         return zarr.open_group(self.session.store, path=path, mode="r")
 
     def batches(
-        self, row_filter: BooleanExpression | str = AlwaysTrue(), columns: list[str] | None = None
+        self, row_filter: BooleanExpression | str = "true", columns: list[str] | None = None
     ) -> Iterator[pa.RecordBatch]:
         """Stream the rows matching ``row_filter`` as Arrow batches, one data file at a time.
 
@@ -129,7 +129,7 @@ class View:
         """
         yield from read_batches(self.table, self.repository.io, row_filter, columns)
 
-    def items(self, row_filter: BooleanExpression | str = AlwaysTrue()) -> Iterator[dict[str, Any]]:
+    def items(self, row_filter: BooleanExpression | str = "true") -> Iterator[dict[str, Any]]:
         """Stream the STAC items at this snapshot, exactly as they were ingested."""
         for batch in self.batches(row_filter):
             yield from arrow_to_items(pa.Table.from_batches([batch]))
@@ -247,7 +247,9 @@ class Repository:
 
     def refs(self) -> list[Ref]:
         """Every branch and tag with the snapshot it points at."""
-        found = [Ref(name, "branch", self.icechunk.lookup_branch(name)) for name in sorted(self.icechunk.list_branches())]
+        found = [
+            Ref(name, "branch", self.icechunk.lookup_branch(name)) for name in sorted(self.icechunk.list_branches())
+        ]
         found += [Ref(name, "tag", self.icechunk.lookup_tag(name)) for name in sorted(self.icechunk.list_tags())]
         return found
 

@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING, Any
 import icechunk
 import zarr
 import zarr.errors
+from pyiceberg.table.update import AssertTableUUID, TableUpdate
 
 from ingest.errors import CommitConflict, ConflictRetriesExhausted, InvalidItem, RefNotFound, WriterClosed
+from ingest.repository._append import plan_append, schema_union_updates
 from ingest.repository._files import (
     StagedFile,
     file_fits,
@@ -203,17 +205,17 @@ class Writer:
         """Apply the plan to ``table`` and write the next metadata.json; returns its location."""
         if not files:
             return table.metadata_location
-        transaction = table.transaction()
-        schema = union_schema(files)
+        updates: tuple[TableUpdate, ...] = ()
+        metadata = table.metadata
+        schema = union_schema(files, table_column_types(table.schema()))
         if schema is not None:
-            with transaction.update_schema() as update:
-                update.union_by_name(schema)
+            updates, metadata = schema_union_updates(table, schema)
         rows = sum(staged.rows for staged in files)
         properties = {"floe.rows-added": str(rows), "floe.message": message[:200]}
-        with transaction.update_snapshot(snapshot_properties=properties).merge_append() as append:
-            for staged in files:
-                append.append_data_file(to_data_file(staged, transaction.table_metadata))
-        return transaction.commit_transaction().metadata_location
+        data_files = [to_data_file(staged, metadata) for staged in files]
+        append_updates, head = plan_append(table, metadata, data_files, self.repository.io, properties)
+        requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), head)
+        return self.repository.catalog.commit_table(table, requirements, updates + append_updates).metadata_location
 
     def _rebase(self) -> None:
         try:

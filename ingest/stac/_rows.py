@@ -116,9 +116,7 @@ def _storable(data_type: pa.DataType) -> bool:
         return all(_storable(data_type.field(i).type) for i in range(data_type.num_fields))
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
         return _storable(data_type.value_type)
-    if pa.types.is_map(data_type) or pa.types.is_union(data_type) or pa.types.is_dictionary(data_type):
-        return False
-    return True
+    return not (pa.types.is_map(data_type) or pa.types.is_union(data_type) or pa.types.is_dictionary(data_type))
 
 
 def _nested_array(values: list[Any]) -> pa.Array | None:
@@ -245,7 +243,9 @@ def items_to_arrow(
         columns[key] = typed
 
     extensions = [item.get("stac_extensions") for item in items]
-    ext_ok = all(value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value)) for value in extensions)
+    ext_ok = all(
+        value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value)) for value in extensions
+    )
     if not ext_ok:
         for row, item in enumerate(items):
             if "stac_extensions" in item:

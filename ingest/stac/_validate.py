@@ -106,9 +106,10 @@ def validate_item(item: Any, *, source: str | None = None, default_collection: s
         raise fail("item has no properties object")
     if "datetime" not in properties:
         raise fail("properties.datetime is required (null is allowed with start_datetime and end_datetime)")
-    if properties["datetime"] is None:
-        if properties.get("start_datetime") is None or properties.get("end_datetime") is None:
-            raise fail("item has no datetime (and no start_datetime/end_datetime range)")
+    if properties["datetime"] is None and (
+        properties.get("start_datetime") is None or properties.get("end_datetime") is None
+    ):
+        raise fail("item has no datetime (and no start_datetime/end_datetime range)")
     for key in ("datetime", "start_datetime", "end_datetime"):
         value = properties.get(key)
         if value is None:

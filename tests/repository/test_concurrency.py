@@ -8,6 +8,7 @@ taken during the run shows exactly the moment it was taken.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import time
 from collections import Counter
@@ -59,7 +60,7 @@ def verify(root: str, settings: Settings, commits: list[dict[str, Any]], tags: d
     repository = Repository.open(root, settings)
     history = list(repository.icechunk.ancestry(branch="main"))
     # Linear: each snapshot's parent is the next one down.
-    for newer, older in zip(history, history[1:], strict=False):
+    for newer, older in itertools.pairwise(history):
         assert newer.parent_id == older.id
     by_snapshot = {commit["snapshot_id"]: commit for commit in commits}
     assert len(by_snapshot) == WRITERS * COMMITS, "two writers reported the same snapshot"

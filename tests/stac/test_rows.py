@@ -25,12 +25,19 @@ SCALARS = st.one_of(
 JSON = st.recursive(
     SCALARS,
     lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.text(string.ascii_lowercase, min_size=1, max_size=4), inner, max_size=3)
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.text(string.ascii_lowercase, min_size=1, max_size=4), inner, max_size=3),
     ),
     max_leaves=8,
 )
 DATETIMES = st.sampled_from(
-    ["2024-01-05T00:00:00Z", "2024-01-05T10:20:30.123456Z", "2024-01-05T10:20:30.5Z", "2024-01-05 10:20:30+00:00", "2023-12-31T23:59:59+02:00"]
+    [
+        "2024-01-05T00:00:00Z",
+        "2024-01-05T10:20:30.123456Z",
+        "2024-01-05T10:20:30.5Z",
+        "2024-01-05 10:20:30+00:00",
+        "2023-12-31T23:59:59+02:00",
+    ]
 )
 
 
@@ -62,9 +69,20 @@ def items(draw, collection: str | None = None) -> dict:
     if draw(st.booleans()):
         item["stac_extensions"] = draw(st.lists(st.text(max_size=5), max_size=2))
     if draw(st.booleans()):
-        item["assets"] = draw(st.dictionaries(st.sampled_from(["data", "thumb"]), st.dictionaries(st.sampled_from(["href", "type", "roles"]), JSON, max_size=3), max_size=2))
+        item["assets"] = draw(
+            st.dictionaries(
+                st.sampled_from(["data", "thumb"]),
+                st.dictionaries(st.sampled_from(["href", "type", "roles"]), JSON, max_size=3),
+                max_size=2,
+            )
+        )
     if draw(st.booleans()):
-        item["links"] = draw(st.lists(st.fixed_dictionaries({"rel": st.sampled_from(["self", "parent"]), "href": st.text(max_size=5)}), max_size=2))
+        item["links"] = draw(
+            st.lists(
+                st.fixed_dictionaries({"rel": st.sampled_from(["self", "parent"]), "href": st.text(max_size=5)}),
+                max_size=2,
+            )
+        )
     if draw(st.booleans()):
         item["foreign:member"] = draw(JSON)
     return item
@@ -92,8 +110,13 @@ def test_real_items_round_trip_exactly():
 
 def test_typed_columns_are_used_where_lossless():
     batch = [
-        {"type": "Feature", "id": f"i{n}", "collection": "c", "geometry": {"type": "Point", "coordinates": [1.0, 2.0]},
-         "properties": {"datetime": "2024-01-01T00:00:00Z", "eo:cloud_cover": 1.5 * n, "platform": "sentinel-2a"}}
+        {
+            "type": "Feature",
+            "id": f"i{n}",
+            "collection": "c",
+            "geometry": {"type": "Point", "coordinates": [1.0, 2.0]},
+            "properties": {"datetime": "2024-01-01T00:00:00Z", "eo:cloud_cover": 1.5 * n, "platform": "sentinel-2a"},
+        }
         for n in range(3)
     ]
     table = items_to_arrow(batch)
@@ -131,14 +154,16 @@ def test_untyped_columns_still_round_trip(batch, untyped):
     assert back == {(item["collection"], item["id"]): item for item in batch}
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(st.lists(st.lists(items(), min_size=1, max_size=4), min_size=2, max_size=3))
 def test_batches_with_conflicting_types_round_trip_through_the_table(tmp_path_factory, batches):
     """Later batches meet columns typed by earlier ones; nothing is lost or coerced."""
     repo = Repository.create(tmp_path_factory.mktemp("repo") / "r")
     expected: dict = {}
-    for number, batch in enumerate(batches):
-        batch = [item for item in unique_by_id(batch) if (item["collection"], item["id"]) not in expected]
+    for number, generated in enumerate(batches):
+        batch = [item for item in unique_by_id(generated) if (item["collection"], item["id"]) not in expected]
         if not batch:
             continue
         writer = repo.writer()

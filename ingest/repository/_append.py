@@ -1,0 +1,170 @@
+"""One Iceberg append, built directly: manifest, manifest list, snapshot, next metadata.json.
+
+pyiceberg's ``Transaction`` re-derives (and deep-copies) the whole table
+metadata every time it is consulted, about twenty times per append; inside the
+commit loop that cost is paid again on every lost race and widens the window
+in which other writers win. floe's append has one shape (new data files onto
+the current snapshot), so it writes the files itself and applies the metadata
+updates once. Small manifests are merged once ``commit.manifest.min-count-to-merge``
+of them pile up, so the manifest list, and every scan, stays bounded.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import pyarrow as pa
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    DataFile,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    write_manifest,
+    write_manifest_list,
+)
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
+from pyiceberg.table.snapshots import (
+    Operation,
+    Snapshot,
+    SnapshotSummaryCollector,
+    Summary,
+    update_snapshot_summaries,
+)
+from pyiceberg.table.update import (
+    AddSnapshotUpdate,
+    AssertRefSnapshotId,
+    SetSnapshotRefUpdate,
+    TableUpdate,
+)
+
+MIN_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
+TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
+AVRO_COMPRESSION = "zstd"
+
+
+def _metadata_path(metadata: TableMetadata, name: str) -> str:
+    return f"{metadata.location}/metadata/{name}"
+
+
+def _write_added_manifest(
+    io: FileIO, metadata: TableMetadata, snapshot_id: int, data_files: Sequence[DataFile], commit_id: uuid.UUID
+) -> ManifestFile:
+    output = io.new_output(_metadata_path(metadata, f"{commit_id}-m0.avro"))
+    with write_manifest(
+        format_version=metadata.format_version,
+        spec=metadata.spec(),
+        schema=metadata.schema(),
+        output_file=output,
+        snapshot_id=snapshot_id,
+        avro_compression=AVRO_COMPRESSION,
+    ) as writer:
+        for data_file in data_files:
+            writer.add(
+                ManifestEntry.from_args(
+                    status=ManifestEntryStatus.ADDED,
+                    snapshot_id=snapshot_id,
+                    sequence_number=None,
+                    file_sequence_number=None,
+                    data_file=data_file,
+                )
+            )
+    return writer.to_manifest_file()
+
+
+def _merge_small_manifests(
+    io: FileIO, metadata: TableMetadata, snapshot_id: int, existing: list[ManifestFile], commit_id: uuid.UUID
+) -> list[ManifestFile]:
+    """Merge the existing small manifests into one once enough of them pile up."""
+    min_count = int(metadata.properties.get(MIN_MERGE_PROPERTY, "100"))
+    target = int(metadata.properties.get(TARGET_SIZE_PROPERTY, str(8 * 1024 * 1024)))
+    spec_id = metadata.default_spec_id
+    small = [m for m in existing if m.manifest_length < target and m.partition_spec_id == spec_id]
+    if len(small) + 1 < min_count:
+        return existing
+    output = io.new_output(_metadata_path(metadata, f"{commit_id}-m1.avro"))
+    with write_manifest(
+        format_version=metadata.format_version,
+        spec=metadata.spec(),
+        schema=metadata.schema(),
+        output_file=output,
+        snapshot_id=snapshot_id,
+        avro_compression=AVRO_COMPRESSION,
+    ) as writer:
+        for manifest in small:
+            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                writer.existing(entry)
+    kept = [m for m in existing if m not in small]
+    return [writer.to_manifest_file(), *kept]
+
+
+def plan_append(
+    table: Table,
+    metadata: TableMetadata,
+    data_files: Sequence[DataFile],
+    io: FileIO,
+    snapshot_properties: dict[str, str],
+) -> tuple[tuple[TableUpdate, ...], AssertRefSnapshotId]:
+    """Write the manifest(s) and manifest list of appending ``data_files``; return the metadata updates.
+
+    ``metadata`` is the version being appended to (the base, possibly with a
+    schema union applied); the requirement pins the branch head it saw.
+    """
+    commit_id = uuid.uuid4()
+    snapshot_id = metadata.new_snapshot_id()
+    parent = metadata.current_snapshot()
+    sequence_number = metadata.next_sequence_number()
+    existing = parent.manifests(io) if parent is not None else []
+    manifests = [
+        _write_added_manifest(io, metadata, snapshot_id, data_files, commit_id),
+        *_merge_small_manifests(io, metadata, snapshot_id, existing, commit_id),
+    ]
+    manifest_list = _metadata_path(metadata, f"snap-{snapshot_id}-0-{commit_id}.avro")
+    with write_manifest_list(
+        format_version=metadata.format_version,
+        output_file=io.new_output(manifest_list),
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent.snapshot_id if parent else None,
+        sequence_number=sequence_number,
+        avro_compression=AVRO_COMPRESSION,
+    ) as writer:
+        writer.add_manifests(manifests)
+
+    collector = SnapshotSummaryCollector()
+    schema, spec = metadata.schema(), metadata.spec()
+    for data_file in data_files:
+        collector.add_file(data_file=data_file, partition_spec=spec, schema=schema)
+    summary = update_snapshot_summaries(
+        summary=Summary(operation=Operation.APPEND, **collector.build(), **snapshot_properties),
+        previous_summary=parent.summary if parent is not None else None,
+    )
+    snapshot = Snapshot(
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent.snapshot_id if parent else None,
+        manifest_list=manifest_list,
+        sequence_number=sequence_number,
+        summary=summary,
+        schema_id=metadata.current_schema_id,
+    )
+    updates: tuple[TableUpdate, ...] = (
+        AddSnapshotUpdate(snapshot=snapshot),
+        SetSnapshotRefUpdate(
+            snapshot_id=snapshot_id,
+            parent_snapshot_id=parent.snapshot_id if parent else None,
+            ref_name=MAIN_BRANCH,
+            type=SnapshotRefType.BRANCH,
+        ),
+    )
+    requirement = AssertRefSnapshotId(snapshot_id=parent.snapshot_id if parent else None, ref=MAIN_BRANCH)
+    return updates, requirement
+
+
+def schema_union_updates(table: Table, schema: pa.Schema) -> tuple[tuple[TableUpdate, ...], TableMetadata]:
+    """The updates of a schema union (and the name mapping that follows it) and the metadata after them."""
+    transaction = table.transaction()
+    with transaction.update_schema() as update:
+        update.union_by_name(schema)
+    return transaction._updates, transaction.table_metadata

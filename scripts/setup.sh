@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Create .venv with Python 3.12+ and install floe (editable) with its test tools.
+# Idempotent: a second run only checks that everything is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+find_python() {
+  for candidate in "${PYTHON:-}" python3.12 python3.13 python3 python; do
+    [ -n "$candidate" ] || continue
+    command -v "$candidate" >/dev/null 2>&1 || continue
+    if "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+      echo "$candidate"; return 0
+    fi
+  done
+  for candidate in "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python; do
+    [ -x "$candidate" ] && { echo "$candidate"; return 0; }
+  done
+  echo "floe needs Python 3.12 or newer (icechunk 2.x requires it); set PYTHON=/path/to/python3.12" >&2
+  return 1
+}
+
+if [ ! -x .venv/bin/python ]; then
+  python_bin=$(find_python)
+  echo "creating .venv with $("$python_bin" --version)" >&2
+  "$python_bin" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]' 2> >(grep -v "^WARNING: Location" >&2)

@@ -1,0 +1,112 @@
+"""The floe command, end to end: every subcommand, exit codes, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ingest.cli import EXIT_PROBLEMS, EXIT_REJECTED, app
+from tests.conftest import REAL_ITEMS, load_real_items, make_item
+
+
+@pytest.fixture
+def floe(tmp_path):
+    runner = CliRunner()
+    root = str(tmp_path / "repo")
+
+    def run(*args: str, input: str | None = None):
+        return runner.invoke(app, ["--root", root, *args], input=input, catch_exceptions=False)
+
+    return run
+
+
+def by_key(items):
+    return {(item["collection"], item["id"]): item for item in items}
+
+
+def test_ingest_export_round_trip_of_real_items(floe, tmp_path):
+    assert floe("init").exit_code == 0
+    result = floe("ingest", str(REAL_ITEMS), "--batch-size", "10", "--message", "real")
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "export.ndjson"
+    assert floe("export", str(out), "--format", "ndjson").exit_code == 0
+    exported = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(exported) == len(load_real_items())
+    assert by_key(exported) == by_key(load_real_items())
+
+
+def test_log_tag_branch_refs(floe, tmp_path):
+    source = tmp_path / "a.ndjson"
+    source.write_text(json.dumps(make_item("a")) + "\n")
+    floe("ingest", str(source), "-m", "first")
+    assert floe("tag", "v1").exit_code == 0
+    assert floe("branch", "dev", "--from", "v1").exit_code == 0
+    source.write_text(json.dumps(make_item("b")) + "\n")
+    floe("ingest", str(source), "-m", "second")
+
+    log = json.loads(floe("log", "--json").stdout)
+    assert [entry["message"] for entry in log] == ["second (batch 1)", "first (batch 1)", "floe: initialize repository"]
+    assert (
+        log[0]["rows_added"] == 1 and log[0]["attempts"] == 1 and log[0]["metadata_location"].endswith(".metadata.json")
+    )
+    assert json.loads(floe("log", "--json", "--ref", "v1").stdout)[0]["message"] == "first (batch 1)"
+
+    refs = {(r["kind"], r["name"]): r["snapshot_id"] for r in json.loads(floe("refs", "--json").stdout)}
+    assert refs[("tag", "v1")] == refs[("branch", "dev")] == log[1]["snapshot_id"]
+    assert refs[("branch", "main")] == log[0]["snapshot_id"]
+
+    exported = floe("export", "--ref", "v1").stdout
+    assert [json.loads(line)["id"] for line in exported.splitlines()] == ["a"]
+    assert "exists already" in floe("tag", "v1").output
+    assert floe("tag", "v1").exit_code == 1
+
+
+def test_bad_input_exit_status_and_report(floe, tmp_path):
+    source = tmp_path / "mixed.ndjson"
+    source.write_text(json.dumps(make_item("fine")) + "\nnot json\n" + json.dumps(make_item("../up")) + "\n")
+    report = tmp_path / "rejected.jsonl"
+    result = floe("ingest", str(source), "--report", str(report))
+    assert result.exit_code == EXIT_REJECTED
+    assert f"{source}:2" in result.output and "../up" in result.output
+    rejected = [json.loads(line) for line in report.read_text().splitlines()]
+    assert [(r["source"], r["id"]) for r in rejected] == [(f"{source}:2", None), (f"{source}:3", "../up")]
+    assert [json.loads(line)["id"] for line in floe("export").stdout.splitlines()] == ["fine"]
+
+
+def test_check_exit_status(floe, tmp_path):
+    source = tmp_path / "a.ndjson"
+    source.write_text(json.dumps(make_item("a")) + "\n")
+    floe("ingest", str(source))
+    assert floe("check", "--all").exit_code == 0
+    for path in Path(tmp_path / "repo" / "tables" / "items" / "data").rglob("*.parquet"):
+        path.unlink()
+    result = floe("check")
+    assert result.exit_code == EXIT_PROBLEMS
+    assert "is missing" in result.stdout
+
+
+def test_errors_are_one_clear_line(floe):
+    result = floe("export")
+    assert result.exit_code == 1
+    assert "no floe repository" in result.output and "Traceback" not in result.output
+    floe("init")
+    assert "no branch, tag or snapshot named 'nope'" in floe("export", "--ref", "nope").output
+    assert floe("export", "--format", "xml").exit_code == 2
+
+
+def test_installed_command_and_env_root(tmp_path):
+    floe_bin = Path(sys.executable).with_name("floe")
+    env = {**os.environ, "FLOE_ROOT": str(tmp_path / "env-root")}
+    source = tmp_path / "a.ndjson"
+    source.write_text(json.dumps(make_item("a")) + "\n")
+    done = subprocess.run([str(floe_bin), "ingest", str(source)], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "env-root" / "arrays").is_dir()
+    help_text = subprocess.run([str(floe_bin), "ingest", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "--batch-size" in help_text and "--branch" in help_text
