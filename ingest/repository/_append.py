@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.io import FileIO
@@ -101,27 +102,50 @@ def _merge_small_manifests(
     return [writer.to_manifest_file(), *kept]
 
 
+@dataclass(frozen=True)
+class AddedManifest:
+    """The manifest of a writer's data files, kept across attempts of one commit."""
+
+    snapshot_id: int
+    data_files: tuple[DataFile, ...]
+    manifest: ManifestFile
+
+
 def plan_append(
-    table: Table,
     metadata: TableMetadata,
     data_files: Sequence[DataFile],
     io: FileIO,
     snapshot_properties: dict[str, str],
-) -> tuple[tuple[TableUpdate, ...], AssertRefSnapshotId]:
-    """Write the manifest(s) and manifest list of appending ``data_files``; return the metadata updates.
+    previous: AddedManifest | None = None,
+) -> tuple[tuple[TableUpdate, ...], AssertRefSnapshotId, AddedManifest]:
+    """Write what appending ``data_files`` to ``metadata`` needs; return the updates, the requirement, the manifest.
 
     ``metadata`` is the version being appended to (the base, possibly with a
-    schema union applied); the requirement pins the branch head it saw.
+    schema union applied); the requirement pins the branch head it saw. A
+    replay passes the previous attempt's ``AddedManifest``: if the data files
+    (and their statistics) are unchanged and its snapshot id is still free, the
+    manifest is reused and only a manifest list and metadata.json are new.
     """
     commit_id = uuid.uuid4()
-    snapshot_id = metadata.new_snapshot_id()
+    data_files = tuple(data_files)
+    if (
+        previous is not None
+        and previous.data_files == data_files
+        and metadata.snapshot_by_id(previous.snapshot_id) is None
+    ):
+        added = previous
+    else:
+        snapshot_id = previous.snapshot_id if previous is not None else metadata.new_snapshot_id()
+        if metadata.snapshot_by_id(snapshot_id) is not None:
+            snapshot_id = metadata.new_snapshot_id()
+        added = AddedManifest(
+            snapshot_id, data_files, _write_added_manifest(io, metadata, snapshot_id, data_files, commit_id)
+        )
+    snapshot_id = added.snapshot_id
     parent = metadata.current_snapshot()
     sequence_number = metadata.next_sequence_number()
     existing = parent.manifests(io) if parent is not None else []
-    manifests = [
-        _write_added_manifest(io, metadata, snapshot_id, data_files, commit_id),
-        *_merge_small_manifests(io, metadata, snapshot_id, existing, commit_id),
-    ]
+    manifests = [added.manifest, *_merge_small_manifests(io, metadata, snapshot_id, existing, commit_id)]
     manifest_list = _metadata_path(metadata, f"snap-{snapshot_id}-0-{commit_id}.avro")
     with write_manifest_list(
         format_version=metadata.format_version,
@@ -159,7 +183,7 @@ def plan_append(
         ),
     )
     requirement = AssertRefSnapshotId(snapshot_id=parent.snapshot_id if parent else None, ref=MAIN_BRANCH)
-    return updates, requirement
+    return updates, requirement, added
 
 
 def schema_union_updates(table: Table, schema: pa.Schema) -> tuple[tuple[TableUpdate, ...], TableMetadata]:

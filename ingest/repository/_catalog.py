@@ -50,12 +50,15 @@ def trim_history(metadata: TableMetadata, keep: int) -> TableMetadata:
     while snapshot_id is not None and snapshot_id in by_id and len(kept) < keep:
         kept.add(snapshot_id)
         snapshot_id = by_id[snapshot_id].parent_snapshot_id
-    if len(kept) >= len(by_id):
+    # Old schemas go too (a heterogeneous archive adds one per schema union); kept snapshots keep theirs.
+    schema_ids = {metadata.current_schema_id} | {by_id[s].schema_id for s in kept if s in by_id}
+    if len(kept) >= len(by_id) and len(schema_ids) >= len(metadata.schemas):
         return metadata
     return metadata.model_copy(
         update={
             "snapshots": [s for s in metadata.snapshots if s.snapshot_id in kept],
             "snapshot_log": [e for e in metadata.snapshot_log if e.snapshot_id in kept],
+            "schemas": [schema for schema in metadata.schemas if schema.schema_id in schema_ids],
         }
     )
 

@@ -25,7 +25,7 @@ import zarr.errors
 from pyiceberg.table.update import AssertTableUUID, TableUpdate
 
 from ingest.errors import CommitConflict, ConflictRetriesExhausted, InvalidItem, RefNotFound, WriterClosed
-from ingest.repository._append import plan_append, schema_union_updates
+from ingest.repository._append import AddedManifest, plan_append, schema_union_updates
 from ingest.repository._files import (
     StagedFile,
     file_fits,
@@ -95,6 +95,7 @@ class Writer:
         self._items: dict[tuple[str, str], dict[str, Any]] = {}
         self._sources: dict[tuple[str, str], str | None] = {}
         self._closed = False
+        self._added_manifest: AddedManifest | None = None
 
     # -- staging ----------------------------------------------------------------------------
     @property
@@ -213,7 +214,9 @@ class Writer:
         rows = sum(staged.rows for staged in files)
         properties = {"floe.rows-added": str(rows), "floe.message": message[:200]}
         data_files = [to_data_file(staged, metadata) for staged in files]
-        append_updates, head = plan_append(table, metadata, data_files, self.repository.io, properties)
+        append_updates, head, self._added_manifest = plan_append(
+            metadata, data_files, self.repository.io, properties, previous=self._added_manifest
+        )
         requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), head)
         return self.repository.catalog.commit_table(table, requirements, updates + append_updates).metadata_location
 

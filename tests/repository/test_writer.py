@@ -182,3 +182,15 @@ def test_partition_pruning_uses_collection_and_month(repo):
     assert len(planned) == 1 and "collection=c2" in planned[0].file.file_path
     by_time = list(table.scan(row_filter="datetime >= '2024-02-01T00:00:00+00:00'").plan_files())
     assert len(by_time) == 1 and "datetime_month=2024-03" in by_time[0].file.file_path
+
+
+def test_schema_history_is_trimmed_with_the_snapshot_log(repo):
+    for number in range(12):
+        writer = repo.writer()
+        writer.add_item(make_item(f"i{number}", "c", **{f"prop{number}": number}))
+        writer.commit(f"adds prop{number}")
+    table = repo.view().table
+    assert len(table.metadata.schemas) <= repo.settings.commit.snapshot_log + 1
+    assert all(f"prop{n}" in table.schema().column_names for n in range(12))
+    rows = {item["id"]: item["properties"] for item in repo.view().items()}
+    assert all(rows[f"i{n}"][f"prop{n}"] == n for n in range(12))
