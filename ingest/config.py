@@ -41,7 +41,7 @@ class CommitSettings(BaseModel):
 
     max_attempts: int = Field(default=100, ge=1)
     backoff_initial_ms: float = Field(default=2.0, ge=0)
-    backoff_max_ms: float = Field(default=200.0, ge=0)
+    backoff_max_ms: float = Field(default=100.0, ge=0)
     # Icechunk keeps the history; each Iceberg metadata.json keeps only this many snapshots.
     snapshot_log: int = Field(default=4, ge=1)
 

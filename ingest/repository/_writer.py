@@ -58,6 +58,10 @@ class CommitResult:
     files_rewritten: int
 
 
+class _TipMoved(Exception):
+    """The branch moved past this writer's base: the commit would lose its race."""
+
+
 def group_exists(session: icechunk.Session, path: str) -> bool:
     try:
         zarr.open_group(session.store, path=path, mode="r")
@@ -264,8 +268,12 @@ class Writer:
             }
             try:
                 with self.repository.location.mutation_lock():
+                    # Icechunk writes the whole snapshot before it tries to move the ref; when the
+                    # tip has moved already that work is doomed, and on local disks it holds the lock.
+                    if self.repository.icechunk.lookup_branch(self.branch) != self._session.snapshot_id:
+                        raise _TipMoved
                     snapshot_id = self._session.commit(message, metadata=commit_metadata, allow_empty=True)
-            except icechunk.ConflictError as error:
+            except (icechunk.ConflictError, _TipMoved) as error:
                 if attempt >= settings.max_attempts:
                     self._closed = True
                     raise ConflictRetriesExhausted(

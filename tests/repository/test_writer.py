@@ -194,3 +194,16 @@ def test_schema_history_is_trimmed_with_the_snapshot_log(repo):
     assert all(f"prop{n}" in table.schema().column_names for n in range(12))
     rows = {item["id"]: item["properties"] for item in repo.view().items()}
     assert all(rows[f"i{n}"][f"prop{n}"] == n for n in range(12))
+
+
+def test_pystac_items_are_accepted(repo):
+    import pystac
+
+    item = pystac.Item.from_dict(make_item("from-pystac", "c", platform="sentinel-2a"))
+    writer = repo.writer()
+    writer.add_item(item)
+    writer.commit("pystac")
+    (stored,) = list(repo.view().items())
+    assert stored["id"] == "from-pystac" and stored["collection"] == "c"
+    assert stored["properties"]["platform"] == "sentinel-2a"
+    assert stored["geometry"] == item.geometry
