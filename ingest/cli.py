@@ -127,14 +127,34 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     report: Annotated[
         Path | None, typer.Option("--report", help="Write rejected inputs here as JSON lines.", show_default=False)
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            "-w",
+            min=0,
+            help="Ray actors copying granules and committing batches (0: no Ray, metadata only).",
+        ),
+    ] = 2,
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="Join this Ray cluster instead of starting a local one (127.0.0.1 only)."),
+    ] = None,
+    assets: Annotated[
+        str, typer.Option("--assets", help="Raster assets to copy into arrays: all (local GeoTIFFs), none, or KEY,KEY.")
+    ] = "all",
 ) -> None:
-    """Ingest STAC items (metadata only), one commit per batch.
+    """Ingest STAC items and their local rasters, one commit per batch.
 
-    Creates the repository if it does not exist. Bad input (unreadable files,
-    invalid items, duplicate or unsafe ids) is reported with its source and
-    skipped; everything else is committed, and the exit status is 3.
+    With Ray (the default), each actor copies its granules' rasters into
+    Icechunk arrays (one group per item) and commits arrays and rows together
+    through its own writer. Items whose assets are remote are ingested as
+    metadata. Creates the repository if it does not exist. Bad input
+    (unreadable files, invalid items, corrupt rasters, missing assets,
+    duplicate or unsafe ids) is reported with its source and skipped;
+    everything else is committed, and the exit status is 3.
     """
-    from ingest.pipeline import ingest_items
+    from ingest.pipeline import ingest_items, ingest_with_ray
 
     with _errors():
         try:
@@ -156,19 +176,34 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     task,
                     description=(
                         f"{state.items_read} items read, {state.rows_added} committed in {len(state.commits)} "
-                        f"commit(s), {len(state.rejected)} rejected, {state.conflicts_retried} conflicts retried"
+                        f"commit(s), {len(state.rejected)} rejected, {state.conflicts_retried} conflicts retried, "
+                        f"{state.bytes_written / 1e6:.1f} MB copied"
                     ),
                 )
 
-            result = ingest_items(
-                repository,
-                sources,
-                branch=branch,
-                batch_size=batch_size,
-                message=message,
-                default_collection=collection,
-                progress=update,
-            )
+            if workers == 0:
+                result = ingest_items(
+                    repository,
+                    sources,
+                    branch=branch,
+                    batch_size=batch_size,
+                    message=message,
+                    default_collection=collection,
+                    progress=update,
+                )
+            else:
+                result = ingest_with_ray(
+                    repository,
+                    sources,
+                    workers=workers,
+                    batch_size=batch_size,
+                    ray_address=ray_address,
+                    assets=assets,
+                    branch=branch,
+                    message=message,
+                    default_collection=collection,
+                    progress=update,
+                )
     for rejection in result.rejected:
         stderr.print(f"[yellow]rejected[/] {rejection}", highlight=False, soft_wrap=True)
     if report is not None:
@@ -176,8 +211,63 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     tip = result.commits[-1].snapshot_id if result.commits else "no new snapshot"
     stderr.print(
         f"ingested {result.rows_added} items in {len(result.commits)} commit(s) ({tip}); "
+        f"{result.bytes_written / 1e6:.1f} MB of pixels copied; {result.skipped} already present; "
         f"{len(result.rejected)} rejected; {result.conflicts_retried} conflicts retried",
         highlight=False,
+    )
+    if result.rejected:
+        raise typer.Exit(EXIT_REJECTED)
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    granules: Annotated[int, typer.Option("--granules", min=1, help="Granules in the sample archive.")] = 40,
+    archive: Annotated[
+        Path, typer.Option("--archive", help="Where to write the sample archive (COGs + STAC items).")
+    ] = Path("floe-demo-archive"),
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Ray actors.")] = 2,
+) -> None:
+    """Generate a small sample archive, ingest it with Ray, tag it v1, and say what to run next."""
+    from ingest.errors import RefExists
+    from ingest.pipeline import ingest_with_ray
+    from ingest.sample import make_archive
+
+    with _errors():
+        items = make_archive(archive, granules=granules, seed=0)
+        stderr.print(f"wrote {len(items)} COG granules with STAC items to [bold]{archive}[/]")
+        try:
+            repository = _open(ctx)
+        except RepositoryNotFound:
+            repository = Repository.create(settings=_settings(ctx))
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=stderr, transient=True) as progress:
+            task = progress.add_task("ingesting with Ray")
+
+            def update(state: Any) -> None:
+                progress.update(
+                    task, description=f"{state.rows_added} granules committed in {len(state.commits)} commits"
+                )
+
+            result = ingest_with_ray(repository, [archive], workers=workers, batch_size=10, progress=update)
+        try:
+            repository.tag("v1")
+            tagged = "tagged the result [bold]v1[/]"
+        except RefExists:
+            tagged = "tag v1 exists already (tags never move)"
+    root = repository.location.url
+    stderr.print(
+        f"ingested {result.rows_added} granules ({result.bytes_written / 1e6:.1f} MB of pixels, "
+        f"{result.skipped} already present) into {root}; {tagged}\n\n"
+        "Next:\n"
+        "  floe log                          # the commits, with rows and attempts\n"
+        "  floe export --ref v1 items.ndjson # the items of v1\n"
+        "  floe check --all                  # every ref's files are there\n"
+        "  # one granule's pixels at v1, from Python:\n"
+        "  #   from ingest import Repository; import xarray\n"
+        f"  #   view = Repository.open({root!r}).view('v1')\n"
+        "  #   xarray.open_zarr(view.session.store, group='sample-optical/sample-optical-0000', consolidated=False)",
+        highlight=False,
+        soft_wrap=True,
     )
     if result.rejected:
         raise typer.Exit(EXIT_REJECTED)

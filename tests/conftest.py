@@ -135,3 +135,18 @@ def s3_settings(moto_server: MotoServer) -> Settings:
 @pytest.fixture
 def s3_root(moto_server: MotoServer) -> str:
     return f"s3://{moto_server.create_bucket()}/repo"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[None]:
+    """One local Ray cluster (2 CPUs, loopback only) for the whole test session."""
+    import ray
+
+    from ingest.pipeline import start_ray
+
+    started = start_ray(2)
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()

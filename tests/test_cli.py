@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 from ingest.cli import EXIT_PROBLEMS, EXIT_REJECTED, app
 from tests.conftest import REAL_ITEMS, load_real_items, make_item
 
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
 
 @pytest.fixture
 def floe(tmp_path):
@@ -51,7 +53,12 @@ def test_log_tag_branch_refs(floe, tmp_path):
     floe("ingest", str(source), "-m", "second")
 
     log = json.loads(floe("log", "--json").stdout)
-    assert [entry["message"] for entry in log] == ["second (batch 1)", "first (batch 1)", "floe: initialize repository"]
+    assert [entry["message"] for entry in log] == [
+        "second (batch 1)",
+        "first (batch 1)",
+        "floe: create /c",  # the collection's group, made before writers need it
+        "floe: initialize repository",
+    ]
     assert (
         log[0]["rows_added"] == 1 and log[0]["attempts"] == 1 and log[0]["metadata_location"].endswith(".metadata.json")
     )
@@ -110,3 +117,19 @@ def test_installed_command_and_env_root(tmp_path):
     assert (tmp_path / "env-root" / "arrays").is_dir()
     help_text = subprocess.run([str(floe_bin), "ingest", "--help"], capture_output=True, text=True, check=True).stdout
     assert "--batch-size" in help_text and "--branch" in help_text
+
+
+def test_demo_ingests_tags_and_reruns_idempotently(floe, tmp_path):
+    archive = tmp_path / "archive"
+    first = floe("demo", "--granules", "6", "--archive", str(archive))
+    assert first.exit_code == 0, first.output
+    assert "tagged the result v1" in first.output
+    refs = {(r["kind"], r["name"]) for r in json.loads(floe("refs", "--json").stdout)}
+    assert ("tag", "v1") in refs
+    exported = [json.loads(line) for line in floe("export", "--ref", "v1").stdout.splitlines()]
+    assert len(exported) == 6 and all("floe:arrays" in item["assets"] for item in exported)
+    log_before = json.loads(floe("log", "--json").stdout)
+    second = floe("demo", "--granules", "6", "--archive", str(archive))
+    assert second.exit_code == 0
+    assert "6 already present" in second.output and "exists already" in second.output
+    assert json.loads(floe("log", "--json").stdout) == log_before

@@ -39,6 +39,10 @@ class IngestReport:
     items_read: int = 0
     commits: list[CommitResult] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
+    skipped: int = 0
+    """Granules whose arrays were in the repository already."""
+    bytes_written: int = 0
+    """Uncompressed pixel bytes copied into arrays."""
 
     @property
     def rows_added(self) -> int:

@@ -32,6 +32,8 @@ class SourcedItem:
     source: str
     item: dict[str, Any] | None = None
     error: Exception | None = None
+    path: Path | None = None
+    """The file the item was read from (relative asset hrefs resolve against its folder)."""
 
 
 def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:
@@ -49,10 +51,10 @@ def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:
             yield path
 
 
-def _from_document(document: Any, source: str) -> Iterator[SourcedItem]:
+def _from_document(document: Any, source: str, path: Path | None = None) -> Iterator[SourcedItem]:
     if isinstance(document, list):
         for index, entry in enumerate(document):
-            yield SourcedItem(f"{source}#[{index}]", item=entry)
+            yield SourcedItem(f"{source}#[{index}]", item=entry, path=path)
         return
     if not isinstance(document, dict):
         yield SourcedItem(source, error=InvalidSource("expected a STAC item, FeatureCollection or array"))
@@ -64,14 +66,14 @@ def _from_document(document: Any, source: str) -> Iterator[SourcedItem]:
             yield SourcedItem(source, error=InvalidSource("FeatureCollection without a features array"))
             return
         for index, entry in enumerate(features):
-            yield SourcedItem(f"{source}#features[{index}]", item=entry)
+            yield SourcedItem(f"{source}#features[{index}]", item=entry, path=path)
     elif kind in ("Collection", "Catalog"):
         log.info("%s is a STAC %s, not an item: skipped", source, kind)
     else:
-        yield SourcedItem(source, item=document)
+        yield SourcedItem(source, item=document, path=path)
 
 
-def _read_ndjson(lines: Iterable[str], label: str) -> Iterator[SourcedItem]:
+def _read_ndjson(lines: Iterable[str], label: str, path: Path | None = None) -> Iterator[SourcedItem]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -83,7 +85,7 @@ def _read_ndjson(lines: Iterable[str], label: str) -> Iterator[SourcedItem]:
                 source, error=InvalidItem(f"not valid JSON ({error.msg} at column {error.colno})", source=source)
             )
             continue
-        yield from _from_document(document, source)
+        yield from _from_document(document, source, path)
 
 
 def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
@@ -99,7 +101,7 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
         try:
             if path.suffix.lower() in NDJSON_SUFFIXES:
                 with path.open(encoding="utf-8") as stream:
-                    yield from _read_ndjson(stream, label)
+                    yield from _read_ndjson(stream, label, path)
                 continue
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
@@ -112,4 +114,4 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
                 label, error=InvalidSource(f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})")
             )
             continue
-        yield from _from_document(document, label)
+        yield from _from_document(document, label, path)

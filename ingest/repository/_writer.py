@@ -143,6 +143,10 @@ class Writer:
         else:
             self._session = self.repository.icechunk.writable_session(self.branch)
 
+    def group_exists(self, path: str) -> bool:
+        """Whether the group at ``path`` exists in this writer's session (base or staged)."""
+        return group_exists(self._session, path)
+
     def item_group(self, collection: str, item_id: str) -> zarr.Group:
         """The group ``/<collection>/<item_id>`` in this writer's session, created if needed."""
         check_name(item_id, "id")

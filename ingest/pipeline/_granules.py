@@ -1,0 +1,95 @@
+"""A granule: one STAC item, where it came from, and the local rasters of it to copy into arrays."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+RASTER_MEDIA_PREFIXES = ("image/tiff", "image/geotiff", "image/vnd.stac.geotiff")
+RASTER_SUFFIXES = (".tif", ".tiff")
+ARRAYS_ASSET = "floe:arrays"
+
+
+@dataclass(frozen=True)
+class Granule:
+    """What a worker needs to ingest one item: the item, its source label, and asset key -> local raster path."""
+
+    item: dict[str, Any]
+    source: str
+    rasters: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def _is_raster(asset: dict[str, Any]) -> bool:
+    media = str(asset.get("type") or "").lower()
+    href = str(asset.get("href") or "").lower().split("?")[0]
+    return media.startswith(RASTER_MEDIA_PREFIXES) or href.endswith(RASTER_SUFFIXES)
+
+
+def _local_path(href: str, base: Path | None) -> Path | None:
+    """The local file an href names, or None for remote hrefs (s3://, https://, ...)."""
+    parsed = urlparse(href)
+    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and href[1:3] in (":\\", ":/")):
+        path = Path(unquote(parsed.path if parsed.scheme == "file" else href))
+        if not path.is_absolute() and base is not None:
+            path = base / path
+        return path
+    return None
+
+
+def select_assets(selection: str) -> set[str] | None:
+    """Parse ``--assets``: ``all`` -> None (every local raster), ``none`` -> empty, else the listed keys."""
+    selection = selection.strip()
+    if selection == "all":
+        return None
+    if selection == "none":
+        return set()
+    return {key.strip() for key in selection.split(",") if key.strip()}
+
+
+def granule_from_item(
+    item: dict[str, Any], source: str, item_file: Path | None, assets: set[str] | None = None
+) -> Granule:
+    """Find the local raster assets of ``item`` (hrefs relative to the item's file); remote ones stay metadata.
+
+    ``assets`` limits which keys are copied (None: every local raster). A
+    selected asset whose local file does not exist is recorded in ``missing``
+    so the granule can be rejected with that reason.
+    """
+    rasters: dict[str, str] = {}
+    missing: dict[str, str] = {}
+    base = item_file.parent if item_file is not None else None
+    entries = item.get("assets") if isinstance(item.get("assets"), dict) else {}
+    for key, asset in entries.items():
+        if not isinstance(asset, dict) or key == ARRAYS_ASSET:
+            continue
+        if assets is not None and key not in assets:
+            continue
+        if assets is None and not _is_raster(asset):
+            continue
+        path = _local_path(str(asset.get("href") or ""), base)
+        if path is None:
+            continue
+        if path.is_file():
+            rasters[key] = str(path.resolve())
+        else:
+            missing[key] = str(path)
+    return Granule(item=item, source=source, rasters=rasters, missing=missing)
+
+
+def arrays_asset(group: str, variables: list[str]) -> dict[str, Any]:
+    """The STAC asset that points an item's row at its arrays in the repository.
+
+    The href is the group path inside the Icechunk repository; a server fills
+    in the repository location and the snapshot id of the version it serves.
+    """
+    return {
+        "href": group,
+        "type": "application/vnd+zarr",
+        "roles": ["data"],
+        "title": "Arrays of this item in the floe repository (Icechunk)",
+        "floe:group": group,
+        "floe:variables": variables,
+    }

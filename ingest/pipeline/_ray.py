@@ -1,0 +1,216 @@
+"""Ingest with Ray: actors copy granules into arrays and commit their batches, each through its own writer.
+
+The driver reads and validates items, rejects bad input by name, makes sure
+every collection group exists (one small commit, before writers need it), and
+hands batches to the actors. Each actor stages a batch's arrays and rows in
+one Icechunk session and commits it with the rebase-and-reconcile loop: actors
+never wait for each other, and a granule's arrays and row land in the same
+commit or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ingest.config import Settings
+from ingest.errors import FloeError, InvalidItem
+from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset, granule_from_item, select_assets
+from ingest.pipeline._ingest import IngestReport, Rejection
+from ingest.pipeline._sources import read_items
+from ingest.repository import CommitResult, Repository
+from ingest.stac._validate import validate_item
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchOutcome:
+    """What one actor's batch did."""
+
+    commit: CommitResult | None
+    rejected: list[Rejection] = field(default_factory=list)
+    skipped: int = 0
+    granules: int = 0
+    bytes_written: int = 0
+
+
+class GranuleWriter:
+    """The work of one Ray actor: open the repository once, then ingest batches of granules."""
+
+    def __init__(self, root: str, settings: dict[str, Any], branch: str) -> None:
+        self.repository = Repository.open(root, Settings.model_validate(settings))
+        self.branch = branch
+
+    def ingest(self, granules: list[Granule], message: str) -> BatchOutcome:
+        from ingest.rasters import InvalidRaster, write_granule
+
+        writer = self.repository.writer(self.branch)
+        outcome = BatchOutcome(commit=None)
+        for granule in granules:
+            item = granule.item
+            collection, item_id = item["collection"], item["id"]
+            group = f"{collection}/{item_id}"
+            try:
+                if granule.rasters:
+                    if writer.group_exists(group):
+                        outcome.skipped += 1  # its arrays are in the repository already
+                        continue
+                    arrays = write_granule(writer.store, group, granule.rasters)
+                    item = {
+                        **item,
+                        "assets": {
+                            **item.get("assets", {}),
+                            ARRAYS_ASSET: arrays_asset(group, sorted(arrays.variables)),
+                        },
+                    }
+                    outcome.bytes_written += arrays.bytes_written
+                writer.add_item(item, source=granule.source)
+                outcome.granules += 1
+            except (InvalidItem, InvalidRaster) as error:
+                outcome.rejected.append(Rejection(granule.source, item_id, getattr(error, "reason", str(error))))
+        if writer.pending_items or writer.session.has_uncommitted_changes:
+            outcome.commit = writer.commit(message)
+        return outcome
+
+
+def start_ray(workers: int, address: str | None = None) -> bool:
+    """Join ``address`` or start a local cluster bound to 127.0.0.1; returns whether this call started Ray."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return True
+    # A local cluster listens on loopback only: never expose an unauthenticated cluster.
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    ray.init(
+        num_cpus=max(1, workers),
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        _node_ip_address="127.0.0.1",
+    )
+    return True
+
+
+def _granules(
+    sources: Iterable[str | Path],
+    report: IngestReport,
+    assets: set[str] | None,
+    default_collection: str | None,
+) -> Iterator[Granule]:
+    seen: dict[tuple[str, str], str] = {}
+    for sourced in read_items(sources):
+        if sourced.error is not None:
+            report.rejected.append(
+                Rejection(
+                    getattr(sourced.error, "source", None) or sourced.source,
+                    getattr(sourced.error, "item_id", None),
+                    getattr(sourced.error, "reason", str(sourced.error)),
+                )
+            )
+            continue
+        report.items_read += 1
+        try:
+            item = validate_item(sourced.item, source=sourced.source, default_collection=default_collection)
+        except InvalidItem as error:
+            report.rejected.append(Rejection(error.source or sourced.source, error.item_id, error.reason))
+            continue
+        key = (item["collection"], item["id"])
+        if key in seen:
+            report.rejected.append(Rejection(sourced.source, item["id"], f"duplicate id (first seen in {seen[key]})"))
+            continue
+        seen[key] = sourced.source
+        granule = granule_from_item(item, sourced.source, sourced.path, assets)
+        if granule.missing:
+            key_name, path = next(iter(granule.missing.items()))
+            report.rejected.append(Rejection(sourced.source, item["id"], f"asset {key_name!r} does not exist: {path}"))
+            continue
+        yield granule
+
+
+def _batches(granules: Iterator[Granule], size: int) -> Iterator[list[Granule]]:
+    batch: list[Granule] = []
+    for granule in granules:
+        batch.append(granule)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def ingest_with_ray(
+    repository: Repository,
+    sources: Iterable[str | Path],
+    *,
+    workers: int = 2,
+    batch_size: int | None = None,
+    ray_address: str | None = None,
+    assets: str = "all",
+    branch: str | None = None,
+    message: str | None = None,
+    default_collection: str | None = None,
+    progress: Callable[[IngestReport], None] | None = None,
+) -> IngestReport:
+    """Ingest granules (rasters as arrays, items as rows) with ``workers`` Ray actors, one commit per batch."""
+    import ray
+
+    branch = branch or repository.settings.branch
+    batch_size = batch_size or repository.settings.batch_size
+    message = message or "floe ingest"
+    report = IngestReport()
+    started = start_ray(workers, ray_address)
+    actor_class = ray.remote(num_cpus=1)(GranuleWriter)
+    actors = [
+        actor_class.remote(repository.location.url, repository.settings.model_dump(), branch) for _ in range(workers)
+    ]
+    idle = list(actors)
+    in_flight: dict[Any, Any] = {}
+    known_collections: set[str] = set()
+    batches = _batches(_granules(sources, report, select_assets(assets), default_collection), batch_size)
+
+    def collect(done: list[Any]) -> None:
+        for reference in done:
+            idle.append(in_flight.pop(reference))
+            try:
+                outcome: BatchOutcome = ray.get(reference)
+            except ray.exceptions.RayTaskError as error:
+                cause = error.cause if isinstance(error.cause, FloeError) else error
+                raise cause from None
+            report.rejected.extend(outcome.rejected)
+            report.skipped += outcome.skipped
+            report.bytes_written += outcome.bytes_written
+            if outcome.commit is not None:
+                report.commits.append(outcome.commit)
+            if progress:
+                progress(report)
+
+    try:
+        for number, batch in enumerate(batches, start=1):
+            collections = {granule.item["collection"] for granule in batch} - known_collections
+            if collections:
+                repository.ensure_groups(sorted(collections), branch=branch)
+                known_collections |= collections
+            if not idle:
+                done, _ = ray.wait(list(in_flight), num_returns=1)
+                collect(done)
+            actor = idle.pop()
+            in_flight[actor.ingest.remote(batch, f"{message} (batch {number})")] = actor
+            if progress:
+                progress(report)
+        while in_flight:
+            done, _ = ray.wait(list(in_flight), num_returns=1)
+            collect(done)
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+        if started:
+            ray.shutdown()
+    return report

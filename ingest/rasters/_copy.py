@@ -1,0 +1,322 @@
+"""Copy a granule's rasters (GeoTIFF/COG assets of one STAC item) into the item's Zarr group.
+
+The arrays of an item live in ``/<collection>/<item_id>`` of the writer's
+Icechunk session. The layout is chosen so that a plain
+``xarray.open_zarr(store, group=...)`` gives back a georeferenced Dataset
+(CRS, transform, x/y coordinates) without knowing anything about floe:
+
+* the item group is one Dataset holding one ``(band, y, x)`` variable per
+  asset that shares the first asset's grid (CRS, transform and shape,
+  including the band count, because a Dataset has a single ``band``
+  dimension);
+* an asset on any other grid gets its own subgroup ``<group>/<asset_key>``,
+  a Dataset of the same structure.
+
+Pixels are copied unchanged: same dtype, no masking, no scaling. The nodata
+value and a non-trivial scale/offset travel as the CF attributes
+``_FillValue``, ``scale_factor`` and ``add_offset``; xarray's default
+decoding therefore masks and scales on read, and ``mask_and_scale=False``
+gives back the raw values.
+
+A granule is all or nothing: every asset is read (pixels included) before
+anything is written, so an unreadable file never leaves half an item staged
+in the session.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import rasterio.errors
+import rioxarray
+import xarray as xr
+import zarr
+import zarr.errors
+
+from ingest.errors import FloeError
+
+if TYPE_CHECKING:
+    from zarr.abc.store import Store
+
+__all__ = ["GranuleArrays", "InvalidRaster", "read_granule", "write_granule"]
+
+#: Name of the single data variable :func:`read_granule` returns; :func:`write_granule` renames it to the asset key.
+GRANULE_VARIABLE = "data"
+
+#: rioxarray's grid-mapping coordinate, holding ``crs_wkt`` and ``GeoTransform``.
+GRID_MAPPING = "spatial_ref"
+
+#: Names taken by the coordinates of every item Dataset; an asset named like one would clobber it.
+_RESERVED_NAMES = frozenset({"band", "x", "y", GRID_MAPPING})
+
+#: Encoding entries worth keeping from rioxarray; the rest (source path, GeoTIFF block shape) describe the input file.
+_KEPT_ENCODING = ("grid_mapping",)
+
+
+class InvalidRaster(FloeError):
+    """A raster asset floe cannot store; the message names the file (or asset key) and the reason."""
+
+    kind = "invalid-raster"
+
+    def __init__(self, message: str, *, path: str | None = None, asset: str | None = None) -> None:
+        self.path = path
+        self.asset = asset
+        self.reason = message
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class GranuleArrays:
+    """What :func:`write_granule` staged for one item."""
+
+    #: The item group, e.g. ``"c/item"``.
+    group: str
+    #: Asset key to the Zarr path of its array, e.g. ``{"data": "c/item/data"}``.
+    variables: dict[str, str] = field(hash=False)
+    #: Uncompressed pixel bytes of all assets (coordinates not counted).
+    bytes_written: int
+    #: The CRS of the item group's grid: ``"EPSG:<code>"`` when it has one, WKT otherwise.
+    crs: str
+    #: Shape ``(band, y, x)`` of the item group's grid, i.e. of the first asset.
+    shape: tuple[int, ...]
+
+
+def read_granule(path: str | Path) -> xr.Dataset:
+    """Read a GeoTIFF/COG completely into memory as a georeferenced Dataset.
+
+    The Dataset holds one ``(band, y, x)`` variable named ``"data"`` (the
+    caller names it after the asset) with the native dtype, the nodata value
+    as ``_FillValue`` and scale/offset only when they are not the identity.
+
+    Pixels are loaded eagerly, on purpose: granules are small, and a
+    truncated or corrupt file must fail here rather than halfway through a
+    write. The file is closed before returning.
+
+    Raises:
+        InvalidRaster: the file is missing, not a GeoTIFF, truncated or
+            corrupt, not georeferenced (no CRS), or has no axis-aligned
+            geotransform.
+    """
+    source = str(path)
+    try:
+        opened = rioxarray.open_rasterio(
+            source,
+            masked=False,
+            mask_and_scale=False,
+            chunks=None,
+            cache=True,
+            # The default global lock would serialise reads across threads; each read here is
+            # independent and the file is closed right after.
+            lock=False,
+            # COGs are GeoTIFFs to GDAL's reader; refusing other drivers keeps PNGs/JPEGs out.
+            driver="GTiff",
+        )
+    except (rasterio.errors.RasterioError, OSError, ValueError) as exc:
+        raise InvalidRaster(_open_failure(source, exc), path=source) from exc
+
+    if not isinstance(opened, xr.DataArray):
+        _close(opened)
+        raise InvalidRaster(f"granule {source} cannot be read: it holds subdatasets, not a single raster", path=source)
+    try:
+        if opened.rio.crs is None:
+            raise InvalidRaster(f"granule {source} has no CRS: floe stores georeferenced rasters only", path=source)
+        if "x" not in opened.coords or "y" not in opened.coords:
+            raise InvalidRaster(
+                f"granule {source} has no axis-aligned geotransform (rotated, or georeferenced by GCPs/RPCs only)",
+                path=source,
+            )
+        try:
+            opened.load()
+        except (rasterio.errors.RasterioError, OSError, ValueError) as exc:
+            raise InvalidRaster(
+                f"granule {source} cannot be read: truncated or corrupt pixels ({_detail(exc)})", path=source
+            ) from exc
+    finally:
+        opened.close()
+
+    data = opened.copy(deep=False)
+    data.name = None
+    data.attrs = _clean_attrs(data.attrs)
+    data.encoding = {key: data.encoding[key] for key in _KEPT_ENCODING if key in data.encoding}
+    return data.to_dataset(name=GRANULE_VARIABLE)
+
+
+def write_granule(store: Store, group: str, assets: Mapping[str, str | Path], *, chunk: int = 512) -> GranuleArrays:
+    """Stage a granule's assets as the Zarr group ``group`` of ``store`` (an Icechunk session's store).
+
+    ``assets`` maps asset key to raster path; the keys become array and group
+    names. The first asset fixes the item group's grid; every asset on that
+    grid becomes a variable of the item group's Dataset, every other asset
+    its own Dataset in the subgroup ``<group>/<asset_key>``. Chunks are
+    ``(1, chunk, chunk)`` clipped to the array.
+
+    Everything is read before anything is written, so a bad asset leaves the
+    session untouched. An existing group of that name is replaced whole
+    (subgroups included), so re-ingesting an item cannot leave stale assets.
+    Should the write itself fail (storage error), the item group is removed
+    again rather than left half written; a previous version of it is gone by
+    then, so the item is absent, never mixed.
+    Only ``group`` and its children are created: the parent (the collection
+    group) must exist already, since creating it here would make every
+    writer of the collection conflict on it.
+
+    Raises:
+        InvalidRaster: an asset key is unusable as a Zarr name, or an asset
+            cannot be read (see :func:`read_granule`).
+        ValueError: ``group`` is not a relative Zarr path, its parent group
+            does not exist, ``chunk`` is not positive, or ``assets`` is empty.
+    """
+    group = _check_group(group)
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be a positive integer, got {chunk!r}")
+    if not assets:
+        raise ValueError(f"granule {group} has no assets to write")
+    for key in assets:
+        _check_asset_key(key)
+    _check_parent_exists(store, group)
+
+    granules = {key: read_granule(path) for key, path in assets.items()}
+
+    first_key = next(iter(granules))
+    main = granules[first_key]
+    on_grid = {key: ds for key, ds in granules.items() if _same_grid(main, ds)}
+    off_grid = {key: ds for key, ds in granules.items() if key not in on_grid}
+
+    layout: list[tuple[str, dict[str, xr.Dataset]]] = [(group, on_grid)]
+    layout += [(f"{group}/{key}", {key: ds}) for key, ds in off_grid.items()]
+
+    variables: dict[str, str] = {}
+    try:
+        # The item group first: mode "w" on it clears any previous version, subgroups included.
+        for path, members in layout:
+            _write_dataset(store, path, members, chunk=chunk)
+            variables.update({key: f"{path}/{key}" for key in members})
+    except BaseException:
+        _discard(store, group)
+        raise
+
+    pixels = main[GRANULE_VARIABLE]
+    return GranuleArrays(
+        group=group,
+        variables={key: variables[key] for key in assets},
+        bytes_written=sum(ds[GRANULE_VARIABLE].nbytes for ds in granules.values()),
+        crs=pixels.rio.crs.to_string(),
+        shape=tuple(pixels.shape),
+    )
+
+
+def _write_dataset(store: Store, path: str, members: Mapping[str, xr.Dataset], *, chunk: int) -> None:
+    """Write granules sharing one grid as one Dataset at ``path``, one variable per asset key."""
+    arrays: dict[str, xr.DataArray] = {}
+    encoding: dict[str, dict[str, Any]] = {}
+    for key, ds in members.items():
+        array = ds[GRANULE_VARIABLE].copy(deep=False)
+        # rioxarray's grid_mapping makes xarray treat spatial_ref as "not technically a coordinate" and
+        # leave it out of the coordinates attribute; without naming it here, open_zarr (decode_coords=True,
+        # the default) returns spatial_ref as a data variable and rio.crs is None. It must go in the
+        # variable's own encoding: to_zarr's encoding argument rejects "coordinates".
+        array.encoding = {**array.encoding, "coordinates": GRID_MAPPING}
+        arrays[key] = array
+        _bands, height, width = array.shape
+        encoding[key] = {"chunks": (1, min(chunk, height), min(chunk, width))}
+    dataset = xr.Dataset(arrays)
+    # Coordinates are complete; a NaN _FillValue on them would only invite masking.
+    encoding.update({name: {"_FillValue": None} for name in ("x", "y")})
+    dataset.to_zarr(store, group=path, mode="w", zarr_format=3, consolidated=False, encoding=encoding)
+
+
+def _same_grid(reference: xr.Dataset, candidate: xr.Dataset) -> bool:
+    """Whether ``candidate`` can share ``reference``'s Dataset without any alignment.
+
+    The comparison is exact: xarray would outer-join coordinates that differ
+    in the last bit, padding both variables with fill values.
+    """
+    ref, cand = reference[GRANULE_VARIABLE], candidate[GRANULE_VARIABLE]
+    return (
+        ref.shape == cand.shape
+        and ref.rio.crs == cand.rio.crs
+        and ref.rio.transform() == cand.rio.transform()
+        and all(np.array_equal(ref[dim].values, cand[dim].values) for dim in ref.dims)
+    )
+
+
+def _check_group(group: str) -> str:
+    """Refuse group paths that zarr would normalise into somewhere else."""
+    if not isinstance(group, str) or not group or group != group.strip("/"):
+        raise ValueError(f"group must be a relative Zarr path like 'collection/item', got {group!r}")
+    if any(part in ("", ".", "..") for part in group.split("/")):
+        raise ValueError(f"group {group!r} has an empty, '.' or '..' segment")
+    return group
+
+
+def _check_asset_key(key: object) -> None:
+    """Asset keys become Zarr node names; refuse any that would land elsewhere or shadow metadata/coordinates."""
+    if not isinstance(key, str) or not key:
+        reason = "is empty" if key == "" else "is not a string"
+    elif "/" in key:
+        reason = "contains '/'"
+    elif key.startswith("."):
+        reason = "starts with '.'"
+    elif key.startswith("__"):
+        reason = "starts with '__'"
+    elif key in _RESERVED_NAMES:
+        reason = f"is reserved for a coordinate ({', '.join(sorted(_RESERVED_NAMES))})"
+    else:
+        return
+    raise InvalidRaster(f"asset key {key!r} {reason}: it cannot name a Zarr array", asset=str(key))
+
+
+def _check_parent_exists(store: Store, group: str) -> None:
+    """to_zarr silently creates missing parents; that must not happen to the collection group."""
+    parent = posixpath.dirname(group)
+    try:
+        zarr.open_group(store, path=parent, mode="r")
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError, zarr.errors.ContainsArrayError) as exc:
+        where = f"group {parent!r}" if parent else "the root group"
+        raise ValueError(f"{where} does not exist: create it before writing granule {group}") from exc
+
+
+def _discard(store: Store, group: str) -> None:
+    """Best-effort removal of a half-written item group after a failed write."""
+    parent, name = posixpath.split(group)
+    try:
+        parent_group = zarr.open_group(store, path=parent, mode="r+")
+        if name in parent_group:
+            del parent_group[name]
+    except Exception:  # noqa: BLE001 - cleanup must not mask the error being propagated
+        return
+
+
+def _clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop identity scale/offset: rioxarray always adds them, and xarray would decode integers to float64."""
+    cleaned = dict(attrs)
+    if cleaned.get("scale_factor") == 1.0:
+        del cleaned["scale_factor"]
+    if cleaned.get("add_offset") == 0.0:
+        del cleaned["add_offset"]
+    return cleaned
+
+
+def _open_failure(source: str, exc: BaseException) -> str:
+    if "://" not in source and not source.startswith("/vsi") and not Path(source).exists():
+        return f"granule {source} cannot be read: no such file"
+    return f"granule {source} cannot be read: not a readable GeoTIFF ({_detail(exc)})"
+
+
+def _detail(exc: BaseException) -> str:
+    """GDAL's reason: rasterio's read errors say 'see previous exception' and chain the real one."""
+    parts = [str(exc)]
+    if exc.__cause__ is not None:
+        parts.append(str(exc.__cause__))
+    return "; ".join(part for part in parts if part)
+
+
+def _close(obj: Any) -> None:
+    items = obj if isinstance(obj, list) else [obj]
+    for item in items:
+        item.close()

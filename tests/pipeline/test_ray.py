@@ -1,0 +1,119 @@
+"""The Ray pipeline on a real local cluster: rasters into arrays and items into rows, in the same commits."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rioxarray
+import xarray as xr
+
+from ingest import Repository
+from ingest.pipeline import ARRAYS_ASSET, ingest_with_ray
+from ingest.sample import make_archive
+from tests.conftest import REAL_ITEMS, load_real_items
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory) -> tuple[Path, list[Path]]:
+    folder = tmp_path_factory.mktemp("archive")
+    return folder, make_archive(folder, granules=40, seed=7)
+
+
+def rows_at(repo: Repository, ref: str = "main") -> dict[str, dict]:
+    items = list(repo.view(ref).items())
+    assert len(items) == len({item["id"] for item in items}), "an item is in the table twice"
+    return {item["id"]: item for item in items}
+
+
+def test_archive_ingests_with_arrays_equal_to_the_source(tmp_path, archive):
+    folder, item_files = archive
+    repo = Repository.create(tmp_path / "repo")
+    report = ingest_with_ray(repo, [folder], workers=2, batch_size=8)
+    assert report.rejected == []
+    assert len(report.commits) == 5
+
+    rows = rows_at(repo)
+    assert len(rows) == len(item_files) == 40
+    assert len({row["collection"] for row in rows.values()}) == 3
+    tip = repo.view()
+    crss = set()
+    for item_file in item_files:
+        source_item = json.loads(item_file.read_text())
+        row = rows[source_item["id"]]
+        group = f"{source_item['collection']}/{source_item['id']}"
+        assert row["assets"][ARRAYS_ASSET]["floe:group"] == group
+        source = rioxarray.open_rasterio(item_file.parent / source_item["assets"]["data"]["href"])
+        dataset = xr.open_zarr(tip.session.store, group=group, consolidated=False, mask_and_scale=False)
+        array = dataset["data"]
+        assert np.array_equal(array.values, source.values)
+        assert array.dtype == source.dtype
+        assert dataset.rio.crs == source.rio.crs
+        assert dataset.rio.transform().almost_equals(source.rio.transform())
+        crss.add(source.rio.crs.to_string())
+    assert len(crss) >= 2
+    # Every commit holds whole granules: rows and arrays of a batch appear together.
+    for commit in report.commits:
+        view = repo.view(commit.snapshot_id)
+        for item in view.items():
+            assert "data" in view.arrays(item["assets"][ARRAYS_ASSET]["floe:group"])
+
+
+def test_rerun_commits_nothing(tmp_path, archive):
+    folder, _ = archive
+    repo = Repository.create(tmp_path / "repo")
+    ingest_with_ray(repo, [folder], workers=2, batch_size=20)
+    tip = repo.resolve("main")
+    again = ingest_with_ray(repo, [folder], workers=2, batch_size=20)
+    assert again.commits == [] and again.skipped == 40
+    assert repo.resolve("main") == tip
+
+
+def test_bad_granules_are_rejected_and_the_rest_commits(tmp_path, archive):
+    folder, item_files = archive
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    files = sorted(bad.rglob("*.json"))
+    items = [path for path in files if json.loads(path.read_text()).get("type") == "Feature"]
+    truncated, missing, hostile, text = items[0], items[1], items[2], items[3]
+    tif = truncated.parent / json.loads(truncated.read_text())["assets"]["data"]["href"]
+    tif.write_bytes(tif.read_bytes()[:1000])
+    (missing.parent / json.loads(missing.read_text())["assets"]["data"]["href"]).unlink()
+    hostile_item = json.loads(hostile.read_text())
+    hostile_item["id"] = "../../escape"
+    hostile.write_text(json.dumps(hostile_item))
+    text_tif = text.parent / json.loads(text.read_text())["assets"]["data"]["href"]
+    text_tif.write_text("not a tiff at all")
+
+    repo = Repository.create(tmp_path / "repo")
+    report = ingest_with_ray(repo, [bad], workers=2, batch_size=10)
+    reasons = {Path(r.source).name: r.reason for r in report.rejected}
+    assert set(reasons) == {truncated.name, missing.name, hostile.name, text.name}
+    assert "does not exist" in reasons[missing.name]
+    assert "path separator" in reasons[hostile.name]
+    assert str(tif) in reasons[truncated.name] and str(text_tif) in reasons[text.name]
+    rows = rows_at(repo)
+    assert len(rows) == len(item_files) - 4
+    rejected_ids = {json.loads(path.read_text())["id"] for path in (truncated, missing, text)}
+    for commit in report.commits:
+        view = repo.view(commit.snapshot_id)
+        for item_id in rejected_ids:
+            collection = item_id.rsplit("-", 1)[0]
+            assert item_id not in view.arrays(collection), "a rejected granule left arrays behind"
+
+
+def test_real_items_metadata_only_through_the_pipeline(tmp_path):
+    repo = Repository.create(tmp_path / "repo")
+    report = ingest_with_ray(repo, [REAL_ITEMS], workers=2, batch_size=10)
+    assert report.rejected == [] and report.bytes_written == 0
+    rows = {(item["collection"], item["id"]): item for item in repo.view().items()}
+    assert rows == {(item["collection"], item["id"]): item for item in load_real_items()}
+    assert Counter(item["collection"] for item in rows.values()).keys() == {
+        item["collection"] for item in load_real_items()
+    }
