@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyiceberg.expressions import AlwaysFalse, And, BooleanExpression, EqualTo, In, Or
+
 from ingest.config import Settings
 from ingest.errors import FloeError, InvalidItem
 from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset, granule_from_item, select_assets
@@ -51,15 +53,16 @@ class GranuleWriter:
 
         writer = self.repository.writer(self.branch)
         outcome = BatchOutcome(commit=None)
+        present = existing_items(self.repository, writer.session.snapshot_id, granules)
         for granule in granules:
             item = granule.item
             collection, item_id = item["collection"], item["id"]
             group = f"{collection}/{item_id}"
             try:
+                if (collection, item_id) in present or (granule.rasters and writer.group_exists(group)):
+                    outcome.skipped += 1  # in the repository already: a re-run commits nothing
+                    continue
                 if granule.rasters:
-                    if writer.group_exists(group):
-                        outcome.skipped += 1  # its arrays are in the repository already
-                        continue
                     arrays = write_granule(writer.store, group, granule.rasters)
                     item = {
                         **item,
@@ -76,6 +79,24 @@ class GranuleWriter:
         if writer.pending_items or writer.session.has_uncommitted_changes:
             outcome.commit = writer.commit(message)
         return outcome
+
+
+def existing_items(repository: Repository, snapshot_id: str, granules: list[Granule]) -> set[tuple[str, str]]:
+    """Which of the granules' (collection, id) pairs the table at ``snapshot_id`` holds already.
+
+    Iceberg prunes the scan to the batch's collections and id ranges, so this
+    reads only files that could hold them.
+    """
+    by_collection: dict[str, set[str]] = {}
+    for granule in granules:
+        by_collection.setdefault(granule.item["collection"], set()).add(granule.item["id"])
+    expression: BooleanExpression = AlwaysFalse()
+    for collection, ids in by_collection.items():
+        expression = Or(expression, And(EqualTo("collection", collection), In("id", ids)))
+    found: set[tuple[str, str]] = set()
+    for batch in repository.view(snapshot_id).batches(expression, columns=["collection", "id"]):
+        found.update(zip(batch.column("collection").to_pylist(), batch.column("id").to_pylist(), strict=True))
+    return found
 
 
 def start_ray(workers: int, address: str | None = None) -> bool:

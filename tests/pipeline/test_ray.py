@@ -117,3 +117,13 @@ def test_real_items_metadata_only_through_the_pipeline(tmp_path):
     assert Counter(item["collection"] for item in rows.values()).keys() == {
         item["collection"] for item in load_real_items()
     }
+
+
+def test_rerun_of_metadata_only_items_adds_no_rows(tmp_path):
+    repo = Repository.create(tmp_path / "repo")
+    ingest_with_ray(repo, [REAL_ITEMS], workers=2, batch_size=25)
+    tip = repo.resolve("main")
+    again = ingest_with_ray(repo, [REAL_ITEMS], workers=2, batch_size=25)
+    assert again.commits == [] and again.skipped == len(load_real_items())
+    assert repo.resolve("main") == tip
+    assert len(rows_at(repo)) == len(load_real_items())
