@@ -29,6 +29,8 @@ from ingest.repository._append import AddedManifest, plan_append, schema_union_u
 from ingest.repository._files import (
     StagedFile,
     file_fits,
+    merge_types,
+    month_of,
     table_column_types,
     to_data_file,
     union_schema,
@@ -189,8 +191,6 @@ class Writer:
     # -- committing -------------------------------------------------------------------------
     def _write_files(self, table: Table) -> list[StagedFile]:
         groups: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)
-        from ingest.repository._files import month_of
-
         for item in self._items.values():
             groups[(item["collection"], month_of(item))].append(item)
         column_types = table_column_types(table.schema())
@@ -207,7 +207,7 @@ class Writer:
             if file_fits(staged, column_types):
                 reconciled.append(staged)
                 for column in staged.schema:
-                    column_types.setdefault(column.name, column.type)
+                    column_types[column.name] = merge_types(column_types.get(column.name), column.type)
                 continue
             log.info("re-planning %s: a concurrent commit typed one of its columns differently", staged.path)
             reconciled.append(
