@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest.errors import InvalidItem, InvalidSource
+from ingest.errors import FloeError, InvalidItem, InvalidSource
 from ingest.pipeline._sources import read_items
 from ingest.repository import CommitResult, Repository, Writer
 
@@ -101,6 +101,12 @@ def ingest_items(
         writer = None
 
     for sourced in read_items(sources):
+        if sourced.collection is not None:
+            try:
+                repository.store_collection(sourced.collection, branch=branch)
+            except FloeError as error:
+                report.rejected.append(Rejection(sourced.source, sourced.collection.get("id"), str(error)))
+            continue
         if sourced.error is not None:
             report.rejected.append(_rejection(sourced.error, sourced.source))
             if progress:

@@ -121,13 +121,22 @@ def start_ray(workers: int, address: str | None = None) -> bool:
 
 
 def _granules(
+    repository: Repository,
+    branch: str,
     sources: Iterable[str | Path],
     report: IngestReport,
+    *,
     assets: set[str] | None,
     default_collection: str | None,
 ) -> Iterator[Granule]:
     seen: dict[tuple[str, str], str] = {}
     for sourced in read_items(sources):
+        if sourced.collection is not None:
+            try:
+                repository.store_collection(sourced.collection, branch=branch)
+            except FloeError as error:
+                report.rejected.append(Rejection(sourced.source, sourced.collection.get("id"), str(error)))
+            continue
         if sourced.error is not None:
             report.rejected.append(
                 Rejection(
@@ -195,7 +204,10 @@ def ingest_with_ray(
     idle = list(actors)
     in_flight: dict[Any, Any] = {}
     known_collections: set[str] = set()
-    batches = _batches(_granules(sources, report, select_assets(assets), default_collection), batch_size)
+    granules = _granules(
+        repository, branch, sources, report, assets=select_assets(assets), default_collection=default_collection
+    )
+    batches = _batches(granules, batch_size)
 
     def collect(done: list[Any]) -> None:
         for reference in done:

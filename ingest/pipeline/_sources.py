@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 
 JSON_SUFFIXES = frozenset((".json", ".geojson"))
 NDJSON_SUFFIXES = frozenset((".ndjson", ".jsonl", ".geojsonl"))
+PARQUET_SUFFIXES = frozenset((".parquet", ".geoparquet"))
+TIFF_SUFFIXES = frozenset((".tif", ".tiff"))
+METADATA_SUFFIXES = JSON_SUFFIXES | NDJSON_SUFFIXES | PARQUET_SUFFIXES
 STDIN = "-"
 
 
@@ -34,19 +37,26 @@ class SourcedItem:
     error: Exception | None = None
     path: Path | None = None
     """The file the item was read from (relative asset hrefs resolve against its folder)."""
+    collection: dict[str, Any] | None = None
+    """A STAC Collection found in the source (to be stored with the repository), instead of an item."""
 
 
 def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:
-    """Files named directly, and the item files under named folders (sorted, recursive)."""
+    """Files named directly, and the files under named folders (sorted, recursive).
+
+    A folder yields its JSON, NDJSON and stac-geoparquet files; only a folder
+    with none of those (a folder of bare rasters) yields its GeoTIFFs, so the
+    rasters that items describe are not ingested twice.
+    """
     for source in sources:
         if str(source) == STDIN:
             yield STDIN
             continue
         path = Path(source)
         if path.is_dir():
-            for child in sorted(path.rglob("*")):
-                if child.is_file() and child.suffix.lower() in JSON_SUFFIXES | NDJSON_SUFFIXES:
-                    yield child
+            files = [child for child in sorted(path.rglob("*")) if child.is_file()]
+            metadata = [child for child in files if child.suffix.lower() in METADATA_SUFFIXES]
+            yield from metadata or [child for child in files if child.suffix.lower() in TIFF_SUFFIXES]
         else:
             yield path
 
@@ -67,8 +77,12 @@ def _from_document(document: Any, source: str, path: Path | None = None) -> Iter
             return
         for index, entry in enumerate(features):
             yield SourcedItem(f"{source}#features[{index}]", item=entry, path=path)
-    elif kind in ("Collection", "Catalog"):
-        log.info("%s is a STAC %s, not an item: skipped", source, kind)
+    elif kind == "Collection":
+        yield SourcedItem(source, collection=document, path=path)
+    elif kind == "Catalog":
+        log.info(
+            "%s is a STAC Catalog: its items are read from the files beside it (name it to walk its links)", source
+        )
     else:
         yield SourcedItem(source, item=document, path=path)
 
@@ -90,6 +104,8 @@ def _read_ndjson(lines: Iterable[str], label: str, path: Path | None = None) -> 
 
 def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
     """Every item in ``sources``, in order, each with its label (or the error that kept it out)."""
+    sources = list(sources)
+    named = {Path(source): True for source in sources if str(source) != STDIN and Path(source).is_file()}
     for path in expand_paths(sources):
         if path == STDIN:
             yield from _read_ndjson(sys.stdin, "<stdin>")
@@ -98,8 +114,15 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
         if not path.exists():
             yield SourcedItem(label, error=InvalidSource("no such file or folder"))
             continue
+        suffix = path.suffix.lower()
+        if suffix in PARQUET_SUFFIXES:
+            yield from _read_geoparquet(path)
+            continue
+        if suffix in TIFF_SUFFIXES:
+            yield _bare_raster(path)
+            continue
         try:
-            if path.suffix.lower() in NDJSON_SUFFIXES:
+            if suffix in NDJSON_SUFFIXES:
                 with path.open(encoding="utf-8") as stream:
                     yield from _read_ndjson(stream, label, path)
                 continue
@@ -114,4 +137,63 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
                 label, error=InvalidSource(f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})")
             )
             continue
+        if named.get(path) and isinstance(document, dict) and document.get("type") in ("Catalog", "Collection"):
+            yield from _walk_catalog(path)
+            continue
         yield from _from_document(document, label, path)
+
+
+def _walk_catalog(path: Path) -> Iterator[SourcedItem]:
+    """A STAC Catalog or Collection named as a source: its collections and items, following its links."""
+    import pystac
+
+    try:
+        root = pystac.read_file(str(path))
+    except Exception as error:  # noqa: BLE001 - pystac raises many kinds; all mean "not a readable catalog"
+        yield SourcedItem(str(path), error=InvalidSource(f"not a readable STAC catalog ({error})"))
+        return
+    collections = [root] if isinstance(root, pystac.Collection) else []
+    collections += list(root.get_all_collections())
+    for collection in collections:
+        yield SourcedItem(collection.self_href or str(path), collection=collection.to_dict(include_self_link=False))
+    for item in root.get_items(recursive=True):
+        href = item.get_self_href()
+        item_file = Path(href) if href and "://" not in href else None
+        yield SourcedItem(
+            href or str(path), item=item.to_dict(include_self_link=False, transform_hrefs=False), path=item_file
+        )
+
+
+def _read_geoparquet(path: Path) -> Iterator[SourcedItem]:
+    """Items of a stac-geoparquet file."""
+    import pyarrow.parquet as pq
+    from stac_geoparquet.arrow import stac_table_to_items
+
+    try:
+        table = pq.read_table(path)
+        items = list(stac_table_to_items(table))
+    except Exception as error:  # noqa: BLE001 - any failure means the file is not stac-geoparquet
+        yield SourcedItem(str(path), error=InvalidSource(f"not a readable stac-geoparquet file ({error})"))
+        return
+    for row, item in enumerate(items):
+        yield SourcedItem(f"{path}#row{row}", item=item, path=path)
+
+
+def _bare_raster(path: Path) -> SourcedItem:
+    """A GeoTIFF without an item: make one with rio-stac (id from the file name, asset ``data``)."""
+    from rio_stac import create_stac_item
+
+    try:
+        item = create_stac_item(
+            str(path),
+            id=path.stem,
+            asset_name="data",
+            asset_href=str(path.resolve()),
+            asset_roles=["data"],
+            with_proj=True,
+        ).to_dict(include_self_link=False, transform_hrefs=False)
+    except Exception as error:  # noqa: BLE001 - rasterio raises several kinds for unreadable files
+        return SourcedItem(str(path), error=InvalidSource(f"not a readable raster ({error})"))
+    item.pop("collection", None)
+    item["links"] = [link for link in item.get("links", []) if link.get("rel") != "collection"]
+    return SourcedItem(str(path), item=item, path=path)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLOE_KEY = "floe"
+COLLECTION_ATTR = "stac:collection"
 ITEMS_TABLE = "items"
 _REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SNAPSHOT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{20}$")
@@ -306,6 +307,23 @@ class Repository:
                 break
         return entries
 
+    # -- collections ---------------------------------------------------------------------------
+    def store_collection(self, collection: dict[str, Any], *, branch: str | None = None) -> str | None:
+        """Keep a STAC Collection with the repository (attributes of its group), so it versions with it."""
+        from ingest.stac._validate import check_name
+
+        collection_id = check_name(collection.get("id"), "collection id")
+        return self.ensure_groups(
+            [collection_id], branch=branch, attributes={collection_id: {COLLECTION_ATTR: collection}}
+        )
+
+    def collections(self, ref: str | None = None) -> dict[str, dict[str, Any]]:
+        """The STAC Collections stored at ``ref``, by id."""
+        root = self.view(ref).arrays()
+        return {
+            name: dict(group.attrs[COLLECTION_ATTR]) for name, group in root.groups() if COLLECTION_ATTR in group.attrs
+        }
+
     # -- writing -----------------------------------------------------------------------------
     def writer(self, branch: str | None = None) -> Writer:
         """A writer on ``branch``: stage arrays and items, then ``commit``."""
@@ -313,29 +331,48 @@ class Repository:
 
         return Writer(self, branch or self.settings.branch)
 
-    def ensure_groups(self, paths: list[str], *, branch: str | None = None) -> str | None:
+    def ensure_groups(
+        self,
+        paths: list[str],
+        *,
+        branch: str | None = None,
+        attributes: dict[str, dict[str, Any]] | None = None,
+    ) -> str | None:
         """Create the groups at ``paths`` on ``branch`` in a commit of their own, if any is missing.
 
-        Idempotent and safe against concurrent callers: a group someone else
-        created meanwhile counts as created. Returns the new snapshot id, or None
-        if nothing was missing.
+        ``attributes`` (path -> attributes to merge in) also updates groups that
+        exist. Idempotent and safe against concurrent callers: a group someone
+        else created meanwhile counts as created. Returns the new snapshot id,
+        or None if there was nothing to do.
         """
         from ingest.repository._writer import backoff_seconds, group_exists
 
         branch = branch or self.settings.branch
         settings = self.settings.commit
+        attributes = attributes or {}
         for attempt in range(1, settings.max_attempts + 1):
             session = self.icechunk.writable_session(branch)
-            missing = [path for path in sorted(set(paths)) if not group_exists(session, path)]
-            if not missing:
+            missing = [path for path in sorted(set(paths) | set(attributes)) if not group_exists(session, path)]
+            stale = [
+                path
+                for path, wanted in attributes.items()
+                if path not in missing
+                and any(
+                    zarr.open_group(session.store, path=path, mode="r").attrs.get(k) != v for k, v in wanted.items()
+                )
+            ]
+            if not missing and not stale:
                 return None
             for path in missing:
-                zarr.open_group(session.store, path=path, mode="a")
+                zarr.open_group(session.store, path=path, mode="a", attributes=attributes.get(path))
+            for path in stale:
+                zarr.open_group(session.store, path=path, mode="a").attrs.update(attributes[path])
             pointer = self.relative_location(self.metadata_location_of(session.snapshot_id))
+            changed = ", ".join("/" + path for path in [*missing, *stale])
             try:
                 with self.location.mutation_lock():
                     return session.commit(
-                        f"floe: create {', '.join('/' + path for path in missing)}",
+                        f"floe: {'create' if missing else 'update'} {changed}",
                         metadata={FLOE_KEY: {ITEMS_TABLE: pointer, "rows_added": 0, "attempts": attempt}},
                     )
             except icechunk.ConflictError:

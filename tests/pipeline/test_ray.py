@@ -127,3 +127,63 @@ def test_rerun_of_metadata_only_items_adds_no_rows(tmp_path):
     assert again.commits == [] and again.skipped == len(load_real_items())
     assert repo.resolve("main") == tip
     assert len(rows_at(repo)) == len(load_real_items())
+
+
+def test_catalog_walk_stores_collections(tmp_path, archive):
+    folder, item_files = archive
+    repo = Repository.create(tmp_path / "repo")
+    report = ingest_with_ray(repo, [folder / "catalog.json"], workers=2, batch_size=20)
+    assert report.rejected == []
+    assert len(rows_at(repo)) == len(item_files)
+    stored = repo.collections()
+    assert set(stored) == {"sample-optical", "sample-dem", "sample-landcover"}
+    on_disk = json.loads((folder / "sample-dem" / "collection.json").read_text())
+    assert stored["sample-dem"]["extent"] == on_disk["extent"]
+    assert stored["sample-dem"]["description"] == on_disk["description"]
+
+
+def test_folder_walk_stores_collections_too(tmp_path, archive):
+    folder, _ = archive
+    repo = Repository.create(tmp_path / "repo")
+    ingest_with_ray(repo, [folder], workers=2, batch_size=20)
+    assert set(repo.collections()) == {"sample-optical", "sample-dem", "sample-landcover"}
+    before = repo.resolve("main")
+    ingest_with_ray(repo, [folder], workers=2, batch_size=20)
+    assert repo.resolve("main") == before, "storing unchanged collections again made a commit"
+
+
+def test_bare_geotiffs_and_stac_geoparquet_sources(tmp_path, archive):
+    _, item_files = archive
+    rasters = tmp_path / "rasters"
+    rasters.mkdir()
+    for item_file in item_files[:3]:
+        tif = next(item_file.parent.glob("*.tif"))
+        shutil.copy(tif, rasters / tif.name)
+    repo = Repository.create(tmp_path / "repo")
+    missing_collection = ingest_with_ray(repo, [rasters], workers=2)
+    assert len(missing_collection.rejected) == 3
+    assert all("--collection" in r.reason for r in missing_collection.rejected)
+    report = ingest_with_ray(repo, [rasters], workers=2, default_collection="bare")
+    assert report.rejected == [] and report.rows_added == 3
+    rows = rows_at(repo)
+    for item_file in item_files[:3]:
+        item_id = item_file.stem
+        row = rows[item_id]
+        assert row["collection"] == "bare"
+        source = rioxarray.open_rasterio(next(item_file.parent.glob("*.tif")))
+        dataset = xr.open_zarr(
+            repo.view().session.store, group=f"bare/{item_id}", consolidated=False, mask_and_scale=False
+        )
+        assert np.array_equal(dataset["data"].values, source.values)
+
+    import pyarrow as pa
+    import stac_geoparquet.arrow as sga
+
+    items = [json.loads(path.read_text()) for path in item_files[3:9]]
+    for item in items:
+        item["assets"] = {"data": {"href": f"https://example.com/{item['id']}.tif", "type": "image/tiff"}}
+    parquet = tmp_path / "items.parquet"
+    sga.to_parquet(pa.Table.from_batches(sga.parse_stac_items_to_arrow(items)), parquet)
+    report = ingest_with_ray(repo, [parquet], workers=2)
+    assert report.rejected == [] and report.rows_added == 6
+    assert {item["id"] for item in items} <= set(rows_at(repo))
