@@ -1,0 +1,178 @@
+"""Ingest benchmark: floe's pipeline against writing the same data without floe, in one run.
+
+Run:  .venv/bin/python scripts/bench_ingest.py              (100,000 items, 60 granules)
+      .venv/bin/python scripts/bench_ingest.py --quick      (a smoke run)
+
+Prints a markdown table; each figure comes with its baseline measured in the
+same run and the ratio:
+
+* metadata-only ingest of generated items (items/s) against stac-geoparquet
+  writing the same items to one Parquet file;
+* raster ingest in copy mode (granules/s, MB/s) against writing the same
+  rasters straight into an Icechunk repository with rioxarray (no floe);
+* 2 Ray workers against 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ingest import Repository, Settings
+from ingest.pipeline import ingest_items, ingest_with_ray, start_ray
+from ingest.sample import make_archive
+
+
+def generated_items(count: int, seed: int = 0) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    collections = ["bench-a", "bench-b", "bench-c"]
+    items = []
+    for index in range(count):
+        x, y = float(rng.uniform(-170, 170)), float(rng.uniform(-80, 80))
+        month = 1 + index % 12
+        items.append(
+            {
+                "type": "Feature",
+                "stac_version": "1.0.0",
+                "stac_extensions": ["https://stac-extensions.github.io/eo/v1.1.0/schema.json"],
+                "id": f"item-{index:07d}",
+                "collection": collections[index % 3],
+                "geometry": {
+                    "type": "Polygon",
+                    "coordinates": [[[x, y], [x + 0.5, y], [x + 0.5, y + 0.5], [x, y + 0.5], [x, y]]],
+                },
+                "bbox": [x, y, x + 0.5, y + 0.5],
+                "properties": {
+                    "datetime": f"2024-{month:02d}-{1 + index % 28:02d}T10:00:00Z",
+                    "eo:cloud_cover": float(rng.uniform(0, 100)),
+                    "platform": "sentinel-2a",
+                    "gsd": 10,
+                },
+                "assets": {"B04": {"href": f"s3://archive/{index}/B04.tif", "type": "image/tiff", "roles": ["data"]}},
+                "links": [],
+            }
+        )
+    return items
+
+
+def bench_metadata(workdir: Path, count: int) -> list[tuple[str, str, str, str]]:
+    import pyarrow as pa
+    import stac_geoparquet.arrow as sga
+
+    items = generated_items(count)
+    source = workdir / "items.ndjson"
+    source.write_text("".join(json.dumps(item) + "\n" for item in items))
+
+    started = time.perf_counter()
+    table = pa.Table.from_batches(sga.parse_stac_items_to_arrow(items))
+    sga.to_parquet(table, workdir / "baseline.parquet")
+    baseline = count / (time.perf_counter() - started)
+
+    repository = Repository.create(workdir / "metadata-repo", Settings())
+    started = time.perf_counter()
+    report = ingest_items(repository, [source], batch_size=25_000)
+    floe_rate = count / (time.perf_counter() - started)
+    assert report.rows_added == count and not report.rejected
+    return [
+        (
+            f"metadata-only ingest of {count:,} items from NDJSON (items/s, in-process writer)",
+            f"{floe_rate:,.0f}",
+            f"{baseline:,.0f} (stac-geoparquet to one Parquet file, from dicts)",
+            f"{floe_rate / baseline:.2f}x",
+        )
+    ]
+
+
+def direct_write(workdir: Path, item_files: list[Path]) -> float:
+    """Baseline: rioxarray straight into an Icechunk repository, one commit per 10 granules, no floe."""
+    import icechunk
+    import rioxarray
+    import zarr
+
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(workdir / "direct")))
+    started = time.perf_counter()
+    session = repo.writable_session("main")
+    for number, item_file in enumerate(item_files, start=1):
+        item = json.loads(item_file.read_text())
+        zarr.open_group(session.store, path=item["collection"], mode="a")
+        data = rioxarray.open_rasterio(item_file.parent / item["assets"]["data"]["href"]).load()
+        data.to_dataset(name="data").to_zarr(
+            session.store, group=f"{item['collection']}/{item['id']}", zarr_format=3, consolidated=False, mode="w"
+        )
+        if number % 10 == 0:
+            session.commit(f"batch {number}")
+            session = repo.writable_session("main")
+    if session.has_uncommitted_changes:
+        session.commit("last")
+    return time.perf_counter() - started
+
+
+def bench_rasters(workdir: Path, granules: int) -> list[tuple[str, str, str, str]]:
+    archive = workdir / "archive"
+    item_files = make_archive(archive, granules=granules, seed=1)
+    megabytes = 0.0
+    for item_file in item_files:
+        import rasterio
+
+        item = json.loads(item_file.read_text())
+        with rasterio.open(item_file.parent / item["assets"]["data"]["href"]) as source:
+            megabytes += source.count * source.width * source.height * np.dtype(source.dtypes[0]).itemsize / 1e6
+    direct_seconds = direct_write(workdir, item_files)
+
+    rows = []
+    timings = {}
+    start_ray(2)
+    for workers in (1, 2):
+        repository = Repository.create(workdir / f"raster-repo-{workers}", Settings())
+        started = time.perf_counter()
+        report = ingest_with_ray(repository, [archive], workers=workers, batch_size=10)
+        timings[workers] = time.perf_counter() - started
+        assert report.rows_added == granules and not report.rejected
+    rows.append(
+        (
+            f"raster copy ingest, {granules} COGs, 1 worker (granules/s, MB/s)",
+            f"{granules / timings[1]:.1f}, {megabytes / timings[1]:.1f}",
+            f"{granules / direct_seconds:.1f}, {megabytes / direct_seconds:.1f} (rioxarray -> Icechunk, no floe)",
+            f"{direct_seconds / timings[1]:.2f}x",
+        )
+    )
+    rows.append(
+        (
+            "raster copy ingest, 2 workers against 1 (granules/s)",
+            f"{granules / timings[2]:.1f}",
+            f"{granules / timings[1]:.1f} (1 worker)",
+            f"{timings[1] / timings[2]:.2f}x",
+        )
+    )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
+    parser.add_argument("--items", type=int, default=100_000, help="items for the metadata-only part")
+    parser.add_argument("--granules", type=int, default=60, help="COG granules for the raster part")
+    arguments = parser.parse_args()
+    items = 5_000 if arguments.quick else arguments.items
+    granules = 12 if arguments.quick else arguments.granules
+    with tempfile.TemporaryDirectory(prefix="floe-bench-ingest-") as temporary:
+        workdir = Path(temporary)
+        rows = bench_metadata(workdir, items) + bench_rasters(workdir, granules)
+    print("| figure | floe | baseline (same run) | ratio |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print("\nNot measured yet: --virtual (not implemented).")
+
+
+if __name__ == "__main__":
+    main()
