@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.errors import FloeError, InvalidItem, InvalidSource
-from ingest.pipeline._sources import read_items
+from ingest.pipeline._sources import SourcedItem, read_items
 from ingest.repository import CommitResult, Repository, Writer
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,15 @@ class IngestReport:
 ProgressCallback = Callable[[IngestReport], None]
 
 
+def store_collection(repository: Repository, sourced: SourcedItem, report: IngestReport, branch: str | None) -> None:
+    """Keep a STAC Collection found in the sources with the repository; a bad one is a rejection."""
+    assert sourced.collection is not None
+    try:
+        repository.store_collection(sourced.collection, branch=branch)
+    except FloeError as error:
+        report.rejected.append(Rejection(sourced.source, sourced.collection.get("id"), str(error)))
+
+
 def _rejection(error: Exception, source: str) -> Rejection:
     if isinstance(error, InvalidItem):
         return Rejection(error.source or source, error.item_id, error.reason)
@@ -102,10 +111,7 @@ def ingest_items(
 
     for sourced in read_items(sources):
         if sourced.collection is not None:
-            try:
-                repository.store_collection(sourced.collection, branch=branch)
-            except FloeError as error:
-                report.rejected.append(Rejection(sourced.source, sourced.collection.get("id"), str(error)))
+            store_collection(repository, sourced, report, branch)
             continue
         if sourced.error is not None:
             report.rejected.append(_rejection(sourced.error, sourced.source))

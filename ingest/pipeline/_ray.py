@@ -22,7 +22,7 @@ from pyiceberg.expressions import AlwaysFalse, And, BooleanExpression, EqualTo, 
 from ingest.config import Settings
 from ingest.errors import FloeError, InvalidItem
 from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset, granule_from_item, select_assets
-from ingest.pipeline._ingest import IngestReport, Rejection
+from ingest.pipeline._ingest import IngestReport, Rejection, store_collection
 from ingest.pipeline._sources import read_items
 from ingest.repository import CommitResult, Repository
 from ingest.stac._validate import validate_item
@@ -132,10 +132,7 @@ def _granules(
     seen: dict[tuple[str, str], str] = {}
     for sourced in read_items(sources):
         if sourced.collection is not None:
-            try:
-                repository.store_collection(sourced.collection, branch=branch)
-            except FloeError as error:
-                report.rejected.append(Rejection(sourced.source, sourced.collection.get("id"), str(error)))
+            store_collection(repository, sourced, report, branch)
             continue
         if sourced.error is not None:
             report.rejected.append(

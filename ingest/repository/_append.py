@@ -22,6 +22,7 @@ from pyiceberg.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    ManifestWriter,
     write_manifest,
     write_manifest_list,
 )
@@ -51,18 +52,21 @@ def _metadata_path(metadata: TableMetadata, name: str) -> str:
     return f"{metadata.location}/metadata/{name}"
 
 
-def _write_added_manifest(
-    io: FileIO, metadata: TableMetadata, snapshot_id: int, data_files: Sequence[DataFile], commit_id: uuid.UUID
-) -> ManifestFile:
-    output = io.new_output(_metadata_path(metadata, f"{commit_id}-m0.avro"))
-    with write_manifest(
+def _manifest_writer(io: FileIO, metadata: TableMetadata, snapshot_id: int, name: str) -> ManifestWriter:
+    return write_manifest(
         format_version=metadata.format_version,
         spec=metadata.spec(),
         schema=metadata.schema(),
-        output_file=output,
+        output_file=io.new_output(_metadata_path(metadata, name)),
         snapshot_id=snapshot_id,
         avro_compression=AVRO_COMPRESSION,
-    ) as writer:
+    )
+
+
+def _write_added_manifest(
+    io: FileIO, metadata: TableMetadata, snapshot_id: int, data_files: Sequence[DataFile], commit_id: uuid.UUID
+) -> ManifestFile:
+    with _manifest_writer(io, metadata, snapshot_id, f"{commit_id}-m0.avro") as writer:
         for data_file in data_files:
             writer.add(
                 ManifestEntry.from_args(
@@ -86,15 +90,7 @@ def _merge_small_manifests(
     small = [m for m in existing if m.manifest_length < target and m.partition_spec_id == spec_id]
     if len(small) + 1 < min_count:
         return existing
-    output = io.new_output(_metadata_path(metadata, f"{commit_id}-m1.avro"))
-    with write_manifest(
-        format_version=metadata.format_version,
-        spec=metadata.spec(),
-        schema=metadata.schema(),
-        output_file=output,
-        snapshot_id=snapshot_id,
-        avro_compression=AVRO_COMPRESSION,
-    ) as writer:
+    with _manifest_writer(io, metadata, snapshot_id, f"{commit_id}-m1.avro") as writer:
         for manifest in small:
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
                 writer.existing(entry)
