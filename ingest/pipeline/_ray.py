@@ -29,6 +29,11 @@ from ingest.stac._validate import validate_item
 
 log = logging.getLogger(__name__)
 
+# Ray reads this once, when it is first imported: with it, a local cluster's servers
+# (GCS, raylet, workers) listen on 127.0.0.1 instead of every interface.
+LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+os.environ.setdefault(LOOPBACK_SWITCH, "0")
+
 
 @dataclass
 class BatchOutcome:
@@ -108,8 +113,12 @@ def start_ray(workers: int, address: str | None = None) -> bool:
     if address:
         ray.init(address=address, log_to_driver=False)
         return True
-    # A local cluster listens on loopback only: never expose an unauthenticated cluster.
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    # A local cluster listens on loopback only: never expose a cluster on the network by default.
+    # If Ray was imported before this module set the switch, set what it derived from it.
+    from ray._private import ray_constants
+
+    if os.environ.get(LOOPBACK_SWITCH) == "0":
+        ray_constants.ENABLE_RAY_CLUSTER = False
     ray.init(
         num_cpus=max(1, workers),
         include_dashboard=False,

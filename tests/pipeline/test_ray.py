@@ -187,3 +187,22 @@ def test_bare_geotiffs_and_stac_geoparquet_sources(tmp_path, archive):
     report = ingest_with_ray(repo, [parquet], workers=2)
     assert report.rejected == [] and report.rows_added == 6
     assert {item["id"] for item in items} <= set(rows_at(repo))
+
+
+def test_local_cluster_listens_on_loopback_only():
+    import psutil
+
+    ray_names = ("gcs_server", "raylet", "ray::", "default_worker")
+    pids = {
+        process.pid
+        for process in psutil.process_iter(["name", "cmdline"])
+        if any(name in " ".join(process.info["cmdline"] or [process.info["name"] or ""]) for name in ray_names)
+    }
+    listening = [
+        connection
+        for connection in psutil.net_connections(kind="inet")
+        if connection.status == psutil.CONN_LISTEN and connection.pid in pids
+    ]
+    assert listening, "found no Ray server to check"
+    exposed = {c.laddr.ip for c in listening} - {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
+    assert not exposed, f"Ray listens beyond loopback: {exposed}"
