@@ -128,15 +128,20 @@ def bench_rasters(workdir: Path, granules: int) -> list[tuple[str, str, str, str
             megabytes += source.count * source.width * source.height * np.dtype(source.dtypes[0]).itemsize / 1e6
     direct_seconds = direct_write(workdir, item_files)
 
+    import ray
+
     rows = []
     timings = {}
     start_ray(2)
-    for workers in (1, 2):
-        repository = Repository.create(workdir / f"raster-repo-{workers}", Settings())
-        started = time.perf_counter()
-        report = ingest_with_ray(repository, [archive], workers=workers, batch_size=10)
-        timings[workers] = time.perf_counter() - started
-        assert report.rows_added == granules and not report.rejected
+    try:
+        for workers in (1, 2):
+            repository = Repository.create(workdir / f"raster-repo-{workers}", Settings())
+            started = time.perf_counter()
+            report = ingest_with_ray(repository, [archive], workers=workers, batch_size=10)
+            timings[workers] = time.perf_counter() - started
+            assert report.rows_added == granules and not report.rejected
+    finally:
+        ray.shutdown()
     rows.append(
         (
             f"raster copy ingest, {granules} COGs, 1 worker (granules/s, MB/s)",
