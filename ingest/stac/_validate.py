@@ -12,6 +12,9 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
+import shapely
+
 from ingest.errors import InvalidItem
 
 MAX_NAME_LENGTH = 255
@@ -95,6 +98,10 @@ def validate_item(item: Any, *, source: str | None = None, default_collection: s
         raise fail("item has no geometry")
     if not isinstance(geometry, dict) or not isinstance(geometry.get("type"), str):
         raise fail("geometry is not a GeoJSON geometry object")
+    try:
+        shapely.from_geojson(orjson.dumps(geometry))
+    except (shapely.errors.GEOSException, TypeError, ValueError) as error:
+        raise fail(f"geometry is not valid GeoJSON ({error})") from None
     if "bbox" in item:
         try:
             _check_bbox(item["bbox"])

@@ -59,7 +59,7 @@ def items(draw, collection: str | None = None) -> dict:
     item = {
         "type": "Feature",
         "stac_version": "1.0.0",
-        "id": draw(st.text(string.ascii_letters + string.digits + "_-", min_size=1, max_size=12)),
+        "id": draw(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,11}", fullmatch=True)),
         "collection": collection or draw(st.sampled_from(["c1", "c2"])),
         "geometry": geometry,
         "properties": properties,

@@ -70,3 +70,16 @@ def test_default_collection_fills_missing_collection():
     del item["collection"]
     assert validate_item(item, default_collection="fallback")["collection"] == "fallback"
     assert "collection" not in item  # the caller's item is not modified
+
+
+@pytest.mark.parametrize(
+    "geometry",
+    [
+        {"type": "Polygon", "coordinates": [[1, 2]]},
+        {"type": "Point", "coordinates": "here"},
+        {"type": "Blob", "coordinates": [1, 2]},
+    ],
+)
+def test_malformed_geometry_is_refused_at_validation(geometry):
+    with pytest.raises(InvalidItem, match="geometry is not valid GeoJSON"):
+        validate_item(make_item("bad-geometry") | {"geometry": geometry})
