@@ -330,7 +330,7 @@ def log_command(
         table.add_row(
             entry.snapshot_id,
             entry.written_at.strftime("%Y-%m-%d %H:%M:%S"),
-            str(entry.rows_added),
+            f"{entry.rows_added} ({entry.rows_replaced} replaced)" if entry.rows_replaced else str(entry.rows_added),
             str(entry.attempts),
             entry.message,
         )

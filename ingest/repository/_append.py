@@ -1,4 +1,6 @@
-"""One Iceberg append, built directly: manifest, manifest list, snapshot, next metadata.json.
+"""One Iceberg commit (append or copy-on-write overwrite), built directly.
+
+floe writes the manifest, manifest list, snapshot and next metadata.json itself.
 
 pyiceberg's ``Transaction`` re-derives (and deep-copies) the whole table
 metadata every time it is consulted, about twenty times per append; inside the
@@ -12,7 +14,7 @@ of them pile up, so the manifest list, and every scan, stays bounded.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -80,8 +82,34 @@ def _write_added_manifest(
     return writer.to_manifest_file()
 
 
+class ManifestCache:
+    """Live entries of manifests by path: manifests never change once written, so one read serves every attempt."""
+
+    def __init__(self, io: FileIO) -> None:
+        self.io = io
+        self._entries: dict[str, list[ManifestEntry]] = {}
+
+    def entries(self, manifest: ManifestFile) -> list[ManifestEntry]:
+        cached = self._entries.get(manifest.manifest_path)
+        if cached is None:
+            cached = manifest.fetch_manifest_entry(self.io, discard_deleted=True)
+            self._entries[manifest.manifest_path] = cached
+        return cached
+
+    def live_files(self, metadata: TableMetadata) -> dict[str, DataFile]:
+        """Path -> DataFile of every live data file of the current snapshot of ``metadata``."""
+        snapshot = metadata.current_snapshot()
+        if snapshot is None:
+            return {}
+        return {
+            entry.data_file.file_path: entry.data_file
+            for manifest in snapshot.manifests(self.io)
+            for entry in self.entries(manifest)
+        }
+
+
 def _merge_small_manifests(
-    io: FileIO, metadata: TableMetadata, snapshot_id: int, existing: list[ManifestFile], commit_id: uuid.UUID
+    cache: ManifestCache, metadata: TableMetadata, snapshot_id: int, existing: list[ManifestFile], commit_id: uuid.UUID
 ) -> list[ManifestFile]:
     """Merge the existing small manifests into one once enough of them pile up."""
     min_count = int(metadata.properties.get(MIN_MERGE_PROPERTY, "100"))
@@ -90,12 +118,40 @@ def _merge_small_manifests(
     small = [m for m in existing if m.manifest_length < target and m.partition_spec_id == spec_id]
     if len(small) + 1 < min_count:
         return existing
-    with _manifest_writer(io, metadata, snapshot_id, f"{commit_id}-m1.avro") as writer:
+    with _manifest_writer(cache.io, metadata, snapshot_id, f"{commit_id}-m1.avro") as writer:
         for manifest in small:
-            for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+            for entry in cache.entries(manifest):
                 writer.existing(entry)
     kept = [m for m in existing if m not in small]
     return [writer.to_manifest_file(), *kept]
+
+
+def _remove_files(
+    cache: ManifestCache,
+    metadata: TableMetadata,
+    snapshot_id: int,
+    existing: list[ManifestFile],
+    *,
+    removed: set[str],
+    commit_id: uuid.UUID,
+) -> tuple[list[ManifestFile], list[DataFile]]:
+    """Rewrite the manifests that list a removed file, marking it deleted; return the manifests and removed files."""
+    manifests: list[ManifestFile] = []
+    removed_files: list[DataFile] = []
+    for index, manifest in enumerate(existing):
+        entries = cache.entries(manifest)
+        if not any(entry.data_file.file_path in removed for entry in entries):
+            manifests.append(manifest)
+            continue
+        with _manifest_writer(cache.io, metadata, snapshot_id, f"{commit_id}-d{index}.avro") as writer:
+            for entry in entries:
+                if entry.data_file.file_path in removed:
+                    writer.delete(entry)
+                    removed_files.append(entry.data_file)
+                else:
+                    writer.existing(entry)
+        manifests.append(writer.to_manifest_file())
+    return manifests, removed_files
 
 
 @dataclass(frozen=True)
@@ -107,23 +163,30 @@ class AddedManifest:
     manifest: ManifestFile
 
 
-def plan_append(
+def plan_commit(
     metadata: TableMetadata,
     data_files: Sequence[DataFile],
-    io: FileIO,
+    cache: ManifestCache,
     snapshot_properties: dict[str, str],
+    *,
     previous: AddedManifest | None = None,
+    removed: Iterable[str] = (),
 ) -> tuple[tuple[TableUpdate, ...], AssertRefSnapshotId, AddedManifest]:
-    """Write what appending ``data_files`` to ``metadata`` needs; return the updates, the requirement, the manifest.
+    """Write what adding ``data_files`` to (and removing the files ``removed`` from) ``metadata`` needs.
 
-    ``metadata`` is the version being appended to (the base, possibly with a
+    Returns the updates, the requirement and the manifest of the added files.
+    ``metadata`` is the version being changed (the base, possibly with a
     schema union applied); the requirement pins the branch head it saw. A
     replay passes the previous attempt's ``AddedManifest``: if the data files
     (and their statistics) are unchanged and its snapshot id is still free, the
     manifest is reused and only a manifest list and metadata.json are new.
+    Removing files (copy-on-write replacement of rows) makes an ``overwrite``
+    snapshot; every path in ``removed`` must be live in ``metadata``.
     """
+    io = cache.io
     commit_id = uuid.uuid4()
     data_files = tuple(data_files)
+    removed = set(removed)
     if (
         previous is not None
         and previous.data_files == data_files
@@ -141,7 +204,15 @@ def plan_append(
     parent = metadata.current_snapshot()
     sequence_number = metadata.next_sequence_number()
     existing = parent.manifests(io) if parent is not None else []
-    manifests = [added.manifest, *_merge_small_manifests(io, metadata, snapshot_id, existing, commit_id)]
+    removed_files: list[DataFile] = []
+    if removed:
+        existing, removed_files = _remove_files(
+            cache, metadata, snapshot_id, existing, removed=removed, commit_id=commit_id
+        )
+        missing = removed - {data_file.file_path for data_file in removed_files}
+        if missing:
+            raise ValueError(f"cannot remove files that are not live in the base version: {sorted(missing)}")
+    manifests = [added.manifest, *_merge_small_manifests(cache, metadata, snapshot_id, existing, commit_id)]
     manifest_list = _metadata_path(metadata, f"snap-{snapshot_id}-0-{commit_id}.avro")
     with write_manifest_list(
         format_version=metadata.format_version,
@@ -157,8 +228,11 @@ def plan_append(
     schema, spec = metadata.schema(), metadata.spec()
     for data_file in data_files:
         collector.add_file(data_file=data_file, partition_spec=spec, schema=schema)
+    for data_file in removed_files:
+        collector.remove_file(data_file=data_file, partition_spec=spec, schema=schema)
+    operation = Operation.OVERWRITE if removed_files else Operation.APPEND
     summary = update_snapshot_summaries(
-        summary=Summary(operation=Operation.APPEND, **collector.build(), **snapshot_properties),
+        summary=Summary(operation=operation, **collector.build(), **snapshot_properties),
         previous_summary=parent.summary if parent is not None else None,
     )
     snapshot = Snapshot(

@@ -74,6 +74,7 @@ class LogEntry:
     metadata_location: str | None
     rows_added: int
     attempts: int
+    rows_replaced: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -84,6 +85,7 @@ class LogEntry:
             "message": self.message,
             "metadata_location": self.metadata_location,
             "rows_added": self.rows_added,
+            "rows_replaced": self.rows_replaced,
             "attempts": self.attempts,
             **({"extra": self.extra} if self.extra else {}),
         }
@@ -290,7 +292,7 @@ class Repository:
             if not isinstance(floe, dict):
                 continue  # Icechunk's own root snapshot predates the table
             pointer = floe.get(ITEMS_TABLE)
-            known = {ITEMS_TABLE, "rows_added", "attempts"}
+            known = {ITEMS_TABLE, "rows_added", "rows_replaced", "attempts"}
             entries.append(
                 LogEntry(
                     snapshot_id=info.id,
@@ -300,6 +302,7 @@ class Repository:
                     metadata_location=self.absolute_location(pointer) if isinstance(pointer, str) else None,
                     rows_added=int(floe.get("rows_added", 0)),
                     attempts=int(floe.get("attempts", 1)),
+                    rows_replaced=int(floe.get("rows_replaced", 0)),
                     extra={key: value for key, value in floe.items() if key not in known},
                 )
             )

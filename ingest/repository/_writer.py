@@ -25,7 +25,7 @@ import zarr.errors
 from pyiceberg.table.update import AssertTableUUID, TableUpdate
 
 from ingest.errors import CommitConflict, ConflictRetriesExhausted, InvalidItem, RefNotFound, WriterClosed
-from ingest.repository._append import AddedManifest, plan_append, schema_union_updates
+from ingest.repository._append import AddedManifest, ManifestCache, plan_commit, schema_union_updates
 from ingest.repository._files import (
     StagedFile,
     file_fits,
@@ -36,6 +36,7 @@ from ingest.repository._files import (
     union_schema,
     write_group,
 )
+from ingest.repository._replace import ReplacementPlan
 from ingest.repository._repo import FLOE_KEY, ITEMS_TABLE
 from ingest.stac._validate import check_name, validate_item
 
@@ -56,6 +57,7 @@ class CommitResult:
     metadata_location: str
     rows_added: int
     attempts: int
+    rows_replaced: int
     files_written: int
     files_rewritten: int
 
@@ -108,6 +110,8 @@ class Writer:
         self._sources: dict[tuple[str, str], str | None] = {}
         self._closed = False
         self._added_manifest: AddedManifest | None = None
+        self._replace: set[tuple[str, str]] = set()
+        self._manifests = ManifestCache(repository.io)
 
     # -- staging ----------------------------------------------------------------------------
     @property
@@ -155,8 +159,17 @@ class Writer:
         self.ensure_collection(collection)
         return zarr.open_group(self.store, path=f"{collection}/{item_id}", mode="a")
 
-    def add_item(self, item: Any, *, source: str | None = None, default_collection: str | None = None) -> None:
-        """Validate and stage one STAC item (a dict or a pystac Item). Raises InvalidItem."""
+    def add_item(
+        self, item: Any, *, source: str | None = None, default_collection: str | None = None, replace: bool = False
+    ) -> None:
+        """Validate and stage one STAC item (a dict or a pystac Item). Raises InvalidItem.
+
+        With ``replace``, the row of an item with the same collection and id
+        that the branch holds when the commit lands is replaced by this one,
+        so the table ends with exactly one version of it, even when other
+        writers replace or add the same item concurrently (the loser re-plans
+        on the winner's version). Without it, the item is appended as it is.
+        """
         self._check_open()
         item = validate_item(_as_dict(item), source=source, default_collection=default_collection)
         key = (item["collection"], item["id"])
@@ -169,21 +182,29 @@ class Writer:
             )
         self._items[key] = item
         self._sources[key] = source
+        if replace:
+            self._replace.add(key)
 
     def discard_item(self, collection: str, item_id: str) -> None:
         """Unstage an item added earlier."""
         self._check_open()
         self._items.pop((collection, item_id), None)
         self._sources.pop((collection, item_id), None)
+        self._replace.discard((collection, item_id))
 
     def add_items(
-        self, items: Iterable[Any], *, source: str | None = None, default_collection: str | None = None
+        self,
+        items: Iterable[Any],
+        *,
+        source: str | None = None,
+        default_collection: str | None = None,
+        replace: bool = False,
     ) -> list[InvalidItem]:
         """Stage many items; returns the rejected ones (the rest are staged)."""
         rejected = []
         for item in items:
             try:
-                self.add_item(item, source=source, default_collection=default_collection)
+                self.add_item(item, source=source, default_collection=default_collection, replace=replace)
             except InvalidItem as error:
                 rejected.append(error)
         return rejected
@@ -216,9 +237,9 @@ class Writer:
             rewritten += 1
         return reconciled, rewritten
 
-    def _apply(self, table: Table, files: list[StagedFile], message: str) -> str:
+    def _apply(self, table: Table, files: list[StagedFile], replacement: ReplacementPlan, message: str) -> str:
         """Apply the plan to ``table`` and write the next metadata.json; returns its location."""
-        if not files:
+        if not files and not replacement.rewrites:
             return table.metadata_location
         updates: tuple[TableUpdate, ...] = ()
         metadata = table.metadata
@@ -227,9 +248,16 @@ class Writer:
             updates, metadata = schema_union_updates(table, schema)
         rows = sum(staged.rows for staged in files)
         properties = {"floe.rows-added": str(rows), "floe.message": message[:200]}
-        data_files = [to_data_file(staged, metadata) for staged in files]
-        append_updates, head, self._added_manifest = plan_append(
-            metadata, data_files, self.repository.io, properties, previous=self._added_manifest
+        if replacement.rows_removed:
+            properties["floe.rows-replaced"] = str(replacement.rows_removed)
+        data_files = [to_data_file(staged, metadata) for staged in [*files, *replacement.rewritten_files]]
+        append_updates, head, self._added_manifest = plan_commit(
+            metadata,
+            data_files,
+            self._manifests,
+            properties,
+            previous=self._added_manifest,
+            removed=replacement.removed_paths,
         )
         requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), head)
         return self.repository.catalog.commit_table(table, requirements, updates + append_updates).metadata_location
@@ -260,6 +288,7 @@ class Writer:
         files_written = len(files)
         rows = sum(staged.rows for staged in files)
         files_rewritten = 0
+        replacement = ReplacementPlan(self._replace & set(self._items))
         attempt = 0
         while True:
             attempt += 1
@@ -267,12 +296,15 @@ class Writer:
                 base = self.repository.catalog.load_at(self.repository.metadata_location_of(self._session.snapshot_id))
                 files, rewritten = self._reconcile_files(files, base)
                 files_rewritten += rewritten
-            metadata_location = self._apply(base, files, message)
+            if replacement.keys:
+                files_written += replacement.plan(self.repository.io, base, self._manifests.live_files(base.metadata))
+            metadata_location = self._apply(base, files, replacement, message)
             commit_metadata = {
                 **(metadata or {}),
                 FLOE_KEY: {
                     ITEMS_TABLE: self.repository.relative_location(metadata_location),
                     "rows_added": rows,
+                    "rows_replaced": replacement.rows_removed,
                     "attempts": attempt,
                 },
             }
@@ -301,6 +333,7 @@ class Writer:
                 metadata_location=metadata_location,
                 rows_added=rows,
                 attempts=attempt,
+                rows_replaced=replacement.rows_removed,
                 files_written=files_written + files_rewritten,
                 files_rewritten=files_rewritten,
             )

@@ -31,6 +31,7 @@ class InterleavedWriters(RuleBasedStateMachine):
         self.committed_groups: dict[str, int] = {}
         self.tags: dict[str, Counter[str]] = {}
         self.snapshots: dict[str, Counter[str]] = {}
+        self.versions: dict[str, int] = {}
         self.counter = 0
 
     def teardown(self) -> None:
@@ -38,7 +39,7 @@ class InterleavedWriters(RuleBasedStateMachine):
 
     @rule(target=writers)
     def open_writer(self):
-        return {"writer": self.repo.writer(), "ids": [], "groups": {}}
+        return {"writer": self.repo.writer(), "ids": [], "groups": {}, "replaced": {}}
 
     @rule(state=writers, count=st.integers(1, 3), prop=st.sampled_from(["alpha", "beta", None]))
     def stage_items(self, state, count, prop):
@@ -48,6 +49,17 @@ class InterleavedWriters(RuleBasedStateMachine):
             extra = {prop: self.counter if prop == "alpha" else str(self.counter)} if prop else {}
             state["writer"].add_item(make_item(item_id, "c", **extra))
             state["ids"].append(item_id)
+
+    @rule(state=writers, pick=st.integers(0, 1000))
+    def stage_replacement(self, state, pick):
+        """Replace an item some writer committed (or staged, or a fresh one): the table keeps one version."""
+        known = sorted(set(self.committed_ids) | {f"i{self.counter + 1}"})
+        item_id = known[pick % len(known)]
+        if item_id in state["ids"] or item_id in state["replaced"]:
+            return
+        self.counter += 1
+        state["writer"].add_item(make_item(item_id, "c", version=self.counter), replace=True)
+        state["replaced"][item_id] = self.counter
 
     @rule(state=writers, group=st.sampled_from(["g1", "g2", "g3", "g4"]))
     def stage_array(self, state, group):
@@ -62,7 +74,7 @@ class InterleavedWriters(RuleBasedStateMachine):
 
     @rule(state=consumes(writers))
     def commit(self, state):
-        if not state["ids"] and not state["groups"]:
+        if not state["ids"] and not state["groups"] and not state["replaced"]:
             return
         conflicting = set(state["groups"]) & set(self.committed_groups)
         try:
@@ -72,6 +84,10 @@ class InterleavedWriters(RuleBasedStateMachine):
             return
         assert not conflicting, "two writers created the same group and both committed"
         self.committed_ids.update(state["ids"])
+        for item_id, version in state["replaced"].items():
+            self.committed_ids[item_id] = 1
+            self.versions[item_id] = version
+        assert result.rows_added == len(state["ids"]) + len(state["replaced"])
         self.committed_groups.update(state["groups"])
         self.snapshots[result.snapshot_id] = Counter(self.committed_ids)
 
@@ -83,8 +99,12 @@ class InterleavedWriters(RuleBasedStateMachine):
 
     @invariant()
     def tip_holds_exactly_what_was_committed(self):
-        found = Counter(item["id"] for item in self.repo.view().items())
+        items = list(self.repo.view().items())
+        found = Counter(item["id"] for item in items)
         assert found == self.committed_ids
+        for item in items:
+            if item["id"] in self.versions and found[item["id"]] == 1:
+                assert item["properties"].get("version") == self.versions[item["id"]], "a stale version survived"
         if self.committed_groups:
             arrays = self.repo.view().arrays("c")
             assert set(arrays.group_keys()) == set(self.committed_groups)

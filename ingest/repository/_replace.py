@@ -1,0 +1,139 @@
+"""Replacing rows: find where items live, rewrite those files without them (copy-on-write).
+
+Replacement is planned against one table version and re-planned against the
+next when a commit loses its race. Data files never change once written, so a
+planned rewrite stays right as long as the file it rewrites is still live; a
+re-plan only drops rewrites of files the winner removed and searches the files
+the winner added (which may hold the winner's version of the same item).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysFalse, And, BooleanExpression, EqualTo, In, Or
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+
+from ingest.repository._files import ROW_GROUP_SIZE, StagedFile
+
+Key = tuple[str, str]
+
+
+def keys_expression(keys: Iterable[Key]) -> BooleanExpression:
+    """``(collection = c AND id IN (...)) OR ...``: what Iceberg prunes partitions and id bounds with."""
+    by_collection: dict[str, set[str]] = {}
+    for collection, item_id in keys:
+        by_collection.setdefault(collection, set()).add(item_id)
+    expression: BooleanExpression = AlwaysFalse()
+    for collection, ids in sorted(by_collection.items()):
+        expression = Or(expression, And(EqualTo("collection", collection), In("id", ids)))
+    return expression
+
+
+def candidate_files(table: Table, keys: Iterable[Key]) -> list[DataFile]:
+    """The live files of ``table`` that may hold any of ``keys`` (after partition and bound pruning)."""
+    return [task.file for task in table.scan(row_filter=keys_expression(keys)).plan_files()]
+
+
+def locate(io: FileIO, files: Iterable[DataFile], keys: set[Key]) -> dict[str, tuple[DataFile, set[Key]]]:
+    """Path -> (file, the keys it holds) for the files that hold any of ``keys``."""
+    collections = {collection for collection, _ in keys}
+    found: dict[str, tuple[DataFile, set[Key]]] = {}
+    for data_file in files:
+        if data_file.partition[0] not in collections:
+            continue
+        with io.new_input(data_file.file_path).open() as stream:
+            columns = pq.read_table(stream, columns=["collection", "id"])
+        held = set(zip(columns.column("collection").to_pylist(), columns.column("id").to_pylist(), strict=True))
+        hits = held & keys
+        if hits:
+            found[data_file.file_path] = (data_file, hits)
+    return found
+
+
+def rewrite_without(io: FileIO, table_location: str, data_file: DataFile, keys: set[Key]) -> StagedFile | None:
+    """Write a copy of ``data_file`` without the rows of ``keys``; None when no row is left.
+
+    The copy keeps the file's schema and its GeoParquet footers, so it is
+    registered exactly like the original.
+    """
+    with io.new_input(data_file.file_path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        schema = parquet.schema_arrow
+        table = parquet.read()
+    removed = pa.array([False] * table.num_rows, pa.bool_())
+    for collection in sorted({collection for collection, _ in keys}):
+        ids = pa.array(sorted(item_id for c, item_id in keys if c == collection), pa.string())
+        match = pc.and_(pc.equal(table.column("collection"), collection), pc.is_in(table.column("id"), ids))
+        removed = pc.or_(removed, pc.fill_null(match, False))
+    kept = table.filter(pc.invert(removed))
+    if kept.num_rows == 0:
+        return None
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
+        writer.write_table(kept, row_group_size=ROW_GROUP_SIZE)
+    payload = sink.getvalue()
+    directory = data_file.file_path.rsplit("/", 1)[0]
+    if not directory.startswith(table_location):
+        directory = f"{table_location}/data"
+    path = f"{directory}/{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex}.parquet"
+    with io.new_output(path).create(overwrite=False) as stream:
+        stream.write(payload)
+    partition = data_file.partition
+    return StagedFile(
+        path=path,
+        collection=partition[0],
+        month=partition[1],
+        rows=kept.num_rows,
+        size=payload.size,
+        parquet_metadata=pq.read_metadata(pa.BufferReader(payload)),
+        schema=schema.remove_metadata(),
+        items=[],
+    )
+
+
+class ReplacementPlan:
+    """Which live files hold rows being replaced, and their rewrites, as of one table version."""
+
+    def __init__(self, keys: set[Key]) -> None:
+        self.keys = keys
+        self.rewrites: dict[str, StagedFile | None] = {}
+        self.rows_removed = 0
+        self._found: dict[str, int] = {}
+        self._live: set[str] | None = None
+
+    def plan(self, io: FileIO, table: Table, live: Mapping[str, DataFile]) -> int:
+        """Bring the plan up to ``table`` (whose live files are ``live``); returns how many files it rewrote."""
+        if not self.keys:
+            return 0
+        if self._live is None:
+            candidates = candidate_files(table, self.keys)
+        else:
+            for path in [path for path in self.rewrites if path not in live]:
+                # The winner removed (or rewrote) this file: its rows are not ours to drop any more.
+                del self.rewrites[path]
+                self.rows_removed -= self._found.pop(path)
+            candidates = [data_file for path, data_file in live.items() if path not in self._live]
+        written = 0
+        for path, (data_file, hits) in locate(io, candidates, self.keys).items():
+            self.rewrites[path] = rewrite_without(io, table.location(), data_file, hits)
+            self._found[path] = len(hits)
+            self.rows_removed += len(hits)
+            written += 1
+        self._live = set(live)
+        return written
+
+    @property
+    def removed_paths(self) -> list[str]:
+        return sorted(self.rewrites)
+
+    @property
+    def rewritten_files(self) -> list[StagedFile]:
+        return [staged for _, staged in sorted(self.rewrites.items()) if staged is not None]
