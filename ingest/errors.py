@@ -94,3 +94,15 @@ class WriterClosed(FloeError):
     """A writer that has committed (or failed) cannot stage more changes."""
 
     kind = "writer-closed"
+
+
+class InvalidRaster(FloeError):
+    """A raster asset floe cannot store; the message names the file (or asset key) and the reason."""
+
+    kind = "invalid-raster"
+
+    def __init__(self, message: str, *, path: str | None = None, asset: str | None = None) -> None:
+        self.path = path
+        self.asset = asset
+        self.reason = message
+        super().__init__(message)

@@ -20,6 +20,14 @@ class Granule:
     source: str
     rasters: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+    """Asset key -> size and modification time of its raster: a re-run copies a raster again when it changed."""
+
+
+def fingerprint(path: Path) -> str:
+    """``<size>:<mtime ns>`` of a file, the cheap change test rsync makes (reading every raster would not be)."""
+    status = path.stat()
+    return f"{status.st_size}:{status.st_mtime_ns}"
 
 
 def _is_raster(asset: dict[str, Any]) -> bool:
@@ -60,6 +68,7 @@ def granule_from_item(
     """
     rasters: dict[str, str] = {}
     missing: dict[str, str] = {}
+    fingerprints: dict[str, str] = {}
     base = item_file.parent if item_file is not None else None
     entries = item.get("assets") if isinstance(item.get("assets"), dict) else {}
     for key, asset in entries.items():
@@ -74,16 +83,18 @@ def granule_from_item(
             continue
         if path.is_file():
             rasters[key] = str(path.resolve())
+            fingerprints[key] = fingerprint(path)
         else:
             missing[key] = str(path)
-    return Granule(item=item, source=source, rasters=rasters, missing=missing)
+    return Granule(item=item, source=source, rasters=rasters, missing=missing, fingerprints=fingerprints)
 
 
-def arrays_asset(group: str, variables: list[str]) -> dict[str, Any]:
+def arrays_asset(group: str, variables: list[str], fingerprints: dict[str, str] | None = None) -> dict[str, Any]:
     """The STAC asset that points an item's row at its arrays in the repository.
 
     The href is the group path inside the Icechunk repository; a server fills
     in the repository location and the snapshot id of the version it serves.
+    ``floe:sources`` records which version of each raster was copied.
     """
     return {
         "href": group,
@@ -92,4 +103,5 @@ def arrays_asset(group: str, variables: list[str]) -> dict[str, Any]:
         "title": "Arrays of this item in the floe repository (Icechunk)",
         "floe:group": group,
         "floe:variables": variables,
+        **({"floe:sources": fingerprints} if fingerprints else {}),
     }

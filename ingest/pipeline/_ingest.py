@@ -9,9 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest.errors import FloeError, InvalidItem, InvalidSource
+from ingest.errors import CommitConflict, FloeError, InvalidItem, InvalidRaster, InvalidSource
+from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset
 from ingest.pipeline._sources import SourcedItem, read_items
-from ingest.repository import CommitResult, Repository, Writer
+from ingest.repository import CommitResult, Repository
+from ingest.repository._replace import keys_expression
+from ingest.repository._writer import _as_dict
+from ingest.stac._validate import validate_item
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +44,11 @@ class IngestReport:
     commits: list[CommitResult] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
     skipped: int = 0
-    """Granules whose arrays were in the repository already."""
+    """Items (and their arrays) that were in the repository already, unchanged."""
+    replaced: int = 0
+    """Items whose row (and arrays, if their rasters changed) replaced an older version."""
+    replans: int = 0
+    """Batches planned again because another writer changed the same items' arrays first."""
     bytes_written: int = 0
     """Uncompressed pixel bytes copied into arrays."""
 
@@ -77,6 +85,112 @@ def _rejection(error: Exception, source: str) -> Rejection:
     return Rejection(source, None, str(error))
 
 
+@dataclass
+class BatchOutcome:
+    """What one batch did."""
+
+    commit: CommitResult | None
+    rejected: list[Rejection] = field(default_factory=list)
+    skipped: int = 0
+    granules: int = 0
+    replaced: int = 0
+    bytes_written: int = 0
+    replans: int = 0
+
+
+def _without_arrays(item: dict[str, Any]) -> dict[str, Any]:
+    assets = item.get("assets")
+    if not isinstance(assets, dict) or ARRAYS_ASSET not in assets:
+        return item
+    return {**item, "assets": {key: value for key, value in assets.items() if key != ARRAYS_ASSET}}
+
+
+def stored_items(repository: Repository, snapshot_id: str, granules: list[Granule]) -> dict[tuple[str, str], dict]:
+    """The items the table at ``snapshot_id`` holds for the granules' (collection, id) pairs.
+
+    Iceberg prunes the scan to the batch's collections and id ranges, so this
+    reads only files that could hold them.
+    """
+    keys = [(granule.item["collection"], granule.item["id"]) for granule in granules]
+    return {
+        (item["collection"], item["id"]): item for item in repository.view(snapshot_id).items(keys_expression(keys))
+    }
+
+
+REPLANS = 3
+"""How often a batch is planned again after another writer changed the same item's arrays first."""
+
+
+def commit_batch(repository: Repository, branch: str, granules: list[Granule], message: str) -> BatchOutcome:
+    """Stage a batch's new and changed granules (arrays and rows) and commit them; unchanged ones are skipped.
+
+    Every row is staged as a replacement, so the table keeps one version per
+    item even when other writers ingest the same items meanwhile. Two writers
+    rewriting one item's arrays cannot be merged: the loser plans its batch
+    again on the winner's version (a bounded number of times).
+    """
+    for attempt in range(1, REPLANS + 1):
+        try:
+            outcome = _commit_batch_once(repository, branch, granules, message)
+        except CommitConflict:
+            if attempt == REPLANS:
+                raise
+            log.info("batch %r met another writer on the same items; planning it again", message)
+            continue
+        outcome.replans = attempt - 1
+        return outcome
+    raise AssertionError("unreachable")
+
+
+def _commit_batch_once(repository: Repository, branch: str, granules: list[Granule], message: str) -> BatchOutcome:
+    writer = repository.writer(branch)
+    outcome = BatchOutcome(commit=None)
+    stored = stored_items(repository, writer.session.snapshot_id, granules)
+    for granule in granules:
+        item = granule.item
+        collection, item_id = item["collection"], item["id"]
+        group = f"{collection}/{item_id}"
+        previous = stored.get((collection, item_id))
+        previous_arrays = ((previous or {}).get("assets") or {}).get(ARRAYS_ASSET)
+        # Without rasters selected this run, arrays already in the repository are kept as they are.
+        same_rasters = not granule.rasters or (
+            previous_arrays is not None
+            and previous_arrays.get("floe:sources") == granule.fingerprints
+            and writer.group_exists(group)
+        )
+        try:
+            if previous is not None and same_rasters and _without_arrays(previous) == _without_arrays(item):
+                outcome.skipped += 1  # in the repository already: a re-run commits nothing
+                continue
+            if granule.rasters and not same_rasters:
+                from ingest.rasters import write_granule
+
+                arrays = write_granule(writer.store, group, granule.rasters)
+                previous_arrays = arrays_asset(group, sorted(arrays.variables), granule.fingerprints)
+                outcome.bytes_written += arrays.bytes_written
+            if previous_arrays is not None:
+                item = {**item, "assets": {**(item.get("assets") or {}), ARRAYS_ASSET: previous_arrays}}
+            writer.add_item(item, source=granule.source, replace=True)
+            outcome.granules += 1
+            outcome.replaced += previous is not None
+        except (InvalidItem, InvalidRaster) as error:
+            outcome.rejected.append(Rejection(granule.source, item_id, getattr(error, "reason", str(error))))
+    if writer.pending_items or writer.session.has_uncommitted_changes:
+        outcome.commit = writer.commit(message)
+    return outcome
+
+
+def record(report: IngestReport, outcome: BatchOutcome) -> None:
+    """Add a batch's outcome to the run's report."""
+    report.rejected.extend(outcome.rejected)
+    report.skipped += outcome.skipped
+    report.replaced += outcome.replaced
+    report.replans += outcome.replans
+    report.bytes_written += outcome.bytes_written
+    if outcome.commit is not None:
+        report.commits.append(outcome.commit)
+
+
 def ingest_items(
     repository: Repository,
     sources: Iterable[str | Path],
@@ -87,27 +201,32 @@ def ingest_items(
     default_collection: str | None = None,
     progress: ProgressCallback | None = None,
 ) -> IngestReport:
-    """Ingest every item found in ``sources``, one commit per ``batch_size`` valid items.
+    """Ingest every item found in ``sources`` in this process (metadata only), one commit per ``batch_size`` items.
 
     Bad input (unreadable files, invalid items, ids repeated within the run) is
-    rejected with its source named; everything else is committed.
+    rejected with its source named; everything else is committed. Items the
+    branch holds already, unchanged, are skipped; changed ones replace their row.
     """
+    branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
     message = message or "floe ingest"
     report = IngestReport()
     seen: dict[tuple[str, str], str] = {}
-    writer: Writer | None = None
+    batch: list[Granule] = []
 
     def flush() -> None:
-        nonlocal writer
-        if writer is not None and writer.pending_items:
+        if batch:
             number = len(report.commits) + 1
-            result = writer.commit(f"{message} (batch {number})")
-            report.commits.append(result)
-            log.info("committed %d items as %s (%d attempts)", result.rows_added, result.snapshot_id, result.attempts)
+            outcome = commit_batch(repository, branch, batch, f"{message} (batch {number})")
+            record(report, outcome)
+            if outcome.commit is not None:
+                result = outcome.commit
+                log.info(
+                    "committed %d items as %s (%d attempts)", result.rows_added, result.snapshot_id, result.attempts
+                )
             if progress:
                 progress(report)
-        writer = None
+        batch.clear()
 
     for sourced in read_items(sources):
         if sourced.collection is not None:
@@ -119,26 +238,22 @@ def ingest_items(
                 progress(report)
             continue
         report.items_read += 1
-        if writer is None:
-            writer = repository.writer(branch)
-        item = sourced.item
         try:
-            writer.add_item(item, source=sourced.source, default_collection=default_collection)
+            item = validate_item(_as_dict(sourced.item), source=sourced.source, default_collection=default_collection)
         except (InvalidItem, InvalidSource) as error:
             report.rejected.append(_rejection(error, sourced.source))
         else:
-            key = (item.get("collection") or default_collection, item["id"])
+            key = (item["collection"], item["id"])
             if key in seen:
-                # The writer only sees its own batch; an id repeated across batches of one run is refused too.
-                writer.discard_item(*key)
                 report.rejected.append(
                     Rejection(sourced.source, item["id"], f"duplicate id (first seen in {seen[key]})")
                 )
             else:
                 seen[key] = sourced.source
+                batch.append(Granule(item=item, source=sourced.source))
         if progress:
             progress(report)
-        if writer.pending_items >= batch_size:
+        if len(batch) >= batch_size:
             flush()
     flush()
     return report

@@ -13,18 +13,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyiceberg.expressions import AlwaysFalse, And, BooleanExpression, EqualTo, In, Or
-
 from ingest.config import Settings
 from ingest.errors import FloeError, InvalidItem
-from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset, granule_from_item, select_assets
-from ingest.pipeline._ingest import IngestReport, Rejection, store_collection
+from ingest.pipeline._granules import Granule, granule_from_item, select_assets
+from ingest.pipeline._ingest import BatchOutcome, IngestReport, Rejection, commit_batch, record, store_collection
 from ingest.pipeline._sources import read_items
-from ingest.repository import CommitResult, Repository
+from ingest.repository import Repository
 from ingest.stac._validate import validate_item
 
 log = logging.getLogger(__name__)
@@ -35,17 +32,6 @@ LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 os.environ.setdefault(LOOPBACK_SWITCH, "0")
 
 
-@dataclass
-class BatchOutcome:
-    """What one actor's batch did."""
-
-    commit: CommitResult | None
-    rejected: list[Rejection] = field(default_factory=list)
-    skipped: int = 0
-    granules: int = 0
-    bytes_written: int = 0
-
-
 class GranuleWriter:
     """The work of one Ray actor: open the repository once, then ingest batches of granules."""
 
@@ -54,54 +40,7 @@ class GranuleWriter:
         self.branch = branch
 
     def ingest(self, granules: list[Granule], message: str) -> BatchOutcome:
-        from ingest.rasters import InvalidRaster, write_granule
-
-        writer = self.repository.writer(self.branch)
-        outcome = BatchOutcome(commit=None)
-        present = existing_items(self.repository, writer.session.snapshot_id, granules)
-        for granule in granules:
-            item = granule.item
-            collection, item_id = item["collection"], item["id"]
-            group = f"{collection}/{item_id}"
-            try:
-                if (collection, item_id) in present or (granule.rasters and writer.group_exists(group)):
-                    outcome.skipped += 1  # in the repository already: a re-run commits nothing
-                    continue
-                if granule.rasters:
-                    arrays = write_granule(writer.store, group, granule.rasters)
-                    item = {
-                        **item,
-                        "assets": {
-                            **item.get("assets", {}),
-                            ARRAYS_ASSET: arrays_asset(group, sorted(arrays.variables)),
-                        },
-                    }
-                    outcome.bytes_written += arrays.bytes_written
-                writer.add_item(item, source=granule.source)
-                outcome.granules += 1
-            except (InvalidItem, InvalidRaster) as error:
-                outcome.rejected.append(Rejection(granule.source, item_id, getattr(error, "reason", str(error))))
-        if writer.pending_items or writer.session.has_uncommitted_changes:
-            outcome.commit = writer.commit(message)
-        return outcome
-
-
-def existing_items(repository: Repository, snapshot_id: str, granules: list[Granule]) -> set[tuple[str, str]]:
-    """Which of the granules' (collection, id) pairs the table at ``snapshot_id`` holds already.
-
-    Iceberg prunes the scan to the batch's collections and id ranges, so this
-    reads only files that could hold them.
-    """
-    by_collection: dict[str, set[str]] = {}
-    for granule in granules:
-        by_collection.setdefault(granule.item["collection"], set()).add(granule.item["id"])
-    expression: BooleanExpression = AlwaysFalse()
-    for collection, ids in by_collection.items():
-        expression = Or(expression, And(EqualTo("collection", collection), In("id", ids)))
-    found: set[tuple[str, str]] = set()
-    for batch in repository.view(snapshot_id).batches(expression, columns=["collection", "id"]):
-        found.update(zip(batch.column("collection").to_pylist(), batch.column("id").to_pylist(), strict=True))
-    return found
+        return commit_batch(self.repository, self.branch, granules, message)
 
 
 def start_ray(workers: int, address: str | None = None) -> bool:
@@ -223,11 +162,7 @@ def ingest_with_ray(
             except ray.exceptions.RayTaskError as error:
                 cause = error.cause if isinstance(error.cause, FloeError) else error
                 raise cause from None
-            report.rejected.extend(outcome.rejected)
-            report.skipped += outcome.skipped
-            report.bytes_written += outcome.bytes_written
-            if outcome.commit is not None:
-                report.commits.append(outcome.commit)
+            record(report, outcome)
             if progress:
                 progress(report)
 

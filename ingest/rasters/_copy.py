@@ -38,7 +38,7 @@ import xarray as xr
 import zarr
 import zarr.errors
 
-from ingest.errors import FloeError
+from ingest.errors import InvalidRaster
 
 if TYPE_CHECKING:
     from zarr.abc.store import Store
@@ -56,18 +56,6 @@ _RESERVED_NAMES = frozenset({"band", "x", "y", GRID_MAPPING})
 
 #: Encoding entries worth keeping from rioxarray; the rest (source path, GeoTIFF block shape) describe the input file.
 _KEPT_ENCODING = ("grid_mapping",)
-
-
-class InvalidRaster(FloeError):
-    """A raster asset floe cannot store; the message names the file (or asset key) and the reason."""
-
-    kind = "invalid-raster"
-
-    def __init__(self, message: str, *, path: str | None = None, asset: str | None = None) -> None:
-        self.path = path
-        self.asset = asset
-        self.reason = message
-        super().__init__(message)
 
 
 @dataclass(frozen=True)

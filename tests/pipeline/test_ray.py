@@ -206,3 +206,46 @@ def test_local_cluster_listens_on_loopback_only():
     assert listening, "found no Ray server to check"
     exposed = {c.laddr.ip for c in listening} - {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
     assert not exposed, f"Ray listens beyond loopback: {exposed}"
+
+
+def test_changed_item_and_raster_replace_exactly_those(tmp_path, archive):
+    folder, _ = archive
+    source = tmp_path / "archive"
+    shutil.copytree(folder, source)
+    repo = Repository.create(tmp_path / "repo")
+    ingest_with_ray(repo, [source], workers=2, batch_size=20)
+    before = repo.resolve("main")
+    old_rows = rows_at(repo)
+
+    item_files = sorted(source.glob("*/*/*.json"))
+    edited_item, edited_raster = item_files[0], item_files[1]
+    changed = json.loads(edited_item.read_text())
+    changed["properties"]["floe:test-edit"] = "second version"
+    edited_item.write_text(json.dumps(changed))
+    raster_item = json.loads(edited_raster.read_text())
+    tif = edited_raster.parent / raster_item["assets"]["data"]["href"]
+    pixels = rioxarray.open_rasterio(tif).load()
+    pixels.values[:] = pixels.values[::-1].copy() if pixels.shape[0] > 1 else pixels.values.max() - pixels.values
+    pixels.rio.to_raster(tif, driver="COG")
+    new_pixels = rioxarray.open_rasterio(tif).values
+
+    report = ingest_with_ray(repo, [source], workers=2, batch_size=20)
+    assert report.rejected == []
+    assert report.replaced == 2 and report.skipped == 38 and report.rows_added == 2
+    rows = rows_at(repo)
+    assert len(rows) == 40
+    assert rows[changed["id"]]["properties"]["floe:test-edit"] == "second version"
+    changed_others = {
+        item_id for item_id, row in rows.items() if row != old_rows[item_id] and item_id != raster_item["id"]
+    }
+    assert changed_others == {changed["id"]}
+    group = f"{raster_item['collection']}/{raster_item['id']}"
+    tip = xr.open_zarr(repo.view().session.store, group=group, consolidated=False, mask_and_scale=False)
+    assert np.array_equal(tip["data"].values, new_pixels)
+    # The version before the update still has the old pixels and the old item.
+    old = xr.open_zarr(repo.view(before).session.store, group=group, consolidated=False, mask_and_scale=False)
+    assert not np.array_equal(old["data"].values, new_pixels)
+    assert "floe:test-edit" not in rows_at(repo, before)[changed["id"]]["properties"]
+
+    again = ingest_with_ray(repo, [source], workers=2, batch_size=20)
+    assert again.commits == [] and again.skipped == 40
