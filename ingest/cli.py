@@ -18,7 +18,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 from ingest.config import Settings, load_settings
@@ -103,6 +103,53 @@ def init(ctx: typer.Context) -> None:
     stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
 
 
+@contextmanager
+def _ingest_progress(label: str) -> Iterator[Any]:
+    """A progress bar for an ingest run: granules done of those read so far, items/s, commits, conflicts retried.
+
+    Sources are streamed, so the total grows as the driver reads them.
+    """
+    import time
+
+    started = time.monotonic()
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]{task.fields[label]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("", total=None, label=label)
+
+        def update(state: Any) -> None:
+            done = state.rows_added + state.skipped + len(state.rejected)
+            rate = done / max(time.monotonic() - started, 1e-6)
+            progress.update(
+                task,
+                completed=done,
+                total=max(state.items_read, done) or None,
+                description=(
+                    f"{rate:,.0f} items/s · {len(state.commits)} commits · {state.conflicts_retried} conflicts "
+                    f"retried · {len(state.rejected)} rejected · {state.bytes_written / 1e6:,.1f} MB copied"
+                ),
+            )
+
+        yield update
+
+
+def _summary(result: Any) -> str:
+    tip = result.commits[-1].snapshot_id if result.commits else "no new snapshot"
+    return (
+        f"ingested {result.rows_added} items in {len(result.commits)} commit(s) ({tip}): "
+        f"{result.rows_added - result.replaced} new, {result.replaced} replaced, {result.skipped} unchanged; "
+        f"{result.bytes_written / 1e6:.1f} MB of pixels copied; {len(result.rejected)} rejected; "
+        f"{result.conflicts_retried} conflicts retried"
+    )
+
+
 @app.command()
 def ingest(  # noqa: PLR0917 - typer maps parameters to options
     ctx: typer.Context,
@@ -162,25 +209,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         except RepositoryNotFound:
             repository = Repository.create(settings=_settings(ctx))
             stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=stderr,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("reading items")
-
-            def update(state: Any) -> None:
-                progress.update(
-                    task,
-                    description=(
-                        f"{state.items_read} items read, {state.rows_added} committed in {len(state.commits)} "
-                        f"commit(s), {len(state.rejected)} rejected, {state.conflicts_retried} conflicts retried, "
-                        f"{state.bytes_written / 1e6:.1f} MB copied"
-                    ),
-                )
-
+        with _ingest_progress("ingest") as update:
             if workers == 0:
                 result = ingest_items(
                     repository,
@@ -208,13 +237,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         stderr.print(f"[yellow]rejected[/] {rejection}", highlight=False, soft_wrap=True)
     if report is not None:
         result.write_report(report)
-    tip = result.commits[-1].snapshot_id if result.commits else "no new snapshot"
-    stderr.print(
-        f"ingested {result.rows_added} items in {len(result.commits)} commit(s) ({tip}); "
-        f"{result.bytes_written / 1e6:.1f} MB of pixels copied; {result.skipped} already present; "
-        f"{len(result.rejected)} rejected; {result.conflicts_retried} conflicts retried",
-        highlight=False,
-    )
+    stderr.print(_summary(result), highlight=False)
     if result.rejected:
         raise typer.Exit(EXIT_REJECTED)
 
@@ -240,14 +263,7 @@ def demo(
             repository = _open(ctx)
         except RepositoryNotFound:
             repository = Repository.create(settings=_settings(ctx))
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=stderr, transient=True) as progress:
-            task = progress.add_task("ingesting with Ray")
-
-            def update(state: Any) -> None:
-                progress.update(
-                    task, description=f"{state.rows_added} granules committed in {len(state.commits)} commits"
-                )
-
+        with _ingest_progress("demo") as update:
             result = ingest_with_ray(repository, [archive], workers=workers, batch_size=10, progress=update)
         try:
             repository.tag("v1")
@@ -256,8 +272,7 @@ def demo(
             tagged = "tag v1 exists already (tags never move)"
     root = repository.location.url
     stderr.print(
-        f"ingested {result.rows_added} granules ({result.bytes_written / 1e6:.1f} MB of pixels, "
-        f"{result.skipped} already present) into {root}; {tagged}\n\n"
+        f"{_summary(result)}\ninto {root}; {tagged}\n\n"
         "Next:\n"
         "  floe log                          # the commits, with rows and attempts\n"
         "  floe export --ref v1 items.ndjson # the items of v1\n"

@@ -131,5 +131,5 @@ def test_demo_ingests_tags_and_reruns_idempotently(floe, tmp_path):
     log_before = json.loads(floe("log", "--json").stdout)
     second = floe("demo", "--granules", "6", "--archive", str(archive))
     assert second.exit_code == 0
-    assert "6 already present" in second.output and "exists already" in second.output
+    assert "6 unchanged" in second.output and "exists already" in second.output
     assert json.loads(floe("log", "--json").stdout) == log_before

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,14 +22,35 @@ class Granule:
     source: str
     rasters: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
-    fingerprints: dict[str, str] = field(default_factory=dict)
-    """Asset key -> size and modification time of its raster: a re-run copies a raster again when it changed."""
 
 
-def fingerprint(path: Path) -> str:
-    """``<size>:<mtime ns>`` of a file, the cheap change test rsync makes (reading every raster would not be)."""
-    status = path.stat()
-    return f"{status.st_size}:{status.st_mtime_ns}"
+def describe_source(path: str | Path) -> dict[str, Any]:
+    """Size, modification time and BLAKE2b digest of a raster, recorded with the arrays copied from it."""
+    with open(path, "rb") as stream:
+        digest = hashlib.file_digest(stream, "blake2b").hexdigest()
+        status = os.fstat(stream.fileno())
+    return {"size": status.st_size, "mtime_ns": status.st_mtime_ns, "blake2b": digest}
+
+
+def sources_unchanged(recorded: Any, rasters: dict[str, str]) -> bool:
+    """Whether ``rasters`` (asset key -> path) are the files the arrays were copied from.
+
+    Size and modification time decide when they match (as rsync does: no
+    read); a file touched but rewritten byte for byte is recognised by its
+    digest, so regenerating an archive does not re-copy it.
+    """
+    if not isinstance(recorded, dict) or set(recorded) != set(rasters):
+        return False
+    for key, path in rasters.items():
+        known = recorded[key]
+        if not isinstance(known, dict):
+            return False
+        status = os.stat(path)
+        if status.st_size != known.get("size"):
+            return False
+        if status.st_mtime_ns != known.get("mtime_ns") and describe_source(path)["blake2b"] != known.get("blake2b"):
+            return False
+    return True
 
 
 def _is_raster(asset: dict[str, Any]) -> bool:
@@ -68,7 +91,6 @@ def granule_from_item(
     """
     rasters: dict[str, str] = {}
     missing: dict[str, str] = {}
-    fingerprints: dict[str, str] = {}
     base = item_file.parent if item_file is not None else None
     entries = item.get("assets") if isinstance(item.get("assets"), dict) else {}
     for key, asset in entries.items():
@@ -83,13 +105,12 @@ def granule_from_item(
             continue
         if path.is_file():
             rasters[key] = str(path.resolve())
-            fingerprints[key] = fingerprint(path)
         else:
             missing[key] = str(path)
-    return Granule(item=item, source=source, rasters=rasters, missing=missing, fingerprints=fingerprints)
+    return Granule(item=item, source=source, rasters=rasters, missing=missing)
 
 
-def arrays_asset(group: str, variables: list[str], fingerprints: dict[str, str] | None = None) -> dict[str, Any]:
+def arrays_asset(group: str, variables: list[str], sources: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The STAC asset that points an item's row at its arrays in the repository.
 
     The href is the group path inside the Icechunk repository; a server fills
@@ -103,5 +124,5 @@ def arrays_asset(group: str, variables: list[str], fingerprints: dict[str, str] 
         "title": "Arrays of this item in the floe repository (Icechunk)",
         "floe:group": group,
         "floe:variables": variables,
-        **({"floe:sources": fingerprints} if fingerprints else {}),
+        **({"floe:sources": sources} if sources else {}),
     }

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.errors import CommitConflict, FloeError, InvalidItem, InvalidRaster, InvalidSource
-from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset
+from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset, describe_source, sources_unchanged
 from ingest.pipeline._sources import SourcedItem, read_items
 from ingest.repository import CommitResult, Repository
 from ingest.repository._replace import keys_expression
@@ -155,8 +155,8 @@ def _commit_batch_once(repository: Repository, branch: str, granules: list[Granu
         # Without rasters selected this run, arrays already in the repository are kept as they are.
         same_rasters = not granule.rasters or (
             previous_arrays is not None
-            and previous_arrays.get("floe:sources") == granule.fingerprints
             and writer.group_exists(group)
+            and sources_unchanged(previous_arrays.get("floe:sources"), granule.rasters)
         )
         try:
             if previous is not None and same_rasters and _without_arrays(previous) == _without_arrays(item):
@@ -165,8 +165,9 @@ def _commit_batch_once(repository: Repository, branch: str, granules: list[Granu
             if granule.rasters and not same_rasters:
                 from ingest.rasters import write_granule
 
+                sources = {key: describe_source(path) for key, path in granule.rasters.items()}
                 arrays = write_granule(writer.store, group, granule.rasters)
-                previous_arrays = arrays_asset(group, sorted(arrays.variables), granule.fingerprints)
+                previous_arrays = arrays_asset(group, sorted(arrays.variables), sources)
                 outcome.bytes_written += arrays.bytes_written
             if previous_arrays is not None:
                 item = {**item, "assets": {**(item.get("assets") or {}), ARRAYS_ASSET: previous_arrays}}
