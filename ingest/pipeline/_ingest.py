@@ -13,7 +13,6 @@ from ingest.errors import CommitConflict, FloeError, InvalidItem, InvalidRaster,
 from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset, describe_source, sources_unchanged
 from ingest.pipeline._sources import SourcedItem, read_items
 from ingest.repository import CommitResult, Repository
-from ingest.repository._replace import keys_expression
 from ingest.repository._writer import _as_dict
 from ingest.stac._validate import validate_item
 
@@ -105,18 +104,6 @@ def _without_arrays(item: dict[str, Any]) -> dict[str, Any]:
     return {**item, "assets": {key: value for key, value in assets.items() if key != ARRAYS_ASSET}}
 
 
-def stored_items(repository: Repository, snapshot_id: str, granules: list[Granule]) -> dict[tuple[str, str], dict]:
-    """The items the table at ``snapshot_id`` holds for the granules' (collection, id) pairs.
-
-    Iceberg prunes the scan to the batch's collections and id ranges, so this
-    reads only files that could hold them.
-    """
-    keys = [(granule.item["collection"], granule.item["id"]) for granule in granules]
-    return {
-        (item["collection"], item["id"]): item for item in repository.view(snapshot_id).items(keys_expression(keys))
-    }
-
-
 REPLANS = 3
 """How often a batch is planned again after another writer changed the same item's arrays first."""
 
@@ -145,7 +132,7 @@ def commit_batch(repository: Repository, branch: str, granules: list[Granule], m
 def _commit_batch_once(repository: Repository, branch: str, granules: list[Granule], message: str) -> BatchOutcome:
     writer = repository.writer(branch)
     outcome = BatchOutcome(commit=None)
-    stored = stored_items(repository, writer.session.snapshot_id, granules)
+    stored = writer.stored_items((granule.item["collection"], granule.item["id"]) for granule in granules)
     for granule in granules:
         item = granule.item
         collection, item_id = item["collection"], item["id"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -58,6 +59,23 @@ def locate(io: FileIO, files: Iterable[DataFile], keys: set[Key]) -> dict[str, t
     return found
 
 
+def key_mask(table: pa.Table, keys: set[Key]) -> pa.ChunkedArray | pa.Array:
+    """True for the rows of ``table`` whose (collection, id) is in ``keys``."""
+    mask: pa.ChunkedArray | pa.Array = pa.array([False] * table.num_rows, pa.bool_())
+    for collection in sorted({collection for collection, _ in keys}):
+        ids = pa.array(sorted(item_id for c, item_id in keys if c == collection), pa.string())
+        match = pc.and_(pc.equal(table.column("collection"), collection), pc.is_in(table.column("id"), ids))
+        mask = pc.or_(mask, pc.fill_null(match, False))
+    return mask
+
+
+def read_rows(io: FileIO, data_file: DataFile, keys: set[Key]) -> pa.Table:
+    """The rows of ``keys`` in one data file, all columns."""
+    with io.new_input(data_file.file_path).open() as stream:
+        table = pq.ParquetFile(stream).read()
+    return table.filter(key_mask(table, keys))
+
+
 def rewrite_without(io: FileIO, table_location: str, data_file: DataFile, keys: set[Key]) -> StagedFile | None:
     """Write a copy of ``data_file`` without the rows of ``keys``; None when no row is left.
 
@@ -68,12 +86,7 @@ def rewrite_without(io: FileIO, table_location: str, data_file: DataFile, keys: 
         parquet = pq.ParquetFile(stream)
         schema = parquet.schema_arrow
         table = parquet.read()
-    removed = pa.array([False] * table.num_rows, pa.bool_())
-    for collection in sorted({collection for collection, _ in keys}):
-        ids = pa.array(sorted(item_id for c, item_id in keys if c == collection), pa.string())
-        match = pc.and_(pc.equal(table.column("collection"), collection), pc.is_in(table.column("id"), ids))
-        removed = pc.or_(removed, pc.fill_null(match, False))
-    kept = table.filter(pc.invert(removed))
+    kept = table.filter(pc.invert(key_mask(table, keys)))
     if kept.num_rows == 0:
         return None
     sink = pa.BufferOutputStream()
@@ -99,11 +112,28 @@ def rewrite_without(io: FileIO, table_location: str, data_file: DataFile, keys: 
     )
 
 
+@dataclass(frozen=True)
+class Located:
+    """Where some keys were found in one table version."""
+
+    metadata_location: str
+    searched: frozenset[Key]
+    found: dict[str, tuple[DataFile, set[Key]]]
+
+
+def find(io: FileIO, table: Table, keys: Iterable[Key]) -> Located:
+    """Search ``table`` for ``keys``: prune with Iceberg, then read only the collection and id columns."""
+    keys = frozenset(keys)
+    found = locate(io, candidate_files(table, keys), set(keys)) if keys else {}
+    return Located(table.metadata_location, keys, found)
+
+
 class ReplacementPlan:
     """Which live files hold rows being replaced, and their rewrites, as of one table version."""
 
-    def __init__(self, keys: set[Key]) -> None:
+    def __init__(self, keys: set[Key], primed: Located | None = None) -> None:
         self.keys = keys
+        self._primed = primed
         self.rewrites: dict[str, StagedFile | None] = {}
         self.rows_removed = 0
         self._found: dict[str, int] = {}
@@ -113,16 +143,25 @@ class ReplacementPlan:
         """Bring the plan up to ``table`` (whose live files are ``live``); returns how many files it rewrote."""
         if not self.keys:
             return 0
+        found: dict[str, tuple[DataFile, set[Key]]] = {}
         if self._live is None:
-            candidates = candidate_files(table, self.keys)
+            unsearched = set(self.keys)
+            if self._primed is not None and self._primed.metadata_location == table.metadata_location:
+                # Looked up at this very version already (by Writer.stored_items): only the rest needs a search.
+                unsearched -= self._primed.searched
+                for path, (data_file, hits) in self._primed.found.items():
+                    if hits & self.keys:
+                        found[path] = (data_file, hits & self.keys)
+            candidates = candidate_files(table, unsearched) if unsearched else []
         else:
             for path in [path for path in self.rewrites if path not in live]:
                 # The winner removed (or rewrote) this file: its rows are not ours to drop any more.
                 del self.rewrites[path]
                 self.rows_removed -= self._found.pop(path)
             candidates = [data_file for path, data_file in live.items() if path not in self._live]
+        found.update(locate(io, candidates, self.keys))
         written = 0
-        for path, (data_file, hits) in locate(io, candidates, self.keys).items():
+        for path, (data_file, hits) in found.items():
             self.rewrites[path] = rewrite_without(io, table.location(), data_file, hits)
             self._found[path] = len(hits)
             self.rows_removed += len(hits)

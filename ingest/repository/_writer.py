@@ -36,7 +36,7 @@ from ingest.repository._files import (
     union_schema,
     write_group,
 )
-from ingest.repository._replace import ReplacementPlan
+from ingest.repository._replace import Located, ReplacementPlan, find, read_rows
 from ingest.repository._repo import FLOE_KEY, ITEMS_TABLE
 from ingest.stac._validate import check_name, validate_item
 
@@ -112,6 +112,7 @@ class Writer:
         self._added_manifest: AddedManifest | None = None
         self._replace: set[tuple[str, str]] = set()
         self._manifests = ManifestCache(repository.io)
+        self._located: Located | None = None
 
     # -- staging ----------------------------------------------------------------------------
     @property
@@ -209,6 +210,27 @@ class Writer:
                 rejected.append(error)
         return rejected
 
+    def base_table(self) -> Table:
+        """The items table at this writer's base snapshot."""
+        return self.repository.catalog.load_at(self.repository.metadata_location_of(self._session.snapshot_id))
+
+    def stored_items(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+        """The items with these (collection, id) keys at this writer's base, as stored.
+
+        Reads only the id columns of the files Iceberg cannot prune, then the
+        full rows of the files that hold a key; a commit replacing these keys
+        from the same base re-uses what was found.
+        """
+        from ingest.stac._rows import arrow_to_items
+
+        located = find(self.repository.io, self.base_table(), keys)
+        self._located = located
+        stored: dict[tuple[str, str], dict[str, Any]] = {}
+        for data_file, hits in located.found.values():
+            for item in arrow_to_items(read_rows(self.repository.io, data_file, hits)):
+                stored[(item["collection"], item["id"])] = item
+        return stored
+
     # -- committing -------------------------------------------------------------------------
     def _write_files(self, table: Table) -> list[StagedFile]:
         groups: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)
@@ -283,12 +305,12 @@ class Writer:
         """
         self._check_open()
         settings = self.repository.settings.commit
-        base = self.repository.catalog.load_at(self.repository.metadata_location_of(self._session.snapshot_id))
+        base = self.base_table()
         files = self._write_files(base)
         files_written = len(files)
         rows = sum(staged.rows for staged in files)
         files_rewritten = 0
-        replacement = ReplacementPlan(self._replace & set(self._items))
+        replacement = ReplacementPlan(self._replace & set(self._items), primed=self._located)
         attempt = 0
         while True:
             attempt += 1

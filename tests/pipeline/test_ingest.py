@@ -119,3 +119,43 @@ def test_s3_ingest_and_export(tmp_path, s3_root, s3_settings):
     assert report.rejected == []
     exported = {(item["collection"], item["id"]): item for item in repo.view().items()}
     assert exported == {(item["collection"], item["id"]): item for item in load_real_items()}
+
+
+def test_batch_replans_when_another_writer_rewrote_the_same_granule(tmp_path, monkeypatch):
+    """Two writers rewriting one item's arrays cannot merge: the loser plans again on the winner's version."""
+    import numpy as np
+    import xarray as xr
+
+    from ingest.pipeline._granules import granule_from_item
+    from ingest.pipeline._ingest import commit_batch
+    from ingest.repository import Writer
+    from ingest.sample import make_archive
+
+    item_file = make_archive(tmp_path / "archive", granules=1, seed=3)[0]
+    item = json.loads(item_file.read_text())
+    granule = granule_from_item(item, str(item_file), item_file)
+    repo = Repository.create(tmp_path / "repo")
+    repo.ensure_groups([item["collection"]])
+
+    original = Writer.stored_items
+    interfered = []
+
+    def stored_then_beaten(self, keys):
+        found = original(self, keys)
+        if not interfered:
+            interfered.append(None)
+            interfered[0] = commit_batch(repo, "main", [granule], "the other writer")
+        return found
+
+    monkeypatch.setattr(Writer, "stored_items", stored_then_beaten)
+    outcome = commit_batch(repo, "main", [granule], "this writer")
+
+    assert interfered[0].commit is not None and interfered[0].granules == 1
+    assert outcome.replans == 1 and outcome.skipped == 1 and outcome.commit is None
+    rows = list(repo.view().items())
+    assert [row["id"] for row in rows] == [item["id"]]
+    group = f"{item['collection']}/{item['id']}"
+    stored = xr.open_zarr(repo.view().session.store, group=group, consolidated=False, mask_and_scale=False)
+    import rioxarray
+
+    assert np.array_equal(stored["data"].values, rioxarray.open_rasterio(granule.rasters["data"]).values)
