@@ -158,7 +158,7 @@ def _commit_batch_once(repository: Repository, branch: str, granules: list[Granu
                 outcome.bytes_written += arrays.bytes_written
             if previous_arrays is not None:
                 item = {**item, "assets": {**(item.get("assets") or {}), ARRAYS_ASSET: previous_arrays}}
-            writer.add_item(item, source=granule.source, replace=True)
+            writer.add_item(item, source=granule.source, replace=True, validated=True)
             outcome.granules += 1
             outcome.replaced += previous is not None
         except (InvalidItem, InvalidRaster) as error:

@@ -172,7 +172,7 @@ def write_granule(store: Store, group: str, assets: Mapping[str, str | Path], *,
 
     first_key = next(iter(granules))
     main = granules[first_key]
-    on_grid = {key: ds for key, ds in granules.items() if _same_grid(main, ds)}
+    on_grid = {key: ds for key, ds in granules.items() if key == first_key or _same_grid(main, ds)}
     off_grid = {key: ds for key, ds in granules.items() if key not in on_grid}
 
     layout: list[tuple[str, dict[str, xr.Dataset]]] = [(group, on_grid)]

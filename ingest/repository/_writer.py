@@ -161,7 +161,13 @@ class Writer:
         return zarr.open_group(self.store, path=f"{collection}/{item_id}", mode="a")
 
     def add_item(
-        self, item: Any, *, source: str | None = None, default_collection: str | None = None, replace: bool = False
+        self,
+        item: Any,
+        *,
+        source: str | None = None,
+        default_collection: str | None = None,
+        replace: bool = False,
+        validated: bool = False,
     ) -> None:
         """Validate and stage one STAC item (a dict or a pystac Item). Raises InvalidItem.
 
@@ -170,9 +176,12 @@ class Writer:
         so the table ends with exactly one version of it, even when other
         writers replace or add the same item concurrently (the loser re-plans
         on the winner's version). Without it, the item is appended as it is.
+        ``validated`` says ``item`` is what ``validate_item`` returned already
+        (the pipeline validates once, early, to reject bad input by name).
         """
         self._check_open()
-        item = validate_item(_as_dict(item), source=source, default_collection=default_collection)
+        if not validated:
+            item = validate_item(_as_dict(item), source=source, default_collection=default_collection)
         key = (item["collection"], item["id"])
         if key in self._items:
             first = self._sources.get(key)
@@ -223,7 +232,7 @@ class Writer:
         """
         from ingest.stac._rows import arrow_to_items
 
-        located = find(self.repository.io, self.base_table(), keys)
+        located = find(self._manifests, self.base_table(), keys)
         self._located = located
         stored: dict[tuple[str, str], dict[str, Any]] = {}
         for data_file, hits in located.found.values():
@@ -319,7 +328,7 @@ class Writer:
                 files, rewritten = self._reconcile_files(files, base)
                 files_rewritten += rewritten
             if replacement.keys:
-                files_written += replacement.plan(self.repository.io, base, self._manifests.live_files(base.metadata))
+                files_written += replacement.plan(self._manifests, base)
             metadata_location = self._apply(base, files, replacement, message)
             commit_metadata = {
                 **(metadata or {}),
