@@ -293,6 +293,9 @@ class Writer:
         requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), head)
         return self.repository.catalog.commit_table(table, requirements, updates + append_updates).metadata_location
 
+    def _tip_moved(self) -> bool:
+        return self.repository.icechunk.lookup_branch(self.branch) != self._session.snapshot_id
+
     def _rebase(self) -> None:
         try:
             self._session.rebase(icechunk.ConflictDetector())
@@ -327,23 +330,26 @@ class Writer:
                 base = self.repository.catalog.load_at(self.repository.metadata_location_of(self._session.snapshot_id))
                 files, rewritten = self._reconcile_files(files, base)
                 files_rewritten += rewritten
-            if replacement.keys:
-                files_written += replacement.plan(self._manifests, base)
-            metadata_location = self._apply(base, files, replacement, message)
-            commit_metadata = {
-                **(metadata or {}),
-                FLOE_KEY: {
-                    ITEMS_TABLE: self.repository.relative_location(metadata_location),
-                    "rows_added": rows,
-                    "rows_replaced": replacement.rows_removed,
-                    "attempts": attempt,
-                },
-            }
             try:
+                # Writing the next table version is wasted if the branch moved on meanwhile: look first.
+                if self._tip_moved():
+                    raise _TipMoved
+                if replacement.keys:
+                    files_written += replacement.plan(self._manifests, base)
+                metadata_location = self._apply(base, files, replacement, message)
+                commit_metadata = {
+                    **(metadata or {}),
+                    FLOE_KEY: {
+                        ITEMS_TABLE: self.repository.relative_location(metadata_location),
+                        "rows_added": rows,
+                        "rows_replaced": replacement.rows_removed,
+                        "attempts": attempt,
+                    },
+                }
                 with self.repository.location.mutation_lock():
                     # Icechunk writes the whole snapshot before it tries to move the ref; when the
                     # tip has moved already that work is doomed, and on local disks it holds the lock.
-                    if self.repository.icechunk.lookup_branch(self.branch) != self._session.snapshot_id:
+                    if self._tip_moved():
                         raise _TipMoved
                     snapshot_id = self._session.commit(message, metadata=commit_metadata, allow_empty=True)
             except (icechunk.ConflictError, _TipMoved) as error:
