@@ -94,3 +94,9 @@ class WriterClosed(FloeError):
     """A writer that has committed (or failed) cannot stage more changes."""
 
     kind = "writer-closed"
+
+
+class InvalidExportTarget(FloeError):
+    """An export's output cannot be written where it was asked (e.g. a directory holding something else)."""
+
+    kind = "invalid-export-target"
