@@ -317,8 +317,7 @@ def export(
 ) -> None:
     """Export every item at a ref as NDJSON, one stac-geoparquet file, or a static STAC catalog.
 
-    The table is streamed batch by batch; the same ref always gives the same output,
-    and the output appears only once it is complete.
+    Streams the table batch by batch; the same ref gives the same output, which appears only once complete.
     """
     from ingest.export import FORMATS, export_catalog, export_geoparquet, export_ndjson
 
