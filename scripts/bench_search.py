@@ -325,17 +325,9 @@ def load_pgstac(pg_env: dict[str, str], items_path: Path, collections_path: Path
 
 def serve_pgstac(workdir: Path, pg_env: dict[str, str]) -> str:
     port = free_port()
-    env = {
-        **os.environ,
-        **pg_env,
-        # stac-fastapi-pgstac's settings read these (pydantic-settings, case-insensitive).
-        "POSTGRES_USER": pg_env["PGUSER"],
-        "POSTGRES_PASS": pg_env["PGPASSWORD"],
-        "POSTGRES_HOST_READER": pg_env["PGHOST"],
-        "POSTGRES_HOST_WRITER": pg_env["PGHOST"],
-        "POSTGRES_PORT": pg_env["PGPORT"],
-        "POSTGRES_DBNAME": pg_env["PGDATABASE"],
-    }
+    # stac-fastapi-pgstac 7.2 reads PGUSER, PGPASSWORD, PGHOST, PGPORT and PGDATABASE (its PostgresSettings);
+    # the password is required even though trust authentication ignores it. All extensions are on by default.
+    env = {**os.environ, **pg_env}
     command = [
         sys.executable,
         "-m",
