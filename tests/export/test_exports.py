@@ -328,3 +328,20 @@ def test_catalog_refuses_to_replace_a_folder_that_is_not_an_export(real_repo, tm
     with pytest.raises(InvalidExportTarget, match="not an earlier export"):
         export_catalog(real_repo.view("main"), precious)
     assert (precious / "notes.txt").read_text() == "keep me"
+
+
+def test_conform_fills_absent_struct_fields_in_lists_of_sliced_arrays():
+    from ingest.export._geoparquet import conform
+
+    source = pa.array(
+        [None, [{"name": "a"}], [], [{"name": "b"}, {"name": "c"}]],
+        type=pa.list_(pa.struct([("name", pa.string())])),
+    ).slice(1)
+    target = pa.list_(pa.struct([("name", pa.string()), ("size", pa.int64())]))
+    assert conform(source, target).to_pylist() == [
+        [{"name": "a", "size": None}],
+        [],
+        [{"name": "b", "size": None}, {"name": "c", "size": None}],
+    ]
+    widened = conform(pa.array([{"x": 1}, None]), pa.struct([("x", pa.float64()), ("y", pa.string())]))
+    assert widened.to_pylist() == [{"x": 1.0, "y": None}, None]
