@@ -310,21 +310,46 @@ def _output(out: str) -> Iterator[Any]:
 @app.command()
 def export(
     ctx: typer.Context,
-    out: Annotated[str, typer.Argument(help="Output file, or - for stdout.")] = "-",
+    out: Annotated[
+        str,
+        typer.Argument(
+            help="Output: a file (ndjson, stac-geoparquet), a folder (catalog), or - for stdout (ndjson only)."
+        ),
+    ] = "-",
     ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id [default: main].")] = None,
-    format: Annotated[str, typer.Option("--format", "-f", help="Output format: ndjson.")] = "ndjson",
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help=(
+                "ndjson: one item per line, exactly as ingested. "
+                "stac-geoparquet: one GeoParquet file (geopandas, DuckDB, stac-geoparquet read it). "
+                "catalog: a static STAC catalog folder (catalog.json, collection.json per collection, item files)."
+            ),
+        ),
+    ] = "ndjson",
 ) -> None:
-    """Export every item at a ref, exactly as ingested."""
-    if format != "ndjson":
-        _fail(f"unknown format {format!r}: supported formats are ndjson", code=2)
-    count = 0
+    """Export every item at a ref as NDJSON, one stac-geoparquet file, or a static STAC catalog.
+
+    Streams the table batch by batch; the same ref gives the same output, which appears only once complete.
+    """
+    from ingest.export import FORMATS, export_catalog, export_geoparquet, export_ndjson
+
+    if format not in FORMATS:
+        _fail(f"unknown format {format!r}: supported formats are {', '.join(FORMATS)}", code=2)
+    if out == "-" and format != "ndjson":
+        _fail(f"--format {format} writes files: give an output path instead of -", code=2)
+    exporters = {"ndjson": export_ndjson, "stac-geoparquet": export_geoparquet, "catalog": export_catalog}
     with _errors():
         view = _open(ctx).view(ref)
-        with _output(out) as stream:
-            for item in view.items():
-                stream.write(json.dumps(item, separators=(",", ":")) + "\n")
-                count += 1
-    stderr.print(f"exported {count} items from {view.ref} ({view.snapshot_id})", highlight=False)
+        result = exporters[format](view, out)
+    where = "" if result.target == "-" else f" to {result.target}"
+    stderr.print(
+        f"exported {result.items} items of {result.collections} collections from {view.ref} "
+        f"({view.snapshot_id}) as {format}{where}",
+        highlight=False,
+    )
 
 
 @app.command("log")

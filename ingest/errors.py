@@ -70,6 +70,12 @@ class InvalidSource(FloeError):
     kind = "invalid-source"
 
 
+class InvalidExportTarget(FloeError):
+    """An export's output cannot be written where it was asked (e.g. a directory holding something else)."""
+
+    kind = "invalid-export-target"
+
+
 class CommitConflict(FloeError):
     """A commit that cannot be reconciled with what another writer committed.
 
