@@ -94,3 +94,21 @@ class WriterClosed(FloeError):
     """A writer that has committed (or failed) cannot stage more changes."""
 
     kind = "writer-closed"
+
+
+class InvalidSearch(FloeError):
+    """A search (or API request) that floe refuses: malformed bbox, datetime, CQL2, sortby, token or limit."""
+
+    kind = "invalid-search"
+
+
+class CollectionNotFound(FloeError):
+    """No collection of that id exists at the ref searched."""
+
+    kind = "collection-not-found"
+
+
+class ItemNotFound(FloeError):
+    """No item of that id exists in the collection at the ref searched."""
+
+    kind = "item-not-found"
