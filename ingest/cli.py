@@ -472,7 +472,7 @@ def search(  # noqa: PLR0917 - typer maps parameters to options
     count = 0
     with _errors():
         repository = _open(ctx)
-        engine = SearchEngine(repository, max_limit=repository.settings.api.max_limit)
+        engine = SearchEngine(repository, max_limit=repository.settings.api.max_limit, refuse_over_limit=True)
         for item in engine.iter_items(request, ref, max_items=max_items):
             sys.stdout.write(json.dumps(item, separators=(",", ":")) + "\n")
             count += 1

@@ -51,8 +51,10 @@ class ApiSettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
-    # A search asking for more items per page is refused (400), not cropped silently.
+    # Largest page a search returns. A larger limit gets max_limit items (OGC API Features: "SHALL NOT result in
+    # an error"), or, with refuse_over_limit, a 400 that says so.
     max_limit: int = Field(default=10_000, ge=1)
+    refuse_over_limit: bool = False
     # Decoded columns of data files kept in memory across requests (data files never change).
     cache_mb: int = Field(default=256, ge=0)
 

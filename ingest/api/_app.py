@@ -15,7 +15,7 @@ from urllib.parse import quote, unquote, urlencode
 import attr
 import orjson
 from fastapi import FastAPI, Query, Request
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, field_validator, model_validator
 from stac_fastapi.api.app import StacApi
 from stac_fastapi.api.errors import DEFAULT_STATUS_CODES
 from stac_fastapi.api.models import (
@@ -83,6 +83,19 @@ class SearchGetRequest(BaseSearchGetRequest):
 class SearchPostRequest(BaseSearchPostRequest):
     limit: PositiveInt | None = Field(10, description=_LIMIT_HELP)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fields_not_null(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "fields" in data and data["fields"] is None:
+            raise ValueError("fields must be an object {include: [...], exclude: [...]}, not null")
+        return data
+
+    @field_validator("collections", "ids", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        # Clients send one id as a plain string (or ids joined by commas): accept it as the list it means.
+        return [part for part in value.split(",") if part] if isinstance(value, str) else value
+
 
 @attr.s
 class ItemsGetRequest(ItemCollectionUri):
@@ -93,10 +106,14 @@ def _snapshot(request: Request) -> str:
     return request.scope[SCOPE_SNAPSHOT]
 
 
-def _fields(value: Any) -> tuple[set[str], set[str]]:
-    """GET ``fields=id,-properties.x`` or POST ``{"include": [...], "exclude": [...]}`` -> (include, exclude)."""
+def _fields(value: Any) -> tuple[set[str], set[str], bool]:
+    """GET ``fields=id,-properties.x`` or POST ``{"include": [...], "exclude": [...]}``.
+
+    Returns (include, exclude, include_given): an ``include`` member that is
+    present but empty asks for the default field set.
+    """
     if value is None:
-        return set(), set()
+        return set(), set(), False
     if isinstance(value, list | tuple | set):
         include, exclude = set(), set()
         for entry in value:
@@ -105,12 +122,15 @@ def _fields(value: Any) -> tuple[set[str], set[str]]:
                 exclude.add(text[1:])
             elif text:
                 include.add(text.lstrip("+"))
-        return include, exclude
-    return set(getattr(value, "include", None) or ()), set(getattr(value, "exclude", None) or ())
+        return include, exclude, False
+    given = "include" in getattr(value, "model_fields_set", set())
+    return set(getattr(value, "include", None) or ()), set(getattr(value, "exclude", None) or ()), given
 
 
-# What the fields extension always keeps, so a trimmed item is still a usable Feature.
-_ALWAYS = ("type", "stac_version", "id", "collection", "links")
+# What the fields extension always keeps, so a trimmed item is still an identifiable Feature.
+_ALWAYS = ("type", "stac_version", "id", "collection")
+# The default set when ``include`` is given but empty.
+_DEFAULT = (*_ALWAYS, "geometry", "bbox", "links", "assets", "properties.datetime")
 
 
 def _pick(item: dict[str, Any], path: list[str]) -> tuple[bool, Any]:
@@ -136,16 +156,21 @@ def _drop(target: dict[str, Any], path: list[str]) -> None:
     target.pop(path[-1], None)
 
 
-def apply_fields(item: dict[str, Any], include: set[str], exclude: set[str]) -> dict[str, Any]:
-    """The fields extension: keep only ``include`` (plus the members every Feature needs), then drop ``exclude``."""
-    if include:
+def apply_fields(
+    item: dict[str, Any], include: set[str], exclude: set[str], include_given: bool = False
+) -> dict[str, Any]:
+    """The fields extension: keep ``include`` (or the default set), then drop ``exclude`` unless included."""
+    if include or include_given:
         trimmed: dict[str, Any] = {}
-        for path in [*_ALWAYS, *sorted(include - exclude)]:
+        for path in [*_ALWAYS, *sorted(include)] if include else _DEFAULT:
             found, value = _pick(item, path.split("."))
             if found:
                 _put(trimmed, path.split("."), value)
         item = trimmed
-    for path in exclude - set(_ALWAYS):
+    for path in exclude:
+        # An include of the same or a deeper path wins over the exclude.
+        if path in _ALWAYS or any(kept == path or kept.startswith(path + ".") for kept in include):
+            continue
         _drop(item, path.split("."))
     return item
 
@@ -210,8 +235,8 @@ class FloeClient(BaseCoreClient):
         next_link: dict[str, Any] | None = None,
     ) -> Response:
         base = self._base(request)
-        include, exclude = _fields(fields)
-        features = [apply_fields(self._item_links(base, item), include, exclude) for item in page.items]
+        include, exclude, include_given = _fields(fields)
+        features = [apply_fields(self._item_links(base, item), include, exclude, include_given) for item in page.items]
         links: list[dict[str, Any]] = [
             {"rel": "root", "type": "application/json", "href": f"{base}/"},
             {"rel": "self", "type": GEOJSON, "href": str(request.url)},
@@ -242,7 +267,6 @@ class FloeClient(BaseCoreClient):
         page["id"] = f"floe-{ref}" if ref else "floe"
         page["title"] = f"floe at {ref}" if ref else "floe"
         page["description"] = f"A floe repository at snapshot {_snapshot(request)}" + (f" ({ref})" if ref else "")
-        page["links"] = [*page["links"], {"rel": "search", "type": GEOJSON, "method": "POST", "href": f"{base}/search"}]
         for collection_id in self.engine.collections(_snapshot(request)):
             page["links"].append(
                 {
@@ -440,6 +464,7 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
     engine = SearchEngine(
         repository,
         max_limit=max_limit if max_limit is not None else api_settings.max_limit,
+        refuse_over_limit=api_settings.refuse_over_limit,
         cache_mb=cache_mb if cache_mb is not None else api_settings.cache_mb,
     )
     # Conformance: what floe implements on /search (the items endpoint pages, but neither filters nor sorts).

@@ -44,6 +44,7 @@ from pyiceberg.types import (
     DoubleType,
     FloatType,
     IntegerType,
+    ListType,
     LongType,
     PrimitiveType,
     StringType,
@@ -123,8 +124,12 @@ def _short(value: Any) -> str:
     return repr(text if len(text) <= 200 else text[:200] + "...")
 
 
-def query_to_cql2(query: dict[str, Any] | str | None) -> dict[str, Any] | None:
-    """The query extension (``{"prop": {"op": value}}``) as an equivalent cql2-json expression."""
+def query_to_cql2(query: dict[str, Any] | str | None, schema: Schema | None = None) -> dict[str, Any] | None:
+    """The query extension (``{"prop": {"op": value}}``) as an equivalent cql2-json expression.
+
+    Like other STAC APIs, numbers given as strings compare as numbers on numeric
+    columns, and ``in`` on a list-valued column means "shares a value with".
+    """
     if query is None or query in ({}, ""):
         return None
     if isinstance(query, str):
@@ -139,8 +144,18 @@ def query_to_cql2(query: dict[str, Any] | str | None) -> dict[str, Any] | None:
         if not isinstance(conditions, dict) or not conditions:
             raise InvalidSearch(f"query on {name!r} must be an object of operators, e.g. {{'lt': 20}}")
         prop = {"property": name}
-        for op, value in conditions.items():
-            if op in _QUERY_OPS:
+        column = (
+            schema.find_field(column_of(name))
+            if schema is not None and column_of(name) in schema.column_names
+            else None
+        )
+        numeric = column is not None and isinstance(column.field_type, DoubleType | FloatType | LongType | IntegerType)
+        is_list = column is not None and isinstance(column.field_type, ListType)
+        for op, raw in conditions.items():
+            value = _number(raw) if numeric else raw
+            if op == "in" and is_list and isinstance(value, list):
+                parts.append({"op": "a_overlaps", "args": [prop, value]})
+            elif op in _QUERY_OPS:
                 parts.append({"op": _QUERY_OPS[op], "args": [prop, value]})
             elif op == "in":
                 if not isinstance(value, list):
@@ -158,6 +173,17 @@ def query_to_cql2(query: dict[str, Any] | str | None) -> dict[str, Any] | None:
                     "startsWith, endsWith, contains"
                 )
     return parts[0] if len(parts) == 1 else {"op": "and", "args": parts}
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_number(element) for element in value]
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def and_expressions(expressions: list[cql2.Expr]) -> cql2.Expr | None:

@@ -297,9 +297,17 @@ def _bounds_overlap(geometry: Any) -> BooleanExpression:
 class SearchEngine:
     """STAC search over a floe repository at any ref."""
 
-    def __init__(self, repository: Repository, *, max_limit: int = MAX_LIMIT, cache_mb: int = DEFAULT_CACHE_MB) -> None:
+    def __init__(
+        self,
+        repository: Repository,
+        *,
+        max_limit: int = MAX_LIMIT,
+        refuse_over_limit: bool = False,
+        cache_mb: int = DEFAULT_CACHE_MB,
+    ) -> None:
         self.repository = repository
         self.max_limit = max_limit
+        self.refuse_over_limit = refuse_over_limit
         self.arrays_url = repository.location.join(ARRAYS_DIR)
         self._states: OrderedDict[str, SnapshotState] = OrderedDict()
         self.cache_bytes = cache_mb * 1_000_000
@@ -493,7 +501,11 @@ class SearchEngine:
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise InvalidSearch(f"limit {limit!r} must be a positive integer")
         if limit > self.max_limit:
-            raise InvalidSearch(f"limit {limit} exceeds the maximum of {self.max_limit} items per page")
+            if not self.refuse_over_limit:
+                # OGC API Features: a limit above the maximum is no error; the maximum applies.
+                limit = request.limit = self.max_limit
+            else:
+                raise InvalidSearch(f"limit {limit} exceeds the maximum of {self.max_limit} items per page")
         if request.bbox is not None and request.intersects is not None:
             raise InvalidSearch("bbox and intersects are mutually exclusive: give one of them")
         exact: BooleanExpression = AlwaysTrue()
@@ -522,7 +534,7 @@ class SearchEngine:
         if intersects is not None:
             geometries.append(intersects)
         filters = [parse_filter(request.filter, request.filter_lang)]
-        query = query_to_cql2(request.query)
+        query = query_to_cql2(request.query, state.schema)
         if query is not None:
             filters.append(parse_filter(query, "cql2-json"))
         expression = and_expressions([part for part in filters if part is not None])
@@ -737,7 +749,7 @@ class SearchEngine:
                 continue
             items = self._items(state.snapshot_id, self._rows(path, rows))
             for row, item in zip(rows, items, strict=True):
-                if plan.residual.matches(item):
+                if _matches(plan.residual, item):
                     found.append(item)
                     if len(found) >= limit:
                         return self._finish(state, plan, found, index, int(row) + 1, None)
@@ -768,7 +780,7 @@ class SearchEngine:
             if plan.residual is not None and matched.num_rows:
                 rows = matched.column(_ROW).to_numpy()
                 items = self._items(state.snapshot_id, self._rows(path, rows))
-                mask = [plan.residual.matches(item) for item in items]
+                mask = [_matches(plan.residual, item) for item in items]
                 matched = matched.filter(pa.array(mask, type=pa.bool_()))
             if matched.num_rows:
                 keys.append(
@@ -818,6 +830,14 @@ class SearchEngine:
 
 
 _TIME_COLUMNS = ("datetime", "start_datetime", "end_datetime")
+
+
+def _matches(expression: cql2.Expr, item: dict[str, Any]) -> bool:
+    """Whether ``item`` matches; an expression that cannot be decided for it (a missing property) does not."""
+    try:
+        return bool(expression.matches(item))
+    except Exception:  # noqa: BLE001 - cql2 raises bare Exception when a property is absent or types clash
+        return False
 
 
 def _render_micros(micros: int) -> str:
