@@ -9,13 +9,13 @@ from the request scope. Unknown refs answer 404 before any route runs.
 """
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote, unquote, urlencode
 
 import attr
 import orjson
 from fastapi import FastAPI, Query, Request
-from pydantic import Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
 from stac_fastapi.api.app import StacApi
 from stac_fastapi.api.errors import DEFAULT_STATUS_CODES
 from stac_fastapi.api.models import (
@@ -34,6 +34,7 @@ from stac_fastapi.extensions import (
 from stac_fastapi.extensions.fields.fields import FieldsConformanceClasses
 from stac_fastapi.extensions.filter import FilterConformanceClasses
 from stac_fastapi.extensions.filter.client import BaseFiltersClient
+from stac_fastapi.extensions.filter.request import FilterExtensionPostRequest
 from stac_fastapi.extensions.query.query import QueryConformanceClasses
 from stac_fastapi.extensions.sort import SortConformanceClasses
 from stac_fastapi.types.config import ApiSettings
@@ -100,6 +101,20 @@ class SearchPostRequest(BaseSearchPostRequest):
 @attr.s
 class ItemsGetRequest(ItemCollectionUri):
     limit: Annotated[PositiveInt | None, Query(description=_LIMIT_HELP)] = attr.ib(default=10)
+
+
+class FilterPostRequest(FilterExtensionPostRequest):
+    """The filter extension's POST fields, accepting cql2-text too (the language is inferred when not given)."""
+
+    filter_expr: dict[str, Any] | str | None = Field(None, alias="filter", description="A CQL2 filter.")
+    filter_lang: Literal["cql2-json", "cql2-text"] | None = Field(
+        None, alias="filter-lang", description="cql2-json or cql2-text (default: from the filter's form)."
+    )
+
+
+@attr.s
+class FloeFilterExtension(FilterExtension):
+    POST: type[BaseModel] = FilterPostRequest
 
 
 def _snapshot(request: Request) -> str:
@@ -371,7 +386,7 @@ class FloeClient(BaseCoreClient):
             intersects=intersects.model_dump(mode="json", exclude_none=True) if intersects is not None else None,
             datetime=search_request.datetime,
             filter=getattr(search_request, "filter_expr", None),
-            filter_lang=getattr(search_request, "filter_lang", None) or "cql2-json",
+            filter_lang=getattr(search_request, "filter_lang", None),
             query=getattr(search_request, "query", None),
             sortby=getattr(search_request, "sortby", None),
             limit=search_request.limit or 10,
@@ -479,8 +494,13 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
         FilterConformanceClasses.TEMPORAL_FUNCTIONS,
     ]
     search_extensions = [
-        FilterExtension(client=FloeFiltersClient(engine), conformance_classes=[str(c) for c in filter_classes]),
-        SortExtension(conformance_classes=[str(SortConformanceClasses.ITEM_SEARCH_SORT)]),
+        FloeFilterExtension(client=FloeFiltersClient(engine), conformance_classes=[str(c) for c in filter_classes]),
+        SortExtension(
+            conformance_classes=[
+                str(SortConformanceClasses.ITEM_SEARCH_SORT),
+                "https://api.stacspec.org/v1.0.0/item-search#sort",
+            ]
+        ),
         FieldsExtension(conformance_classes=[str(FieldsConformanceClasses.SEARCH)]),
         QueryExtension(conformance_classes=[str(QueryConformanceClasses.SEARCH)]),
         TokenPaginationExtension(),

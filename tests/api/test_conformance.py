@@ -71,6 +71,7 @@ def _validate(root_url: str) -> str:
     ]
     result = subprocess.run(
         [sys.executable, "-W", "ignore", str(Path(__file__).with_name("run_validator.py")), *arguments],
+        check=False,
         cwd=WORKTREE,
         capture_output=True,
         text=True,
