@@ -161,7 +161,11 @@ def decode_token(token: str) -> dict[str, Any]:
         payload = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     except (binascii.Error, ValueError, orjson.JSONDecodeError) as error:
         raise InvalidSearch(f"token {token!r} is not a token this server issued") from error
-    if not isinstance(payload, dict) or not isinstance(payload.get("s"), str):
+    positions_ok = isinstance(payload, dict) and all(
+        isinstance(payload.get(key, 0), int) and not isinstance(payload.get(key, 0), bool) and payload.get(key, 0) >= 0
+        for key in ("f", "r", "o")
+    )
+    if not positions_ok or not isinstance(payload.get("s"), str):
         raise InvalidSearch(f"token {token!r} is not a token this server issued")
     return payload
 

@@ -219,6 +219,8 @@ def test_paging_a_branch_while_a_writer_commits_is_consistent(world: dict) -> No
         ("/search?intersects=%7B%22type%22%3A%22Point%22%7D", None, 400, "intersects"),
         ("/search?sortby=assets", None, 400, "sort"),
         ("/search?token=not-a-token", None, 400, "token"),
+        ("/search?token=eyJzIjoiQUJDIiwiZiI6IngifQ", None, 400, "token"),
+        ("/search?token=eyJzIjoiMDAwMDAwMDAwMDAwMDAwMDAwMDAiLCJmIjowLCJyIjowfQ", None, 400, "snapshot"),
         ("/search?limit=0", None, 400, "limit"),
         ("/search?collections=nope", None, 404, "nope"),
         ("/collections/nope", None, 404, "nope"),
@@ -254,3 +256,51 @@ def test_limit_beyond_the_maximum_is_refused_when_configured(tmp_path: Path) -> 
     with pytest.raises(InvalidSearch, match="exceeds the maximum of 3"):
         SearchEngine(repository, max_limit=3, refuse_over_limit=True).search(SearchRequest(limit=4))
     assert len(SearchEngine(repository, max_limit=3).search(SearchRequest(limit=4)).items) == 3
+
+
+def test_items_point_at_their_arrays_at_the_served_snapshot(tmp_path: Path) -> None:
+    import icechunk
+    import numpy as np
+    import xarray as xr
+
+    from ingest.api import SearchEngine, SearchRequest
+    from ingest.pipeline import granule_from_item
+    from ingest.pipeline._ray import GranuleWriter
+    from ingest.sample import make_archive
+
+    root = tmp_path / "repo"
+    repository = Repository.create(root, Settings())
+    item_files = make_archive(tmp_path / "archive", granules=2, seed=5)
+    granules = [granule_from_item(json.loads(path.read_text()), str(path), path) for path in item_files]
+    for granule in granules:
+        repository.store_collection(
+            {
+                "type": "Collection",
+                "id": granule.item["collection"],
+                "description": "d",
+                "license": "other",
+                "stac_version": "1.0.0",
+                "links": [],
+                "extent": {"spatial": {"bbox": [[-180, -90, 180, 90]]}, "temporal": {"interval": [[None, None]]}},
+            }
+        )
+    outcome = GranuleWriter(str(root), Settings().model_dump(), "main").ingest(granules, "granules")
+    assert outcome.commit is not None and not outcome.rejected
+    served_snapshot = repository.resolve("main")
+    writer = repository.writer()  # a later commit: the asset must keep naming the snapshot it was served at
+    writer.add_items([make_item("later", granules[0].item["collection"])])
+    writer.commit("later")
+
+    page = SearchEngine(repository).search(
+        SearchRequest(ids=[g.item["id"] for g in granules]), snapshot_id=served_snapshot
+    )
+    assert len(page.items) == 2
+    for item in page.items:
+        asset = item["assets"]["floe:arrays"]
+        assert asset["floe:snapshot"] == served_snapshot
+        storage = icechunk.local_filesystem_storage(asset["floe:repository"])
+        session = icechunk.Repository.open(storage).readonly_session(snapshot_id=asset["floe:snapshot"])
+        opened = xr.open_zarr(session.store, group=asset["floe:group"], consolidated=False, mask_and_scale=False)
+        expected = repository.view(served_snapshot).arrays(asset["floe:group"])
+        for variable in asset["floe:variables"]:
+            assert np.array_equal(opened[variable].values, expected[variable][...])
