@@ -367,8 +367,15 @@ def arrow_to_items(table: pa.Table) -> Iterator[dict[str, Any]]:
             item["collection"] = collection
         overflow_text = overflows[row]
         if overflow_text:
-            _apply_overflow(item, json.loads(overflow_text))
+            _apply_overflow(item, _load_overflow(overflow_text))
         yield item
+
+
+def _load_overflow(text: str) -> dict[str, Any]:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)  # NaN and Infinity, which orjson refuses (written with allow_nan)
 
 
 def _apply_overflow(item: dict[str, Any], overflow: Mapping[str, Any]) -> None:
