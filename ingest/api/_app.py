@@ -282,6 +282,10 @@ class FloeClient(BaseCoreClient):
         page["id"] = f"floe-{ref}" if ref else "floe"
         page["title"] = f"floe at {ref}" if ref else "floe"
         page["description"] = f"A floe repository at snapshot {_snapshot(request)}" + (f" ({ref})" if ref else "")
+        queryables = "http://www.opengis.net/def/rel/ogc/1.0/queryables"
+        if not any(link.get("rel") == queryables for link in page["links"]):
+            # The framework adds this link only for its own FilterExtension class, by name.
+            page["links"].append({"rel": queryables, "type": "application/schema+json", "href": f"{base}/queryables"})
         for collection_id in self.engine.collections(_snapshot(request)):
             page["links"].append(
                 {
