@@ -43,7 +43,12 @@ from pyiceberg.expressions import (
     LessThanOrEqual,
     Or,
 )
-from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator, bind, extract_field_ids
+from pyiceberg.expressions.visitors import (
+    _InclusiveMetricsEvaluator,
+    _StrictMetricsEvaluator,
+    bind,
+    extract_field_ids,
+)
 from pyiceberg.io.pyarrow import expression_to_pyarrow, schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
@@ -730,12 +735,18 @@ class SearchEngine:
 
     def _page(self, state: SnapshotState, plan: _Plan, limit: int, position: tuple[int, int]) -> SearchPage:
         arrow_filter, filter_columns = self._arrow_filter(state, plan.prune)
+        # Files whose column bounds prove every row matches need no row test (e.g. a collection's partition).
+        whole = (
+            _StrictMetricsEvaluator(state.schema, plan.exact)
+            if plan.needs_rows_test and not plan.geometries and plan.residual is None
+            else None
+        )
         found: list[dict[str, Any]] = []
         start_file, start_row = position
         for index, data_file in self._candidates(state, plan, start_file):
             first_row = start_row if index == start_file else 0
             path = data_file.file_path
-            if plan.needs_rows_test:
+            if plan.needs_rows_test and not (whole is not None and whole.eval(data_file)):
                 matched = self._matching_rows(state, plan, path, arrow_filter, filter_columns, [], first_row)
                 rows = matched.column(_ROW).to_numpy()
             else:
