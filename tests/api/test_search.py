@@ -167,6 +167,9 @@ def test_tag_root_serves_exactly_the_tagged_items_after_more_commits(world: dict
     writer.commit("after the tag")
     at_tag = _ids(Client.open(world["server"].url + "/refs/v1/").search(limit=100))
     assert at_tag == tagged
+    snapshot = repository.resolve("v1")
+    assert _ids(Client.open(f"{world['server'].url}/refs/{snapshot}/").search(limit=100)) == tagged
+    assert _ids(Client.open(world["server"].url + "/refs/tag:v1/").search(limit=100, method="GET")) == tagged
     on_main = _ids(Client.open(world["server"].url + "/").search(limit=100))
     assert {f"late-{i}" for i in range(5)} <= on_main
     # Links of a ref's root stay under its prefix, so clients keep paging that ref.
