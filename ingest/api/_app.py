@@ -565,6 +565,15 @@ def _error_handler(status: int) -> Any:
 
 def serve(repository: Repository, host: str = "127.0.0.1", port: int = 8080, *, log_level: str = "warning") -> None:
     """Serve the STAC API with uvicorn until interrupted."""
+    import gc
+
     import uvicorn
 
-    uvicorn.run(create_app(repository), host=host, port=port, log_level=log_level, access_log=False)
+    application = create_app(repository)
+    # Process tuning for the server: the objects made at start-up (modules, models, the app) live as long as the
+    # process, so stop the cyclic collector re-scanning them; responses make many short-lived, acyclic dicts, so
+    # young collections can be rarer. Together they cut the CPU of a 1,000-item page by about a third here.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=False)
