@@ -307,3 +307,9 @@ def test_items_point_at_their_arrays_at_the_served_snapshot(tmp_path: Path) -> N
         expected = repository.view(served_snapshot).arrays(asset["floe:group"])
         for variable in asset["floe:variables"]:
             assert np.array_equal(opened[variable].values, expected[variable][...])
+
+
+def test_a_limit_above_the_maximum_returns_the_maximum_by_default(world: dict) -> None:
+    # OGC API Features: a larger limit "SHALL NOT result in an error"; the server's maximum (10,000) applies.
+    page = json.load(urllib.request.urlopen(world["server"].url + "/search?limit=20000"))
+    assert len(page["features"]) == len({item["id"] for item in world["repository"].view("main").items()})
