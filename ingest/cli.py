@@ -409,9 +409,15 @@ def check(
 def serve(
     ctx: typer.Context,
     host: Annotated[
-        str | None, typer.Option("--host", help="Address to listen on [default: 127.0.0.1, loopback only].")
+        str | None,
+        typer.Option(
+            "--host", help="Address to listen on (default 127.0.0.1: loopback only; api.host in the settings)."
+        ),
     ] = None,
-    port: Annotated[int | None, typer.Option("--port", "-p", min=0, max=65535, help="Port [default: 8080].")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", "-p", min=0, max=65535, help="Port (default 8080; api.port in the settings)."),
+    ] = None,
 ) -> None:
     """Serve the STAC API: the default branch at /, every branch, tag and snapshot at /refs/{ref}/."""
     from ingest.api import serve as run_server
@@ -428,7 +434,9 @@ def serve(
 @app.command()
 def search(  # noqa: PLR0917 - typer maps parameters to options
     ctx: typer.Context,
-    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id [default: main].")] = None,
+    ref: Annotated[
+        str | None, typer.Option("--ref", help="Branch, tag or snapshot id (default: the configured branch, main).")
+    ] = None,
     bbox: Annotated[
         str | None, typer.Option("--bbox", help="xmin,ymin,xmax,ymax (or 6 numbers), degrees CRS84.")
     ] = None,
@@ -447,7 +455,7 @@ def search(  # noqa: PLR0917 - typer maps parameters to options
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Items read per page.")] = 100,
     max_items: Annotated[
-        int | None, typer.Option("--max-items", min=1, help="Stop after this many items [default: all].")
+        int | None, typer.Option("--max-items", min=1, help="Stop after this many items (default: all of them).")
     ] = None,
 ) -> None:
     """Search items at a ref (the API's search engine, in-process) and print them as NDJSON on stdout."""
