@@ -37,6 +37,7 @@ from pyiceberg.expressions import (
     LessThan,
     LessThanOrEqual,
     Or,
+    StartsWith,
 )
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
@@ -292,6 +293,24 @@ def _literal(value: Any, column_type: PrimitiveType) -> tuple[bool, Any]:
     return False, None
 
 
+def _like_prefix(pattern: str) -> str | None:
+    """The prefix of a LIKE pattern of the form ``prefix%`` (no other wildcard), else None."""
+    if not pattern.endswith("%") or pattern.endswith("\\%"):
+        return None
+    prefix, escaped = [], False
+    for character in pattern[:-1]:
+        if escaped:
+            prefix.append(character)
+            escaped = False
+        elif character == "\\":
+            escaped = True
+        elif character in "%_":
+            return None
+        else:
+            prefix.append(character)
+    return None if escaped or not prefix else "".join(prefix)
+
+
 def _exact(node: Any, schema: Schema) -> BooleanExpression | None:
     """The pyiceberg expression equal to ``node`` on typed rows, or None if it has none."""
     if node is True:
@@ -333,6 +352,9 @@ def _exact(node: Any, schema: Schema) -> BooleanExpression | None:
         if low_ok and high_ok:
             return And(GreaterThanOrEqual(column, low), LessThanOrEqual(column, high))
         return None
+    if op == "like" and len(args) == 2 and isinstance(column_type, StringType) and isinstance(args[1], str):
+        prefix = _like_prefix(args[1])
+        return StartsWith(column, prefix) if prefix is not None else None
     if op == "in" and len(args) == 2 and isinstance(args[1], list) and args[1]:
         values = [_literal(value, column_type) for value in args[1]]
         if all(ok for ok, _ in values):

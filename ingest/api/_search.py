@@ -77,6 +77,7 @@ DEFAULT_LIMIT = 10
 MAX_LIMIT = 10_000
 _SNAPSHOT_CACHE = 64
 DEFAULT_CACHE_MB = 256
+_RESIDUAL_CHUNK = 256
 _ROW = "__floe_row"
 _FILE = "__floe_file"
 
@@ -762,12 +763,15 @@ class SearchEngine:
                     next_row = int(taken[-1]) + 1
                     return self._finish(state, plan, found, index, next_row, more)
                 continue
-            items = self._items(state.snapshot_id, self._rows(path, rows))
-            for row, item in zip(rows, items, strict=True):
-                if _matches(plan.residual, item):
-                    found.append(item)
-                    if len(found) >= limit:
-                        return self._finish(state, plan, found, index, int(row) + 1, None)
+            # Items are built (and matched) a chunk at a time, so a page that fills early converts little.
+            for start in range(0, len(rows), _RESIDUAL_CHUNK):
+                chunk = rows[start : start + _RESIDUAL_CHUNK]
+                items = self._items(state.snapshot_id, self._rows(path, chunk))
+                for row, item in zip(chunk, items, strict=True):
+                    if _matches(plan.residual, item):
+                        found.append(item)
+                        if len(found) >= limit:
+                            return self._finish(state, plan, found, index, int(row) + 1, None)
         return SearchPage(found, state.snapshot_id)
 
     def _finish(  # noqa: PLR0917
