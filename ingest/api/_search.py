@@ -67,7 +67,7 @@ from ingest.api._filter import (
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
 from ingest.pipeline._granules import ARRAYS_ASSET
 from ingest.repository import Repository
-from ingest.stac._rows import arrow_to_items, render_datetime
+from ingest.stac._rows import OVERFLOW, arrow_to_items, render_datetime
 from ingest.stac._validate import parse_datetime
 from ingest.storage import ARRAYS_DIR
 
@@ -126,6 +126,27 @@ class _Plan:
     residual: cql2.Expr | None
     sortby: list[SortKey]
     collections: list[str] | None
+    # For files where some row keeps a filtered property in floe:overflow (a type conflict at write time): the
+    # typed column misses those values, so such files are pruned and filtered without the translated filter,
+    # and every row is matched against the whole filter.
+    base_prune: BooleanExpression = field(default_factory=AlwaysTrue)
+    base_exact: BooleanExpression = field(default_factory=AlwaysTrue)
+    full_filter: cql2.Expr | None = None
+    property_columns: frozenset[str] = frozenset()
+
+
+@dataclass
+class _Mode:
+    """How the rows of one file are tested: what prunes, what the Arrow filter is, what cql2 matches."""
+
+    prune: BooleanExpression
+    exact: BooleanExpression
+    residual: cql2.Expr | None
+    geometries: list[Any]
+    evaluator: Any = None
+    arrow_filter: pc.Expression | None = None
+    filter_columns: dict[str, pa.DataType] = field(default_factory=dict)
+    whole: Any = None
 
     @property
     def needs_rows_test(self) -> bool:
@@ -324,6 +345,7 @@ class SearchEngine:
         self._files: OrderedDict[str, _CachedFile] = OrderedDict()
         self._cached_bytes = 0
         self._tags: dict[str, str] = {}
+        self._overflow: dict[str, frozenset[str]] = {}
         self._lock = threading.Lock()
 
     # -- refs and snapshots ------------------------------------------------------------------
@@ -549,11 +571,17 @@ class SearchEngine:
             filters.append(parse_filter(query, "cql2-json"))
         expression = and_expressions([part for part in filters if part is not None])
         translation: Translation = translate(expression, state.schema)
+        base_exact = exact
         exact = _combine(exact, translation.expression)
         geometries.extend(translation.geometries)
-        prune = exact
+        prune, base_prune = exact, base_exact
         for geometry in geometries:
             prune = _combine(prune, _bounds_overlap(geometry))
+            base_prune = _combine(base_prune, _bounds_overlap(geometry))
+        property_columns: set[str] = set()
+        if not isinstance(translation.expression, AlwaysTrue):
+            bound = bind(state.schema, translation.expression, case_sensitive=True)
+            property_columns = {state.schema.find_column_name(i).split(".")[0] for i in extract_field_ids(bound)}
         sortby = parse_sortby(request.sortby)
         for key in sortby:
             found = state.schema.find_field(key.column) if key.column in state.schema.column_names else None
@@ -573,6 +601,10 @@ class SearchEngine:
             residual=expression if translation.residual else None,
             sortby=sortby,
             collections=collections,
+            base_prune=base_prune,
+            base_exact=base_exact,
+            full_filter=expression,
+            property_columns=frozenset(property_columns - {"id", "collection"}),
         )
 
     @staticmethod
@@ -640,14 +672,62 @@ class SearchEngine:
             return pa.table({_ROW: pa.array(np.arange(cached.num_rows, dtype=np.int64))})
         return pa.table({name: cached.columns[name] for name in wanted})
 
-    def _candidates(self, state: SnapshotState, plan: _Plan, start: int = 0) -> Iterator[tuple[int, DataFile]]:
-        evaluator = None if isinstance(plan.prune, AlwaysTrue) else _InclusiveMetricsEvaluator(state.schema, plan.prune)
+    def _modes(self, state: SnapshotState, plan: _Plan) -> tuple[_Mode, _Mode]:
+        """The usual mode (the translated filter prunes and decides rows) and the one for files with overflow."""
+        modes = (
+            _Mode(plan.prune, plan.exact, plan.residual, plan.geometries),
+            _Mode(plan.base_prune, plan.base_exact, plan.full_filter, plan.geometries),
+        )
+        for mode in modes:
+            if not isinstance(mode.prune, AlwaysTrue):
+                mode.evaluator = _InclusiveMetricsEvaluator(state.schema, mode.prune)
+            mode.arrow_filter, mode.filter_columns = self._arrow_filter(state, mode.prune)
+            if mode.needs_rows_test and not mode.geometries and mode.residual is None:
+                # Files whose column bounds prove every row matches need no row test (e.g. a collection's partition).
+                mode.whole = _StrictMetricsEvaluator(state.schema, mode.exact)
+        return modes
+
+    def _overflow_keys(self, state: SnapshotState, data_file: DataFile) -> frozenset[str]:
+        """The property and top-level keys any row of a file keeps in floe:overflow (cached: files never change)."""
+        path = data_file.file_path
+        with self._lock:
+            known = self._overflow.get(path)
+        if known is not None:
+            return known
+        overflow_field = state.schema.find_field(OVERFLOW) if OVERFLOW in state.schema.column_names else None
+        null_counts = data_file.null_value_counts or {}
+        if overflow_field is None or null_counts.get(overflow_field.field_id) == data_file.record_count:
+            keys: frozenset[str] = frozenset()
+        else:
+            found: set[str] = set()
+            table = self._read(path, [OVERFLOW])
+            if OVERFLOW in table.column_names:
+                for text in pc.unique(table.column(OVERFLOW)).to_pylist():
+                    if text:
+                        document = _load_json(text)
+                        found.update(document.get("properties", {}))
+                        found.update(document.get("top", {}))
+            keys = frozenset(found)
+        with self._lock:
+            self._overflow[path] = keys
+        return keys
+
+    def _candidates(
+        self, state: SnapshotState, plan: _Plan, start: int = 0, modes: tuple[_Mode, _Mode] | None = None
+    ) -> Iterator[tuple[int, DataFile, _Mode]]:
+        usual, overflowing = modes or self._modes(state, plan)
         for index in range(start, len(state.files)):
             data_file = state.files[index]
             if data_file.record_count == 0:
                 continue
-            if evaluator is None or evaluator.eval(data_file):
-                yield index, data_file
+            # The filter-free mode prunes a superset: files it rules out are out either way, unread.
+            if overflowing.evaluator is not None and not overflowing.evaluator.eval(data_file):
+                continue
+            mode = usual
+            if plan.property_columns and plan.property_columns & self._overflow_keys(state, data_file):
+                mode = overflowing
+            if mode.evaluator is None or mode.evaluator.eval(data_file):
+                yield index, data_file, mode
 
     def _arrow_filter(
         self, state: SnapshotState, expression: BooleanExpression
@@ -661,18 +741,12 @@ class SearchEngine:
             columns[top] = state.arrow_schema.field(top).type
         return expression_to_pyarrow(bound, state.schema), columns
 
-    def _matching_rows(  # noqa: PLR0917
-        self,
-        state: SnapshotState,
-        plan: _Plan,
-        path: str,
-        arrow_filter: pc.Expression | None,
-        filter_columns: dict[str, pa.DataType],
-        extra_columns: list[str],
-        first_row: int = 0,
+    def _matching_rows(
+        self, state: SnapshotState, mode: _Mode, path: str, extra_columns: list[str], first_row: int = 0
     ) -> pa.Table:
         """Row numbers (and ``extra_columns``) of the rows of one file that pass the Arrow filter and geometry test."""
-        wanted = sorted(set(filter_columns) | set(extra_columns) | ({"geometry"} if plan.geometries else set()))
+        arrow_filter, filter_columns = mode.arrow_filter, mode.filter_columns
+        wanted = sorted(set(filter_columns) | set(extra_columns) | ({"geometry"} if mode.geometries else set()))
         table = self._read(path, wanted)
         if _ROW not in table.column_names:
             table = table.append_column(_ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
@@ -687,10 +761,10 @@ class SearchEngine:
                 table = table.append_column(name, pa.nulls(table.num_rows, state.arrow_schema.field(name).type))
         if arrow_filter is not None:
             table = table.filter(arrow_filter)
-        if plan.geometries and table.num_rows:
+        if mode.geometries and table.num_rows:
             shapes = shapely.from_wkb(table.column("geometry").to_numpy(zero_copy_only=False))
             mask = np.ones(table.num_rows, dtype=bool)
-            for geometry in plan.geometries:
+            for geometry in mode.geometries:
                 mask &= shapely.intersects(shapes, geometry)
             table = table.filter(pa.array(mask))
         return table
@@ -735,71 +809,65 @@ class SearchEngine:
         return self._page(state, plan, request.limit, position)
 
     def _page(self, state: SnapshotState, plan: _Plan, limit: int, position: tuple[int, int]) -> SearchPage:
-        arrow_filter, filter_columns = self._arrow_filter(state, plan.prune)
-        # Files whose column bounds prove every row matches need no row test (e.g. a collection's partition).
-        whole = (
-            _StrictMetricsEvaluator(state.schema, plan.exact)
-            if plan.needs_rows_test and not plan.geometries and plan.residual is None
-            else None
-        )
+        modes = self._modes(state, plan)
         found: list[dict[str, Any]] = []
         start_file, start_row = position
-        for index, data_file in self._candidates(state, plan, start_file):
+        for index, data_file, mode in self._candidates(state, plan, start_file, modes):
             first_row = start_row if index == start_file else 0
             path = data_file.file_path
-            if plan.needs_rows_test and not (whole is not None and whole.eval(data_file)):
-                matched = self._matching_rows(state, plan, path, arrow_filter, filter_columns, [], first_row)
+            if mode.needs_rows_test and not (mode.whole is not None and mode.whole.eval(data_file)):
+                matched = self._matching_rows(state, mode, path, [], first_row)
                 rows = matched.column(_ROW).to_numpy()
             else:
                 rows = np.arange(first_row, data_file.record_count, dtype=np.int64)
             if len(rows) == 0:
                 continue
-            if plan.residual is None:
+            if mode.residual is None:
                 wanted = limit - len(found)
                 taken = rows[:wanted]
                 found.extend(self._items(state.snapshot_id, self._rows(path, taken)))
                 if len(found) >= limit:
                     more = len(rows) > wanted
                     next_row = int(taken[-1]) + 1
-                    return self._finish(state, plan, found, index, next_row, more)
+                    return self._finish(state, plan, modes, found, index, next_row, more)
                 continue
             # Items are built (and matched) a chunk at a time, so a page that fills early converts little.
             for start in range(0, len(rows), _RESIDUAL_CHUNK):
                 chunk = rows[start : start + _RESIDUAL_CHUNK]
                 items = self._items(state.snapshot_id, self._rows(path, chunk))
                 for row, item in zip(chunk, items, strict=True):
-                    if _matches(plan.residual, item):
+                    if _matches(mode.residual, item):
                         found.append(item)
                         if len(found) >= limit:
-                            return self._finish(state, plan, found, index, int(row) + 1, None)
+                            return self._finish(state, plan, modes, found, index, int(row) + 1, None)
         return SearchPage(found, state.snapshot_id)
 
     def _finish(  # noqa: PLR0917
         self,
         state: SnapshotState,
         plan: _Plan,
+        modes: tuple[_Mode, _Mode],
         found: list[dict[str, Any]],
         index: int,
         next_row: int,
         more: bool | None,
     ) -> SearchPage:
         """The page, with a next token unless nothing can follow (known in the common cases, else assumed)."""
-        if more is False and not any(True for _ in self._candidates(state, plan, index + 1)):
+        if more is False and not any(True for _ in self._candidates(state, plan, index + 1, modes)):
             return SearchPage(found, state.snapshot_id)
         return SearchPage(found, state.snapshot_id, encode_token({"s": state.snapshot_id, "f": index, "r": next_row}))
 
     def _sorted_page(self, state: SnapshotState, plan: _Plan, limit: int, offset: int) -> SearchPage:
         """Sort every matching row's keys (only the key columns are read), take one page, read just those rows."""
-        arrow_filter, filter_columns = self._arrow_filter(state, plan.prune)
         columns = [key.column for key in plan.sortby]
         keys: list[pa.Table] = []
-        for index, data_file in self._candidates(state, plan):
+        for index, data_file, mode in self._candidates(state, plan):
             path = data_file.file_path
-            matched = self._matching_rows(state, plan, path, arrow_filter, filter_columns, columns)
-            if plan.residual is not None and matched.num_rows:
+            matched = self._matching_rows(state, mode, path, columns)
+            if mode.residual is not None and matched.num_rows:
                 rows = matched.column(_ROW).to_numpy()
                 items = self._items(state.snapshot_id, self._rows(path, rows))
-                mask = [_matches(plan.residual, item) for item in items]
+                mask = [_matches(mode.residual, item) for item in items]
                 matched = matched.filter(pa.array(mask, type=pa.bool_()))
             if matched.num_rows:
                 keys.append(
@@ -849,6 +917,14 @@ class SearchEngine:
 
 
 _TIME_COLUMNS = ("datetime", "start_datetime", "end_datetime")
+
+
+def _load_json(text: str) -> dict[str, Any]:
+    try:
+        document = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        document = json.loads(text)  # NaN and Infinity
+    return document if isinstance(document, dict) else {}
 
 
 def _matches(expression: cql2.Expr, item: dict[str, Any]) -> bool:
