@@ -165,7 +165,7 @@ def test_tag_root_serves_exactly_the_tagged_items_after_more_commits(world: dict
     writer = repository.writer()
     writer.add_items([make_item(f"late-{i}", "alpha") for i in range(5)])
     writer.commit("after the tag")
-    at_tag = _ids(Client.open(world["server"].url + "/refs/v1/").search(limit=100))
+    at_tag = _ids(Client.open(world["server"].url + "/refs/v1/").search(limit=7, method="POST"))
     assert at_tag == tagged
     snapshot = repository.resolve("v1")
     assert _ids(Client.open(f"{world['server'].url}/refs/{snapshot}/").search(limit=100)) == tagged
@@ -175,6 +175,12 @@ def test_tag_root_serves_exactly_the_tagged_items_after_more_commits(world: dict
     # Links of a ref's root stay under its prefix, so clients keep paging that ref.
     root = json.load(urllib.request.urlopen(world["server"].url + "/refs/v1/"))
     assert all("/refs/v1/" in link["href"] for link in root["links"] if link["rel"] in ("self", "search", "data"))
+    request = urllib.request.Request(
+        world["server"].url + "/refs/v1/search", data=b'{"limit": 2}', headers={"Content-Type": "application/json"}
+    )
+    page = json.load(urllib.request.urlopen(request))
+    hrefs = [link["href"] for link in page["links"]] + [link["href"] for f in page["features"] for link in f["links"]]
+    assert all(href.startswith(world["server"].url + "/refs/v1/") for href in hrefs)
 
 
 def test_paging_a_branch_while_a_writer_commits_is_consistent(world: dict) -> None:
