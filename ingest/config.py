@@ -46,6 +46,19 @@ class CommitSettings(BaseModel):
     snapshot_log: int = Field(default=4, ge=1)
 
 
+class ApiSettings(BaseModel):
+    """The STAC API server (`floe serve`) and the search engine behind it and `floe search`."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    # Largest page a search returns. A larger limit gets max_limit items (OGC API Features: "SHALL NOT result in
+    # an error"), or, with refuse_over_limit, a 400 that says so.
+    max_limit: int = Field(default=10_000, ge=1)
+    refuse_over_limit: bool = False
+    # Decoded columns of data files kept in memory across requests (data files never change).
+    cache_mb: int = Field(default=256, ge=0)
+
+
 class Settings(BaseSettings):
     """Everything floe can be configured with."""
 
@@ -56,6 +69,7 @@ class Settings(BaseSettings):
     batch_size: int = Field(default=1000, ge=1)
     s3: S3Settings = Field(default_factory=S3Settings)
     commit: CommitSettings = Field(default_factory=CommitSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
 
     @classmethod
     def settings_customise_sources(

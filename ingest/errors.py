@@ -112,3 +112,21 @@ class InvalidRaster(FloeError):
         self.asset = asset
         self.reason = message
         super().__init__(message)
+
+
+class InvalidSearch(FloeError):
+    """A search (or API request) that floe refuses: malformed bbox, datetime, CQL2, sortby, token or limit."""
+
+    kind = "invalid-search"
+
+
+class CollectionNotFound(FloeError):
+    """No collection of that id exists at the ref searched."""
+
+    kind = "collection-not-found"
+
+
+class ItemNotFound(FloeError):
+    """No item of that id exists in the collection at the ref searched."""
+
+    kind = "item-not-found"

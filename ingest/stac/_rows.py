@@ -325,42 +325,57 @@ def arrow_to_items(table: pa.Table) -> Iterator[dict[str, Any]]:
     if table.num_rows == 0:
         return
     names = table.column_names
+    absent: list[Any] = [None] * table.num_rows
     data = {name: table.column(name).to_pylist() for name in names if name != "geometry"}
+    for key in (*CORE_COLUMNS, *TIME_COLUMNS, *NESTED_TOP, OVERFLOW):
+        data.setdefault(key, absent)
     geometries = _geometries_from_wkb(table.column("geometry").to_pylist()) if "geometry" in names else None
     property_names = [name for name in names if name not in RESERVED]
+    head = [(key, data[key]) for key in ("type", "stac_version", "stac_extensions", "id")]
+    bboxes, collections, overflows = data["bbox"], data["collection"], data[OVERFLOW]
+    times = [(key, data[key]) for key in TIME_COLUMNS]
+    nested = [(key, data[key]) for key in NESTED_TOP]
+    properties_columns = [(key, data[key]) for key in property_names]
     for row in range(table.num_rows):
         item: dict[str, Any] = {}
-        for key in ("type", "stac_version", "stac_extensions", "id"):
-            value = data.get(key, [None] * table.num_rows)[row]
+        for key, values in head:
+            value = values[row]
             if value is not None:
                 item[key] = value
         item["geometry"] = geometries[row] if geometries is not None else None
-        bbox = data.get("bbox", [None] * table.num_rows)[row]
+        bbox = bboxes[row]
         if bbox is not None:
             item["bbox"] = [bbox["xmin"], bbox["ymin"], bbox["xmax"], bbox["ymax"]]
         properties: dict[str, Any] = {}
-        for key in TIME_COLUMNS:
-            value = data.get(key, [None] * table.num_rows)[row]
+        for key, values in times:
+            value = values[row]
             if value is not None:
                 properties[key] = render_datetime(value)
             elif key == "datetime":
                 properties[key] = None
-        for key in property_names:
-            value = data[key][row]
+        for key, values in properties_columns:
+            value = values[row]
             if value is not None:
                 properties[key] = strip_nulls(value)
         item["properties"] = properties
-        for key in NESTED_TOP:
-            value = data.get(key, [None] * table.num_rows)[row]
+        for key, values in nested:
+            value = values[row]
             if value is not None:
                 item[key] = strip_nulls(value)
-        collection = data.get("collection", [None] * table.num_rows)[row]
+        collection = collections[row]
         if collection is not None:
             item["collection"] = collection
-        overflow_text = data.get(OVERFLOW, [None] * table.num_rows)[row]
+        overflow_text = overflows[row]
         if overflow_text:
-            _apply_overflow(item, json.loads(overflow_text))
+            _apply_overflow(item, _load_overflow(overflow_text))
         yield item
+
+
+def _load_overflow(text: str) -> dict[str, Any]:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)  # NaN and Infinity, which orjson refuses (written with allow_nan)
 
 
 def _apply_overflow(item: dict[str, Any], overflow: Mapping[str, Any]) -> None:

@@ -1,0 +1,20 @@
+"""The STAC API: a stac-fastapi application over any ref, and the search engine behind it and `floe search`."""
+
+from typing import Any
+
+from ingest.api._search import MAX_LIMIT, SearchEngine, SearchPage, SearchRequest, SortKey
+
+__all__ = ["MAX_LIMIT", "SearchEngine", "SearchPage", "SearchRequest", "SortKey", "create_app", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    # The web stack (stac-fastapi, FastAPI) loads only when an application is wanted, not for `floe search`.
+    if name in ("create_app", "serve"):
+        import logging
+
+        # stac-fastapi warns at import time that its title/description settings are defaults; floe sets its own.
+        logging.getLogger("stac_fastapi.types.config").setLevel(logging.ERROR)
+        from ingest.api import _app
+
+        return getattr(_app, name)
+    raise AttributeError(name)

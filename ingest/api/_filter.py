@@ -1,0 +1,363 @@
+"""CQL2 filters and the query extension: parse, and translate what maps exactly to Iceberg expressions.
+
+A filter is evaluated in two parts. The conjuncts that map *exactly* onto typed
+columns (comparisons, ``in``, ``between`` of a column with a literal of the
+column's own type) become one pyiceberg expression: Iceberg prunes files with
+it, and the same expression, turned into an Arrow filter, decides rows. Spatial
+``s_intersects(geometry, <literal>)`` conjuncts become geometries tested with
+shapely. Anything else (``like``, ``not``, temporal functions, property
+comparisons, ...) leaves a *residual*: the whole expression is then matched
+against each candidate item with the ``cql2`` package, so results are exact
+whatever the translation covered.
+
+A literal whose type differs from its column's is never translated: rows whose
+value conflicted with the column's type keep it in ``floe:overflow`` (their
+typed cell is null), and only the residual match sees those values.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import cql2
+import shapely
+import shapely.geometry
+from pyiceberg.expressions import (
+    AlwaysFalse,
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+    LessThanOrEqual,
+    Or,
+    StartsWith,
+)
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    BooleanType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    ListType,
+    LongType,
+    PrimitiveType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+)
+
+from ingest.errors import InvalidSearch
+from ingest.stac._validate import parse_datetime
+
+FILTER_LANGS = ("cql2-text", "cql2-json")
+PROPERTIES_PREFIX = "properties."
+# Top-level item members with a column of their own; everything else is a property.
+TOP_LEVEL = ("id", "collection")
+_COMPARISONS = {"=": EqualTo, "<": LessThan, "<=": LessThanOrEqual, ">": GreaterThan, ">=": GreaterThanOrEqual}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_QUERY_OPS = {"eq": "=", "neq": "<>", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
+
+
+def parse_filter(value: str | dict[str, Any] | None, lang: str | None = None) -> cql2.Expr | None:
+    """Parse a CQL2 filter (text or JSON; ``lang`` defaults from the value's form) into a validated expression."""
+    if value is None or value in ("", {}):
+        return None
+    if lang is not None and lang not in FILTER_LANGS:
+        raise InvalidSearch(f"filter-lang {lang!r} is not supported: use cql2-text or cql2-json")
+    if lang is None:
+        lang = "cql2-json" if isinstance(value, dict) else "cql2-text"
+    try:
+        if lang == "cql2-json":
+            document = json.loads(value) if isinstance(value, str) else value
+            if not isinstance(document, dict):
+                raise InvalidSearch(f"invalid cql2-json filter {value!r}: expected a JSON object")
+            expression = cql2.Expr(document)
+        else:
+            if not isinstance(value, str):
+                raise InvalidSearch(
+                    "a cql2-text filter must be a string (send JSON filters with filter-lang=cql2-json)"
+                )
+            expression = cql2.parse_text(value)
+        _check_operators(expression.to_json())
+    except InvalidSearch:
+        raise
+    except (ValueError, Exception) as error:
+        text = " ".join(str(error).split())
+        raise InvalidSearch(f"invalid {lang} filter {_short(value)}: {text}") from error
+    return expression
+
+
+# Every operator and function of CQL2 that the cql2 package evaluates. Checking names here is enough:
+# the parser checks syntax and arities, and Expr.validate (a JSON-schema check) costs ~100 ms per call.
+KNOWN_OPERATORS = frozenset(
+    (
+        "and", "or", "not", "=", "<>", "<", "<=", ">", ">=", "like", "between", "in", "isNull",
+        "s_intersects", "s_equals", "s_disjoint", "s_touches", "s_within", "s_overlaps", "s_crosses", "s_contains",
+        "t_after", "t_before", "t_contains", "t_disjoint", "t_during", "t_equals", "t_finishedBy", "t_finishes",
+        "t_intersects", "t_meets", "t_metBy", "t_overlappedBy", "t_overlaps", "t_startedBy", "t_starts",
+        "a_equals", "a_contains", "a_containedBy", "a_overlaps", "casei", "accenti",
+        "+", "-", "*", "/", "%", "^", "div",
+    )
+)  # fmt: skip
+
+
+def _check_operators(node: Any) -> None:
+    if isinstance(node, list):
+        for element in node:
+            _check_operators(element)
+    elif isinstance(node, dict):
+        op = node.get("op")
+        if op is not None and op not in KNOWN_OPERATORS:
+            raise InvalidSearch(f"unknown CQL2 operator or function {op!r}")
+        for value in node.get("args", []) if op is not None else ():
+            _check_operators(value)
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return repr(text if len(text) <= 200 else text[:200] + "...")
+
+
+def query_to_cql2(query: dict[str, Any] | str | None, schema: Schema | None = None) -> dict[str, Any] | None:
+    """The query extension (``{"prop": {"op": value}}``) as an equivalent cql2-json expression.
+
+    Like other STAC APIs, numbers given as strings compare as numbers on numeric
+    columns, and ``in`` on a list-valued column means "shares a value with".
+    """
+    if query is None or query in ({}, ""):
+        return None
+    if isinstance(query, str):
+        try:
+            query = json.loads(query)
+        except json.JSONDecodeError as error:
+            raise InvalidSearch(f"query {query!r} is not JSON: {error}") from error
+    if not isinstance(query, dict):
+        raise InvalidSearch("query must be a JSON object of {property: {operator: value}}")
+    parts: list[dict[str, Any]] = []
+    for name, conditions in query.items():
+        if not isinstance(conditions, dict) or not conditions:
+            raise InvalidSearch(f"query on {name!r} must be an object of operators, e.g. {{'lt': 20}}")
+        prop = {"property": name}
+        column = (
+            schema.find_field(column_of(name))
+            if schema is not None and column_of(name) in schema.column_names
+            else None
+        )
+        numeric = column is not None and isinstance(column.field_type, DoubleType | FloatType | LongType | IntegerType)
+        is_list = column is not None and isinstance(column.field_type, ListType)
+        for op, raw in conditions.items():
+            value = _number(raw) if numeric else raw
+            if op == "in" and is_list and isinstance(value, list):
+                parts.append({"op": "a_overlaps", "args": [prop, value]})
+            elif op in _QUERY_OPS:
+                parts.append({"op": _QUERY_OPS[op], "args": [prop, value]})
+            elif op == "in":
+                if not isinstance(value, list):
+                    raise InvalidSearch(f"query {name!r} 'in' needs a list of values")
+                parts.append({"op": "in", "args": [prop, value]})
+            elif op in ("startsWith", "endsWith", "contains"):
+                if not isinstance(value, str):
+                    raise InvalidSearch(f"query {name!r} {op!r} needs a string")
+                escaped = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                pattern = {"startsWith": f"{escaped}%", "endsWith": f"%{escaped}", "contains": f"%{escaped}%"}[op]
+                parts.append({"op": "like", "args": [prop, pattern]})
+            else:
+                raise InvalidSearch(
+                    f"query operator {op!r} on {name!r} is not supported: use eq, neq, lt, lte, gt, gte, in, "
+                    "startsWith, endsWith, contains"
+                )
+    return parts[0] if len(parts) == 1 else {"op": "and", "args": parts}
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_number(element) for element in value]
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def and_expressions(expressions: list[cql2.Expr]) -> cql2.Expr | None:
+    if not expressions:
+        return None
+    if len(expressions) == 1:
+        return expressions[0]
+    return cql2.Expr({"op": "and", "args": [expression.to_json() for expression in expressions]})
+
+
+def timestamp_micros(value: datetime) -> int:
+    """Microseconds since the epoch: what pyiceberg binds to timestamp columns without parsing text."""
+    return (value - _EPOCH) // timedelta(microseconds=1)
+
+
+def column_of(name: str) -> str:
+    """The table column a STAC property path names (``properties.x`` and ``x`` are the same)."""
+    return name[len(PROPERTIES_PREFIX) :] if name.startswith(PROPERTIES_PREFIX) else name
+
+
+@dataclass
+class Translation:
+    """What a filter became: an exact Iceberg expression, geometries to intersect, and whether a residual remains."""
+
+    expression: BooleanExpression = field(default_factory=AlwaysTrue)
+    geometries: list[Any] = field(default_factory=list)
+    residual: bool = False
+
+
+def translate(expression: cql2.Expr | None, schema: Schema) -> Translation:
+    """Split ``expression`` into exactly translated conjuncts and a residual (see the module docstring)."""
+    result = Translation()
+    if expression is None:
+        return result
+    for conjunct in _conjuncts(expression.to_json()):
+        geometry = _spatial(conjunct)
+        if geometry is not None:
+            result.geometries.append(geometry)
+            continue
+        exact = _exact(conjunct, schema)
+        if exact is None:
+            result.residual = True
+        else:
+            result.expression = exact if isinstance(result.expression, AlwaysTrue) else And(result.expression, exact)
+    return result
+
+
+def _conjuncts(node: Any) -> list[Any]:
+    if isinstance(node, dict) and node.get("op") == "and":
+        return [part for argument in node.get("args", []) for part in _conjuncts(argument)]
+    return [node]
+
+
+def _spatial(node: Any) -> Any | None:
+    """``s_intersects(geometry, <GeoJSON or bbox literal>)`` -> the literal as a shapely geometry."""
+    if not isinstance(node, dict) or node.get("op") != "s_intersects":
+        return None
+    args = node.get("args") or []
+    if len(args) != 2:
+        return None
+    prop, literal = args
+    if isinstance(literal, dict) and "property" in literal:
+        prop, literal = literal, prop
+    if not (isinstance(prop, dict) and prop.get("property") == "geometry" and isinstance(literal, dict)):
+        return None
+    try:
+        if "bbox" in literal:
+            box = literal["bbox"]
+            return shapely.box(box[0], box[1], box[-2], box[-1]) if len(box) in (4, 6) else None
+        if ("type" in literal and "coordinates" in literal) or literal.get("type") == "GeometryCollection":
+            return shapely.geometry.shape(literal)
+    except (ValueError, TypeError, KeyError, IndexError, shapely.errors.GEOSException):
+        return None
+    return None
+
+
+def _column_type(name: str, schema: Schema) -> tuple[str, PrimitiveType] | None:
+    column = column_of(name)
+    if column in ("geometry", "bbox", "floe:overflow", "assets", "links", "stac_extensions"):
+        return None
+    found = schema.find_field(column) if column in schema.column_names else None
+    if found is None or not isinstance(found.field_type, PrimitiveType):
+        return None
+    return column, found.field_type
+
+
+def _literal(value: Any, column_type: PrimitiveType) -> tuple[bool, Any]:
+    """(ok, value for pyiceberg) if ``value`` has exactly the column's JSON type."""
+    if isinstance(column_type, StringType):
+        return isinstance(value, str), value
+    if isinstance(column_type, DoubleType | FloatType):
+        return isinstance(value, int | float) and not isinstance(value, bool), float(value) if value is not None else 0
+    if isinstance(column_type, LongType | IntegerType):
+        if isinstance(value, float) and value.is_integer():
+            return True, int(value)
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if isinstance(column_type, BooleanType):
+        return isinstance(value, bool), value
+    if isinstance(column_type, TimestamptzType | TimestampType):
+        if isinstance(value, dict) and isinstance(value.get("timestamp"), str):
+            try:
+                return True, timestamp_micros(parse_datetime(value["timestamp"]))
+            except ValueError:
+                return False, None
+        return False, None
+    return False, None
+
+
+def _like_prefix(pattern: str) -> str | None:
+    """The prefix of a LIKE pattern of the form ``prefix%`` (no other wildcard), else None."""
+    if not pattern.endswith("%") or pattern.endswith("\\%"):
+        return None
+    prefix, escaped = [], False
+    for character in pattern[:-1]:
+        if escaped:
+            prefix.append(character)
+            escaped = False
+        elif character == "\\":
+            escaped = True
+        elif character in "%_":
+            return None
+        else:
+            prefix.append(character)
+    return None if escaped or not prefix else "".join(prefix)
+
+
+def _exact(node: Any, schema: Schema) -> BooleanExpression | None:
+    """The pyiceberg expression equal to ``node`` on typed rows, or None if it has none."""
+    if node is True:
+        return AlwaysTrue()
+    if node is False:
+        return AlwaysFalse()
+    if not isinstance(node, dict):
+        return None
+    op = node.get("op")
+    args = node.get("args") or []
+    if op == "or":
+        parts = [_exact(argument, schema) for argument in args]
+        if not parts or any(part is None for part in parts):
+            return None
+        combined = parts[0]
+        for part in parts[1:]:
+            combined = Or(combined, part)
+        return combined
+    if op == "and":
+        parts = [_exact(argument, schema) for argument in args]
+        if not parts or any(part is None for part in parts):
+            return None
+        combined = parts[0]
+        for part in parts[1:]:
+            combined = And(combined, part)
+        return combined
+    if not args or not isinstance(args[0], dict) or "property" not in args[0]:
+        return None
+    typed = _column_type(str(args[0]["property"]), schema)
+    if typed is None:
+        return None
+    column, column_type = typed
+    if op in _COMPARISONS and len(args) == 2:
+        ok, value = _literal(args[1], column_type)
+        return _COMPARISONS[op](column, value) if ok else None
+    if op == "between" and len(args) == 3:
+        low_ok, low = _literal(args[1], column_type)
+        high_ok, high = _literal(args[2], column_type)
+        if low_ok and high_ok:
+            return And(GreaterThanOrEqual(column, low), LessThanOrEqual(column, high))
+        return None
+    if op == "like" and len(args) == 2 and isinstance(column_type, StringType) and isinstance(args[1], str):
+        prefix = _like_prefix(args[1])
+        return StartsWith(column, prefix) if prefix is not None else None
+    if op == "in" and len(args) == 2 and isinstance(args[1], list) and args[1]:
+        values = [_literal(value, column_type) for value in args[1]]
+        if all(ok for ok, _ in values):
+            return In(column, [value for _, value in values])
+        return None
+    return None

@@ -1,0 +1,57 @@
+"""A real `floe serve` (uvicorn) on 127.0.0.1 for the API tests, stopped by its pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.conftest import free_port
+
+WORKTREE = Path(__file__).resolve().parents[2]
+
+
+class FloeServer:
+    def __init__(self, root: Path | str, *, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = Path(str(root) + f".serve-{self.port}.log")
+        command = [
+            sys.executable,
+            "-c",
+            "from ingest.cli import app; app()",
+            "--root",
+            str(root),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                command, cwd=WORKTREE, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(self.url + "/conformance", timeout=2)
+                return
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(f"floe serve did not start: {self.log.read_text()[-2000:]}") from None
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=5)
