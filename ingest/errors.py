@@ -94,3 +94,22 @@ class WriterClosed(FloeError):
     """A writer that has committed (or failed) cannot stage more changes."""
 
     kind = "writer-closed"
+
+
+# -- lifecycle (gc, check, replicate) ----------------------------------------------------------
+class InvalidDuration(FloeError):
+    """A duration floe cannot parse (expected a number and a unit: 0s, 30m, 24h, 90d)."""
+
+    kind = "invalid-duration"
+
+
+class UnreadableTableFile(FloeError):
+    """A table file that a live version needs is missing or cannot be parsed; gc and replicate stop."""
+
+    kind = "unreadable-table-file"
+
+
+class ReplicationFailed(FloeError):
+    """The target of a replication did not verify; its refs were not moved."""
+
+    kind = "replication-failed"
