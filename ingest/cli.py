@@ -460,7 +460,7 @@ def gc_command(
     verb = "would delete" if dry_run else "deleted"
     if dry_run:
         for path, size in report.deleted:
-            stdout.print(f"{path}\t{size}", highlight=False, soft_wrap=True)
+            typer.echo(f"{path}\t{size}")  # plain tab-separated lines, for scripts
     if expire is not None:
         stderr.print(
             "expiry skipped in a dry run (the live set leaves out what it would drop)"
