@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ingest import Repository
+from ingest.errors import CorruptRepository
 from ingest.lifecycle._store import RootFiles
 
 
@@ -26,11 +27,13 @@ def expected_live(repository: Repository) -> set[str]:
     """The live set, computed independently: every version in any ref's history, loaded as a pyiceberg Table."""
     files = RootFiles(repository.location)
     live: set[str] = set()
-    snapshots = {info.id for ref in repository.refs() for info in repository.icechunk.ancestry(snapshot_id=ref.snapshot_id)}
+    snapshots = {
+        info.id for ref in repository.refs() for info in repository.icechunk.ancestry(snapshot_id=ref.snapshot_id)
+    }
     for snapshot_id in snapshots:
         try:
             location = repository.metadata_location_of(snapshot_id)
-        except Exception:  # noqa: BLE001 - Icechunk's root snapshot has no pointer
+        except CorruptRepository:  # Icechunk's root snapshot has no pointer
             continue
         live.add(location)
         table = repository.catalog.load_at(location)
@@ -38,5 +41,7 @@ def expected_live(repository: Repository) -> set[str]:
             live.add(snapshot.manifest_list)
             for manifest in snapshot.manifests(repository.io):
                 live.add(manifest.manifest_path)
-                live.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(repository.io, discard_deleted=False))
+                live.update(
+                    e.data_file.file_path for e in manifest.fetch_manifest_entry(repository.io, discard_deleted=False)
+                )
     return {files.relative(location) for location in live}

@@ -18,10 +18,11 @@ def arrays_asset(group: str) -> dict[str, Any]:
 
 
 def commit_with_arrays(repository: Repository, item_id: str, value: int, collection: str = "c") -> str:
-    """One commit: an item whose 64x64 array (big enough to be a chunk object of its own) lives in its group."""
+    """One commit: an item whose 64x64 array (random, so too big to inline: a chunk object of its own) in its group."""
     writer = repository.writer()
     group = writer.item_group(collection, item_id)
-    group.create_array("band", shape=(64, 64), chunks=(64, 64), dtype="int32")[:] = np.full((64, 64), value)
+    pixels = np.random.default_rng(value).integers(0, 2**31 - 1, size=(64, 64), dtype="int32")
+    group.create_array("band", shape=(64, 64), chunks=(64, 64), dtype="int32")[:] = pixels
     item = make_item(item_id, collection, value=value)
     item["assets"]["floe:arrays"] = arrays_asset(f"{collection}/{item_id}")
     writer.add_item(item)

@@ -12,8 +12,10 @@ from typer.testing import CliRunner
 
 from ingest import Repository, Settings
 from ingest.cli import app
-from ingest.lifecycle import gc, parse_duration
 from ingest.errors import InvalidDuration
+from ingest.lifecycle import gc, parse_duration
+from ingest.repository import Writer
+from tests.conftest import make_item
 from tests.lifecycle._helpers import expected_live, exports, table_files
 from tests.lifecycle._writers import commit_with_arrays, killed_mid_commit
 from tests.repository._writers import commit_worker
@@ -33,6 +35,26 @@ def kill_a_writer(root: str, settings: Settings, item_id: str) -> None:
     process.start()
     process.join(120)
     assert process.exitcode == -9, "the writer was meant to die by SIGKILL mid-commit"
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_mid_commit(repository: Repository, item_id: str, monkeypatch) -> None:
+    """In this process: a writer that has written every table file of its commit fails before the Icechunk commit."""
+    original = Writer._apply
+
+    def apply_then_fail(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        raise Crash(item_id)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Writer, "_apply", apply_then_fail)
+        writer = repository.writer()
+        writer.add_item(make_item(item_id, "c"))
+        with pytest.raises(Crash):
+            writer.commit(f"never lands: {item_id}")
 
 
 def test_gc_after_racing_and_killed_writers_removes_every_orphan_and_keeps_every_version(tmp_path):
@@ -75,19 +97,17 @@ def test_gc_after_racing_and_killed_writers_removes_every_orphan_and_keeps_every
     assert "killed" not in str(before)
 
 
-def test_files_younger_than_the_grace_survive(tmp_path):
+def test_files_younger_than_the_grace_survive(tmp_path, monkeypatch):
     settings = Settings()
     root = str(tmp_path / "repo")
     repository = Repository.create(root, settings)
     commit_with_arrays(repository, "kept", 1)
-    kill_a_writer(root, settings, "young")
-    kill_a_writer(root, settings, "old")
+    crash_mid_commit(repository, "young", monkeypatch)
+    crash_mid_commit(repository, "old", monkeypatch)
     orphans = set(table_files(repository)) - expected_live(repository)
     assert len(orphans) >= 8  # two data files, manifests, manifest lists, metadata.json
-    # The second writer's files were written after the first's finished: backdate those, leave the first's young.
-    modified = {path: os.stat(os.path.join(root, path)).st_mtime for path in orphans}
-    newest_of_first = sorted(modified.values())[len(orphans) // 2 - 1]
-    old = {path for path, when in modified.items() if when > newest_of_first}
+    # Backdate half of the orphans, leave the rest young: the grace alone decides which go.
+    old = set(sorted(orphans)[: len(orphans) // 2])
     young = orphans - old
     assert old and young
     hour_ago = time.time() - 3600
@@ -107,11 +127,11 @@ def test_files_younger_than_the_grace_survive(tmp_path):
 
 
 @pytest.mark.s3
-def test_gc_on_s3_uses_last_modified(s3_root, s3_settings):
+def test_gc_on_s3_uses_last_modified(s3_root, s3_settings, monkeypatch):
     repository = Repository.create(s3_root, s3_settings)
     commit_with_arrays(repository, "kept", 1)
     repository.tag("v1")
-    kill_a_writer(s3_root, s3_settings, "orphan")
+    crash_mid_commit(repository, "orphan", monkeypatch)
     before = exports(repository)
     orphans = set(table_files(repository)) - expected_live(repository)
     assert orphans
