@@ -22,9 +22,9 @@ from datetime import datetime
 
 import icechunk
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import ManifestFile, read_manifest_list
 
 from ingest.errors import UnreadableTableFile
+from ingest.lifecycle._avro import field_position, read_avro
 
 log = logging.getLogger(__name__)
 
@@ -119,34 +119,41 @@ class TableWalker:
         live = self.live
         if location in live.manifests_of:
             return
-        self.reads += 1
+        data = self._read(location, MANIFEST_LIST)
         try:
-            manifests: list[ManifestFile] = list(read_manifest_list(self.io.new_input(location)))
-        except Exception as error:
+            schema, _, manifests = read_avro(data)
+            path_at = field_position(schema.fields, "manifest_path")
+            length_at = field_position(schema.fields, "manifest_length")
+        except Exception as error:  # a corrupt file is named, whatever the decoder raised
             raise UnreadableTableFile(f"{MANIFEST_LIST} {location} cannot be read: {error}") from error
         live.kinds[location] = MANIFEST_LIST
-        live.manifests_of[location] = [manifest.manifest_path for manifest in manifests]
+        live.manifests_of[location] = [manifest[path_at] for manifest in manifests]
         for manifest in manifests:
-            self._add_manifest(manifest)
+            self._add_manifest(manifest[path_at], manifest[length_at])
 
-    def _add_manifest(self, manifest: ManifestFile) -> None:
+    def _add_manifest(self, location: str, length: int) -> None:
         live = self.live
-        location = manifest.manifest_path
         if location in live.files_of:
             return
-        self.reads += 1
+        data = self._read(location, MANIFEST)
         try:
-            entries = manifest.fetch_manifest_entry(self.io, discard_deleted=False)
+            schema, _, entries = read_avro(data)
+            data_file_at = field_position(schema.fields, "data_file")
+            data_file_fields = schema.fields[data_file_at].field_type.fields
+            path_at = field_position(data_file_fields, "file_path")
+            size_at = field_position(data_file_fields, "file_size_in_bytes")
         except Exception as error:
             raise UnreadableTableFile(f"{MANIFEST} {location} cannot be read: {error}") from error
         live.kinds[location] = MANIFEST
-        live.recorded_sizes[location] = manifest.manifest_length
+        live.recorded_sizes[location] = length
         paths = []
+        # Every entry's file, whatever its status: a DELETED entry's file is still read by older versions.
         for entry in entries:
-            data_file = entry.data_file
-            live.kinds[data_file.file_path] = DATA
-            live.recorded_sizes[data_file.file_path] = data_file.file_size_in_bytes
-            paths.append(data_file.file_path)
+            data_file = entry[data_file_at]
+            path = data_file[path_at]
+            live.kinds[path] = DATA
+            live.recorded_sizes[path] = data_file[size_at]
+            paths.append(path)
         live.files_of[location] = paths
 
 

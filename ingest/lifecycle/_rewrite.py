@@ -14,12 +14,12 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 
-AVRO_SCHEMA_KEY = "avro.schema"
+from ingest.lifecycle._avro import AVRO_SCHEMA_KEY, field_position, read_avro
 
 
 class _BytesInput(InputFile):
@@ -66,18 +66,9 @@ class _BytesOutput(OutputFile):
         return self.stream  # type: ignore[return-value]
 
 
-def _position(schema_fields: Any, name: str) -> int:
-    for position, field in enumerate(schema_fields):
-        if field.name == name:
-            return position
-    raise ValueError(f"the Avro schema has no field {name!r}")
-
-
 def _rewrite_avro(location: str, data: bytes, change: Callable[[Schema, Record], None], name: str) -> bytes:
-    with AvroFile[Record](_BytesInput(location, data)) as reader:
-        schema = reader.schema
-        metadata = {key: value for key, value in reader.header.meta.items() if key != AVRO_SCHEMA_KEY}
-        records = list(reader)
+    schema, header, records = read_avro(data)
+    metadata = {key: value for key, value in header.items() if key != AVRO_SCHEMA_KEY}
     for record in records:
         change(schema, record)
     output = _BytesOutput(location)
@@ -115,9 +106,9 @@ def rewrite_manifest(location: str, data: bytes, source_prefix: str, target_pref
     """A manifest whose entries name the data files under the target root."""
 
     def change(schema: Schema, entry: Record) -> None:
-        data_file_position = _position(schema.fields, "data_file")
+        data_file_position = field_position(schema.fields, "data_file")
         data_file = entry[data_file_position]
-        path_position = _position(schema.fields[data_file_position].field_type.fields, "file_path")
+        path_position = field_position(schema.fields[data_file_position].field_type.fields, "file_path")
         data_file[path_position] = rebase_location(data_file[path_position], source_prefix, target_prefix)
 
     return _rewrite_avro(location, data, change, "manifest_entry")
@@ -129,8 +120,8 @@ def rewrite_manifest_list(
     """A manifest list naming the target's manifests, with their lengths (``lengths``: target location -> bytes)."""
 
     def change(schema: Schema, manifest: Record) -> None:
-        path_position = _position(schema.fields, "manifest_path")
-        length_position = _position(schema.fields, "manifest_length")
+        path_position = field_position(schema.fields, "manifest_path")
+        length_position = field_position(schema.fields, "manifest_length")
         target = rebase_location(manifest[path_position], source_prefix, target_prefix)
         manifest[path_position] = target
         manifest[length_position] = lengths[target]
