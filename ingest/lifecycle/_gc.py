@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from ingest.errors import InvalidDuration
+from ingest.errors import InvalidDuration, UnreadableTableFile
 from ingest.lifecycle._live import history_pointers, live_table_files
 from ingest.lifecycle._store import RootFiles
 from ingest.repository import Repository
@@ -111,9 +111,15 @@ def gc(
     # A dry run cannot expire, so it leaves out what expiry would drop from history itself.
     pointers = history_pointers(repo, expire_before=expire_before if dry_run else None)
     report.snapshots_in_history = len(pointers)
-    live, report.table_reads = live_table_files(
-        repository.io, (repository.absolute_location(pointer) for pointer in pointers.values())
-    )
+    try:
+        live, report.table_reads = live_table_files(
+            repository.io, (repository.absolute_location(pointer) for pointer in pointers.values())
+        )
+    except UnreadableTableFile as error:
+        # Without the whole live set, any deletion could hit a file a version needs.
+        raise UnreadableTableFile(
+            f"{error}; gc deleted no table file (run `floe check --all` to see which versions are broken)"
+        ) from error
     live_paths = {path for path in (files.relative(location) for location in live.kinds) if path is not None}
     report.live_files = len(live_paths)
 

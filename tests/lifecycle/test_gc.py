@@ -177,3 +177,20 @@ def test_bad_duration_is_a_usage_error_naming_it(tmp_path):
     Repository.create(root, Settings())
     result = floe(root, "gc", "--grace", "soon")
     assert result.exit_code == 1 and "'soon'" in result.output
+
+
+def test_gc_refuses_to_sweep_when_a_version_cannot_be_read(tmp_path, monkeypatch):
+    settings = Settings()
+    root = str(tmp_path / "repo")
+    repository = Repository.create(root, settings)
+    commit_with_arrays(repository, "a", 1)
+    repository.tag("v1")
+    commit_with_arrays(repository, "b", 2)
+    crash_mid_commit(repository, "orphan", monkeypatch)
+    manifest_list = repository.view("v1").table.current_snapshot().manifest_list
+    os.unlink(manifest_list)
+    listed = set(table_files(repository))
+    result = floe(root, "gc", "--grace", "0s")
+    assert result.exit_code == 1 and manifest_list in result.output.replace("\n", "")
+    assert "gc deleted no table file" in " ".join(result.output.split())
+    assert set(table_files(repository)) == listed, "gc deleted files without knowing the whole live set"
