@@ -18,14 +18,16 @@ What moves, and in which order:
    as they are; manifests, manifest lists and metadata.json files hold absolute
    locations and are rewritten for the target root (manifests first, so the
    manifest lists can record the rewritten manifests' lengths; metadata.json
-   last). A metadata.json the target already has was written after everything
-   it needs, in an earlier run, so its files are not walked again: later runs
-   cost what the new commits wrote. floe's pointers are relative to
+   last, after step 4 verified what it needs). A metadata.json the target
+   already has was written after everything it needs had verified, in an
+   earlier run, so its files are not walked again: later runs cost what the
+   new commits wrote. floe's pointers are relative to
    ``<root>/tables/``, so the Icechunk objects stay byte-identical.
 4. **Verify** the target: every Icechunk object with the source's size, every
    table file the captured history needs present, data files with their
    recorded sizes, the manifest lists written in this run recording the target
-   manifests' real lengths. On any problem, stop: no ref moves.
+   manifests' real lengths. Only then are the metadata.json files written (and
+   checked). On any problem, stop: no ref moves.
 5. **Refs move last**: the captured ``repo`` object is written to the target in
    one atomic write (an S3 PUT, or a rename locally, under the target's lock).
    A reader of the target sees the old version or the new one, never a half-copied one.
@@ -45,10 +47,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import icechunk
-from pyiceberg.manifest import read_manifest_list
 
 from ingest.config import Settings, load_settings
 from ingest.errors import ReplicationFailed, RepositoryNotFound, UnreadableTableFile
+from ingest.lifecycle._avro import field_position, read_avro
 from ingest.lifecycle._live import (
     DATA,
     MANIFEST,
@@ -58,12 +60,7 @@ from ingest.lifecycle._live import (
     history_pointers,
     live_table_files,
 )
-from ingest.lifecycle._rewrite import (
-    _BytesInput,
-    rewrite_manifest,
-    rewrite_manifest_list,
-    rewrite_metadata_json,
-)
+from ingest.lifecycle._rewrite import rewrite_manifest, rewrite_manifest_list, rewrite_metadata_json
 from ingest.lifecycle._store import FileStat, RootFiles
 from ingest.storage import ARRAYS_DIR, TABLES_DIR, InvalidRoot, Location, quiet_icechunk_logs
 
@@ -206,16 +203,23 @@ def replicate(
             written[path] = len(new)
             report.rewritten.append((path, len(new)))
 
-    for kind in (MANIFEST, MANIFEST_LIST, METADATA):
-        rewrite(kind)
+    rewrite(MANIFEST)
+    rewrite(MANIFEST_LIST)
 
-    # 4. Verify before any ref moves.
-    problems = _verify(source_objects, live, by_kind, metadata_files, written, relative, target, target_prefix)
-    if problems:
-        shown = "; ".join(problems[:10])
-        raise ReplicationFailed(
-            f"target {target_location.url} did not verify ({len(problems)} problem(s): {shown}); refs were not moved"
-        )
+    # 4. Verify before any ref moves. metadata.json files go last, once what they need has verified: a
+    # metadata.json at the target means its files are there, so later runs need not walk it again.
+    def fail_on(problems: list[str]) -> None:
+        if problems:
+            shown = "; ".join(problems[:10])
+            raise ReplicationFailed(
+                f"target {target_location.url} did not verify ({len(problems)} problem(s): {shown}); "
+                "refs were not moved"
+            )
+
+    fail_on(_verify(source_objects, live, by_kind, written, relative, target, target_prefix))
+    rewrite(METADATA)
+    present = target.list(TABLES_DIR)
+    fail_on([f"{relative(location)}: missing" for location in metadata_files if relative(location) not in present])
 
     # 5. Refs last, in one atomic write.
     with target_location.mutation_lock():
@@ -236,7 +240,6 @@ def _verify(  # noqa: PLR0917 - the pieces of one replication
     source_objects: dict[str, FileStat],
     live: LiveFiles,
     by_kind: dict[str, list[str]],
-    metadata_files: set[str],
     written: dict[str, int],
     relative: Callable[[str], str],
     target: RootFiles,
@@ -249,10 +252,9 @@ def _verify(  # noqa: PLR0917 - the pieces of one replication
         if have is None or have.size != stat.size:
             problems.append(f"{path}: {'missing' if have is None else f'{have.size} bytes, expected {stat.size}'}")
     target_tables = target.list(TABLES_DIR)
-    for location in metadata_files:
-        if relative(location) not in target_tables:
-            problems.append(f"{relative(location)}: missing")
     for location, kind in live.kinds.items():
+        if kind == METADATA:
+            continue  # written after this verification
         path = relative(location)
         have = target_tables.get(path)
         if have is None:
@@ -263,11 +265,15 @@ def _verify(  # noqa: PLR0917 - the pieces of one replication
         path = relative(location)
         if path not in written:
             continue
-        for manifest in read_manifest_list(_BytesInput(path, target.read(path))):
-            manifest_path = target.relative(manifest.manifest_path)
+        schema, _, manifests = read_avro(target.read(path))
+        path_at = field_position(schema.fields, "manifest_path")
+        length_at = field_position(schema.fields, "manifest_length")
+        for manifest in manifests:
+            named, length = manifest[path_at], manifest[length_at]
+            manifest_path = target.relative(named)
             have = target_tables.get(manifest_path or "")
-            if manifest_path is None or not manifest.manifest_path.startswith(target_prefix + "/"):
-                problems.append(f"{path}: names {manifest.manifest_path}, outside the target")
-            elif have is None or have.size != manifest.manifest_length:
-                problems.append(f"{manifest_path}: not the {manifest.manifest_length} bytes {path} records")
+            if manifest_path is None or not named.startswith(target_prefix + "/"):
+                problems.append(f"{path}: names {named}, outside the target")
+            elif have is None or have.size != length:
+                problems.append(f"{manifest_path}: not the {length} bytes {path} records")
     return problems

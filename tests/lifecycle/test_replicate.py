@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from ingest import Repository, Settings
 from ingest.cli import app
-from ingest.errors import RepositoryNotFound
+from ingest.errors import ReplicationFailed, RepositoryNotFound
 from ingest.lifecycle import check, replicate
 from ingest.lifecycle._store import RootFiles
 from tests.lifecycle._helpers import export, exports
@@ -125,3 +125,30 @@ def test_replicate_while_the_source_is_written_copies_a_consistent_version(tmp_p
     assert writer.exitcode == 0
     replicate(local, s3_root, settings)
     assert_same_repository(source, Repository.open(s3_root, settings))
+
+
+def test_a_target_that_does_not_verify_keeps_its_old_refs(tmp_path, monkeypatch):
+    settings = Settings()
+    source_root, target_root = str(tmp_path / "source"), str(tmp_path / "target")
+    source = Repository.create(source_root, settings)
+    commit_with_arrays(source, "a", 1)
+    replicate(source_root, target_root, settings)
+    old_tip = Repository.open(target_root, settings).resolve("main")
+    commit_with_arrays(source, "b", 2)
+
+    original = RootFiles.write
+
+    def lose_data_files(self, relative, data):  # a copy that silently never lands
+        if not relative.endswith(".parquet"):
+            original(self, relative, data)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RootFiles, "write", lose_data_files)
+        with pytest.raises(ReplicationFailed, match=r"\.parquet: missing.*refs were not moved"):
+            replicate(source_root, target_root, settings)
+    target = Repository.open(target_root, settings)
+    assert target.resolve("main") == old_tip
+    assert check(target, all_refs=True, deep=True) == []
+
+    replicate(source_root, target_root, settings)
+    assert_same_repository(source, Repository.open(target_root, settings))
