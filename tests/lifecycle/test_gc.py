@@ -57,6 +57,7 @@ def crash_mid_commit(repository: Repository, item_id: str, monkeypatch) -> None:
             writer.commit(f"never lands: {item_id}")
 
 
+@pytest.mark.slow
 def test_gc_after_racing_and_killed_writers_removes_every_orphan_and_keeps_every_version(tmp_path):
     settings = Settings()
     root = str(tmp_path / "repo")

@@ -18,7 +18,6 @@ from ingest.lifecycle._store import RootFiles
 from tests.lifecycle._helpers import export, exports
 from tests.lifecycle._writers import commit_with_arrays, steady_writer
 
-pytestmark = pytest.mark.s3
 SPAWN = multiprocessing.get_context("spawn")
 
 
@@ -48,6 +47,7 @@ def assert_same_repository(source: Repository, target: Repository) -> None:
         )
 
 
+@pytest.mark.s3
 def test_replicate_local_to_s3_and_back_incrementally(tmp_path, s3_root, s3_settings):
     settings = Settings(s3=s3_settings.s3)
     local = str(tmp_path / "source")
@@ -98,6 +98,8 @@ def test_dry_run_writes_nothing_and_a_missing_source_is_named(tmp_path):
         replicate(str(tmp_path / "nowhere"), str(tmp_path / "copy"), settings)
 
 
+@pytest.mark.s3
+@pytest.mark.slow
 def test_replicate_while_the_source_is_written_copies_a_consistent_version(tmp_path, s3_root, s3_settings):
     settings = Settings(s3=s3_settings.s3)
     local = str(tmp_path / "source")
