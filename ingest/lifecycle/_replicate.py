@@ -157,7 +157,10 @@ def replicate(
         by_kind[kind].append(location)
 
     def copy(path: str) -> None:
-        target.write(path, source.read(path))
+        try:
+            target.write(path, source.read(path))
+        except OSError as error:  # e.g. a gc of the source removed it meanwhile, or the target refused the write
+            raise ReplicationFailed(f"copying {path} failed: {error}; refs were not moved") from error
 
     data_to_copy = []
     for location in sorted(by_kind[DATA]):
