@@ -130,3 +130,22 @@ class ItemNotFound(FloeError):
     """No item of that id exists in the collection at the ref searched."""
 
     kind = "item-not-found"
+
+
+# -- lifecycle (gc, check, replicate) ----------------------------------------------------------
+class InvalidDuration(FloeError):
+    """A duration floe cannot parse (expected a number and a unit: 0s, 30m, 24h, 90d)."""
+
+    kind = "invalid-duration"
+
+
+class UnreadableTableFile(FloeError):
+    """A table file that a live version needs is missing or cannot be parsed; gc and replicate stop."""
+
+    kind = "unreadable-table-file"
+
+
+class ReplicationFailed(FloeError):
+    """The target of a replication did not verify; its refs were not moved."""
+
+    kind = "replication-failed"

@@ -1,5 +1,20 @@
-"""Lifecycle tools that read through the repository: integrity checks (gc and replicate follow)."""
+"""Lifecycle tools that read through the repository: garbage collection, integrity checks, replication."""
 
 from ingest.lifecycle._check import Problem, check, check_ref
+from ingest.lifecycle._gc import GcReport, gc, parse_duration
+from ingest.lifecycle._live import LiveFiles, history_pointers, live_table_files
+from ingest.lifecycle._replicate import ReplicateReport, replicate
 
-__all__ = ["Problem", "check", "check_ref"]
+__all__ = [
+    "GcReport",
+    "LiveFiles",
+    "Problem",
+    "ReplicateReport",
+    "check",
+    "check_ref",
+    "gc",
+    "history_pointers",
+    "live_table_files",
+    "parse_duration",
+    "replicate",
+]

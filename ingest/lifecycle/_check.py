@@ -1,4 +1,9 @@
-"""Integrity checks: every ref's pointer resolves and every file its table version references exists."""
+"""Integrity checks: every ref's pointer resolves and every file its table version references exists.
+
+With ``deep``, also: every data file and manifest has the size the table records
+(``file_size_in_bytes``, ``manifest_length``), and every row's arrays (the group
+its ``floe:arrays`` asset names) exist at that snapshot.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,11 @@ from dataclasses import dataclass
 from pyiceberg.manifest import ManifestFile
 
 from ingest.errors import FloeError
-from ingest.repository import Repository
+from ingest.repository import Repository, View
+from ingest.repository._writer import group_exists
+
+# The asset ingest.pipeline gives each row with arrays (lifecycle reads through repository, not pipeline).
+ARRAYS_ASSET = "floe:arrays"
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +42,38 @@ def _exists(repository: Repository, path: str) -> bool:
         return False
 
 
-def check_ref(repository: Repository, ref: str) -> list[Problem]:
-    """Problems with one ref: its pointer, metadata.json, manifest list, manifests and data files."""
+def _size(repository: Repository, path: str) -> int | None:
+    try:
+        return len(repository.io.new_input(path))
+    except OSError:
+        return None
+
+
+def _size_problem(repository: Repository, kind: str, path: str, recorded: int) -> str | None:
+    size = _size(repository, path)
+    if size is None or size == recorded:
+        return None
+    return f"{kind} {path} has {size} bytes, the table records {recorded}"
+
+
+def _missing_arrays(view: View) -> list[str]:
+    """Problems with rows whose ``floe:arrays`` asset names a group that does not exist at the view's snapshot."""
+    problems = []
+    for item in view.items():
+        asset = (item.get("assets") or {}).get(ARRAYS_ASSET)
+        if not isinstance(asset, dict):
+            continue
+        group = asset.get("floe:group") or asset.get("href")
+        if not isinstance(group, str) or not group_exists(view.session, group.strip("/")):
+            problems.append(f"item {item.get('id')!r} ({item.get('collection')}): array group {group!r} is missing")
+    return problems
+
+
+def check_ref(repository: Repository, ref: str, *, deep: bool = False) -> list[Problem]:
+    """Problems with one ref: its pointer, metadata.json, manifest list, manifests and data files.
+
+    ``deep`` also compares recorded sizes and checks every row's array group.
+    """
     try:
         snapshot_id = repository.resolve(ref)
     except FloeError as error:
@@ -59,28 +98,44 @@ def check_ref(repository: Repository, ref: str) -> list[Problem]:
         manifests: list[ManifestFile] = snapshot.manifests(repository.io)
     except Exception as error:  # noqa: BLE001
         return [Problem(ref, snapshot_id, f"manifest list {snapshot.manifest_list} cannot be read: {error}")]
+    readable = True
     for manifest in manifests:
         if not _exists(repository, manifest.manifest_path):
             problems.append(Problem(ref, snapshot_id, f"manifest {manifest.manifest_path} is missing"))
+            readable = False
             continue
+        if deep and (found := _size_problem(repository, "manifest", manifest.manifest_path, manifest.manifest_length)):
+            problems.append(Problem(ref, snapshot_id, found))
         try:
             entries = manifest.fetch_manifest_entry(repository.io, discard_deleted=True)
         except Exception as error:  # noqa: BLE001
             problems.append(Problem(ref, snapshot_id, f"manifest {manifest.manifest_path} cannot be read: {error}"))
+            readable = False
             continue
         for entry in entries:
             path = entry.data_file.file_path
             if not _exists(repository, path):
                 problems.append(Problem(ref, snapshot_id, f"data file {path} is missing"))
+                readable = False
+            elif deep and (found := _size_problem(repository, "data file", path, entry.data_file.file_size_in_bytes)):
+                problems.append(Problem(ref, snapshot_id, found))
+    if deep and readable:
+        try:
+            view = View(repository, ref, snapshot_id)
+            problems.extend(Problem(ref, snapshot_id, what) for what in _missing_arrays(view))
+        except Exception as error:  # noqa: BLE001 - unreadable rows are a finding
+            problems.append(Problem(ref, snapshot_id, f"rows cannot be read: {error}"))
     return problems
 
 
-def check(repository: Repository, ref: str | None = None, *, all_refs: bool = False) -> list[Problem]:
+def check(
+    repository: Repository, ref: str | None = None, *, all_refs: bool = False, deep: bool = False
+) -> list[Problem]:
     """Check one ref (default: the default branch) or, with ``all_refs``, every branch and tag."""
     refs = [f"{r.kind}:{r.name}" for r in repository.refs()] if all_refs else [ref or repository.settings.branch]
     problems: list[Problem] = []
     for name in refs:
-        found = check_ref(repository, name)
+        found = check_ref(repository, name, deep=deep)
         log.info("checked %s: %d problem(s)", name, len(found))
         problems.extend(found)
     return problems

@@ -1,0 +1,143 @@
+"""Garbage collection with Icechunk as the source of truth.
+
+Iceberg's own cleanup must never run on a floe table: Iceberg does not know
+which table versions Icechunk's branches and tags still pin. floe's gc
+
+1. optionally expires Icechunk snapshots older than a cutoff (branch tips and
+   tags stay) and runs Icechunk's own garbage collection on ``arrays/``;
+2. computes the live set of ``tables/`` from the pointers of every snapshot
+   left in the history of every branch and tag (see :mod:`._live`);
+3. deletes every file under ``tables/`` that is not live *and* was last
+   modified before ``now - grace``.
+
+Why the grace period makes gc safe next to writers: a writer writes its data
+files, manifest, manifest list and metadata.json first and only then commits
+the pointer to Icechunk. Until that commit lands its files are unreferenced, so
+gc must not judge them by reachability alone. The listing of ``tables/`` is
+taken before the live set is computed; a commit that lands before the live set
+is computed makes its files live, and a commit that lands after it (the race
+gc cannot see) has files no older than the time its writer started. So gc never
+deletes a file a writer needs as long as no writer takes longer than the grace
+period from writing its first file to its commit landing (retries included).
+The default, 24 hours, is far beyond any commit floe makes; ``--grace 0``
+is for a repository with no writers. Expiring snapshots has the same rule: a
+writer whose base snapshot expires can still commit (its files are new, and
+the files it shares with its base are shared with the branch tip too), but
+keep the expiry cutoff well beyond the grace.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from ingest.errors import InvalidDuration, UnreadableTableFile
+from ingest.lifecycle._live import history_pointers, live_table_files
+from ingest.lifecycle._store import RootFiles
+from ingest.repository import Repository
+from ingest.storage import TABLES_DIR
+
+log = logging.getLogger(__name__)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``0s``, ``30m``, ``24h``, ``90d``, ``2w`` -> a timedelta."""
+    match = _DURATION.match(text or "")
+    if not match:
+        raise InvalidDuration(f"duration {text!r} is not a number followed by s, m, h, d or w (e.g. 0s, 30m, 24h, 90d)")
+    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+
+
+@dataclass
+class GcReport:
+    """What a gc run removed (or, in a dry run, would remove)."""
+
+    dry_run: bool
+    cutoff: datetime
+    """Unreferenced files modified before this were removed."""
+    expired_snapshots: int = 0
+    icechunk_objects_deleted: int = 0
+    icechunk_bytes_deleted: int = 0
+    snapshots_in_history: int = 0
+    live_files: int = 0
+    table_reads: int = 0
+    deleted: list[tuple[str, int]] = field(default_factory=list)
+    """(path relative to the root, bytes) of each table file removed."""
+    kept_young: list[tuple[str, int]] = field(default_factory=list)
+    """Unreferenced table files younger than the grace period, left for a later run."""
+
+    @property
+    def bytes_deleted(self) -> int:
+        return sum(size for _, size in self.deleted)
+
+
+def gc(
+    repository: Repository,
+    *,
+    grace: timedelta = timedelta(hours=24),
+    expire_older_than: timedelta | None = None,
+    dry_run: bool = False,
+) -> GcReport:
+    """Expire (optionally), collect Icechunk garbage, then sweep ``tables/`` of files no version needs."""
+    now = datetime.now(UTC)
+    cutoff = now - grace
+    report = GcReport(dry_run=dry_run, cutoff=cutoff)
+    files = RootFiles(repository.location)
+    repo = repository.icechunk
+    # Listed before the live set is computed: what appears later is never a candidate.
+    listed = files.list(TABLES_DIR)
+
+    expire_before = now - expire_older_than if expire_older_than is not None else None
+    if expire_before is not None and not dry_run:
+        with repository.location.mutation_lock():
+            report.expired_snapshots = len(repo.expire_snapshots(expire_before))
+        log.info("expired %d snapshot(s) written before %s", report.expired_snapshots, expire_before)
+    with repository.location.mutation_lock():
+        summary = repo.garbage_collect(cutoff, dry_run=dry_run)
+    report.icechunk_objects_deleted = (
+        summary.chunks_deleted
+        + summary.manifests_deleted
+        + summary.snapshots_deleted
+        + summary.attributes_deleted
+        + summary.transaction_logs_deleted
+    )
+    report.icechunk_bytes_deleted = summary.bytes_deleted
+
+    # A dry run cannot expire, so it leaves out what expiry would drop from history itself.
+    pointers = history_pointers(repo, expire_before=expire_before if dry_run else None)
+    report.snapshots_in_history = len(pointers)
+    try:
+        live, report.table_reads = live_table_files(
+            repository.io, (repository.absolute_location(pointer) for pointer in pointers.values())
+        )
+    except UnreadableTableFile as error:
+        # Without the whole live set, any deletion could hit a file a version needs.
+        raise UnreadableTableFile(
+            f"{error}; gc deleted no table file (run `floe check --all` to see which versions are broken)"
+        ) from error
+    live_paths = {path for path in (files.relative(location) for location in live.kinds) if path is not None}
+    report.live_files = len(live_paths)
+
+    for path, stat in sorted(listed.items()):
+        if path in live_paths:
+            continue
+        if stat.modified is None or stat.modified >= cutoff:
+            report.kept_young.append((path, stat.size))
+            continue
+        report.deleted.append((path, stat.size))
+        if not dry_run:
+            files.delete(path)
+    log.info(
+        "gc %s %d unreferenced table file(s) (%d bytes); %d younger than the grace kept; %d live",
+        "would delete" if dry_run else "deleted",
+        len(report.deleted),
+        report.bytes_deleted,
+        len(report.kept_young),
+        report.live_files,
+    )
+    return report

@@ -1,0 +1,173 @@
+"""The live set: every table file some version in the Icechunk history needs.
+
+Icechunk decides which table versions are alive: each snapshot in the history
+(ancestry) of a branch or tag carries a pointer to a metadata.json. A pointer's
+metadata.json keeps its last few Iceberg snapshots (floe trims the log); each
+of those has a manifest list, whose manifests name data files. Every file named
+by any manifest entry is live, whatever its status (ADDED, EXISTING or
+DELETED): a copy-on-write overwrite keeps the file it deleted readable at
+the older versions that still point at it.
+
+History may hold thousands of snapshots that share most of their files, so
+each metadata.json, manifest list and manifest is read once (cached by path).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import icechunk
+from pyiceberg.io import FileIO
+
+from ingest.errors import UnreadableTableFile
+from ingest.lifecycle._avro import field_position, read_avro
+
+log = logging.getLogger(__name__)
+
+FLOE_KEY = "floe"
+ITEMS_TABLE = "items"
+
+METADATA = "metadata.json"
+MANIFEST_LIST = "manifest list"
+MANIFEST = "manifest"
+DATA = "data file"
+
+
+def history_pointers(repo: icechunk.Repository, *, expire_before: datetime | None = None) -> dict[str, str]:
+    """Snapshot id -> table pointer (relative to ``<root>/tables/``) for every snapshot in any ref's history.
+
+    Walks the ancestry of every branch and tag; a walk stops where it meets a
+    snapshot another walk has seen (its ancestry is the same from there).
+    ``expire_before`` leaves out what Icechunk's ``expire_snapshots`` would drop
+    (snapshots written before it that no ref points at), for dry runs.
+    """
+    tips = [repo.lookup_branch(name) for name in sorted(repo.list_branches())]
+    tips += [repo.lookup_tag(name) for name in sorted(repo.list_tags())]
+    tip_set = set(tips)
+    pointers: dict[str, str] = {}
+    seen: set[str] = set()
+    for tip in tips:
+        for info in repo.ancestry(snapshot_id=tip):
+            if info.id in seen:
+                break
+            seen.add(info.id)
+            if expire_before is not None and info.id not in tip_set and info.written_at < expire_before:
+                continue
+            pointer = ((info.metadata or {}).get(FLOE_KEY) or {}).get(ITEMS_TABLE)
+            if isinstance(pointer, str):
+                pointers[info.id] = pointer
+    return pointers
+
+
+@dataclass
+class LiveFiles:
+    """Table files by absolute location, with their kind and (where recorded) their size."""
+
+    kinds: dict[str, str] = field(default_factory=dict)
+    recorded_sizes: dict[str, int] = field(default_factory=dict)
+    """Sizes the table records: ``file_size_in_bytes`` of data files, ``manifest_length`` of manifests."""
+    manifests_of: dict[str, list[str]] = field(default_factory=dict)
+    """Manifest list -> its manifests."""
+    lists_of: dict[str, list[str]] = field(default_factory=dict)
+    """metadata.json -> its manifest lists."""
+    files_of: dict[str, list[str]] = field(default_factory=dict)
+    """Manifest -> the data files its entries name."""
+
+    def __contains__(self, location: str) -> bool:
+        return location in self.kinds
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+
+class TableWalker:
+    """Reads table files once each and collects what a set of metadata.json files needs."""
+
+    def __init__(self, io: FileIO) -> None:
+        self.io = io
+        self.live = LiveFiles()
+        self.reads = 0
+
+    def _read(self, location: str, kind: str) -> bytes:
+        self.reads += 1
+        try:
+            with self.io.new_input(location).open() as stream:
+                return stream.read()
+        except (OSError, FileNotFoundError) as error:
+            raise UnreadableTableFile(f"{kind} {location} cannot be read: {error}") from error
+
+    def add_metadata(self, location: str) -> None:
+        """Add one metadata.json and everything its snapshots need."""
+        live = self.live
+        if location in live.lists_of:
+            return
+        try:
+            document = json.loads(self._read(location, METADATA))
+        except ValueError as error:
+            raise UnreadableTableFile(f"{METADATA} {location} is not valid JSON: {error}") from error
+        live.kinds[location] = METADATA
+        lists = [snapshot["manifest-list"] for snapshot in document.get("snapshots", [])]
+        live.lists_of[location] = lists
+        for manifest_list in lists:
+            self._add_manifest_list(manifest_list)
+
+    def _add_manifest_list(self, location: str) -> None:
+        live = self.live
+        if location in live.manifests_of:
+            return
+        data = self._read(location, MANIFEST_LIST)
+        try:
+            schema, _, manifests = read_avro(data)
+            path_at = field_position(schema.fields, "manifest_path")
+            length_at = field_position(schema.fields, "manifest_length")
+        except Exception as error:  # a corrupt file is named, whatever the decoder raised
+            raise UnreadableTableFile(f"{MANIFEST_LIST} {location} cannot be read: {error}") from error
+        live.kinds[location] = MANIFEST_LIST
+        live.manifests_of[location] = [manifest[path_at] for manifest in manifests]
+        for manifest in manifests:
+            self._add_manifest(manifest[path_at], manifest[length_at])
+
+    def _add_manifest(self, location: str, length: int) -> None:
+        live = self.live
+        if location in live.files_of:
+            return
+        data = self._read(location, MANIFEST)
+        try:
+            schema, _, entries = read_avro(data)
+            data_file_at = field_position(schema.fields, "data_file")
+            data_file_fields = schema.fields[data_file_at].field_type.fields
+            path_at = field_position(data_file_fields, "file_path")
+            size_at = field_position(data_file_fields, "file_size_in_bytes")
+        except Exception as error:
+            raise UnreadableTableFile(f"{MANIFEST} {location} cannot be read: {error}") from error
+        live.kinds[location] = MANIFEST
+        live.recorded_sizes[location] = length
+        paths = []
+        # Every entry's file, whatever its status: a DELETED entry's file is still read by older versions.
+        for entry in entries:
+            data_file = entry[data_file_at]
+            path = data_file[path_at]
+            live.kinds[path] = DATA
+            live.recorded_sizes[path] = data_file[size_at]
+            paths.append(path)
+        live.files_of[location] = paths
+
+
+def live_table_files(
+    io: FileIO,
+    metadata_locations: Iterable[str],
+    *,
+    skip: Callable[[str], bool] | None = None,
+) -> tuple[LiveFiles, int]:
+    """The files the given metadata.json files need (those ``skip`` accepts are left out); and the reads it took."""
+    walker = TableWalker(io)
+    for location in sorted(set(metadata_locations)):
+        if skip is not None and skip(location):
+            continue
+        walker.add_metadata(location)
+    log.info("live set: %d table files from %d reads", len(walker.live), walker.reads)
+    return walker.live, walker.reads

@@ -1,0 +1,53 @@
+"""Writer processes for the lifecycle tests (importable by spawned children)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import numpy as np
+
+from ingest import Repository, Settings
+from ingest.repository import Writer
+from tests.conftest import make_item
+
+
+def arrays_asset(group: str) -> dict[str, Any]:
+    return {"href": group, "type": "application/vnd+zarr", "roles": ["data"], "floe:group": group}
+
+
+def commit_with_arrays(repository: Repository, item_id: str, value: int, collection: str = "c") -> str:
+    """One commit: an item whose 64x64 array (random, so too big to inline: a chunk object of its own) in its group."""
+    writer = repository.writer()
+    group = writer.item_group(collection, item_id)
+    pixels = np.random.default_rng(value).integers(0, 2**31 - 1, size=(64, 64), dtype="int32")
+    group.create_array("band", shape=(64, 64), chunks=(64, 64), dtype="int32")[:] = pixels
+    item = make_item(item_id, collection, value=value)
+    item["assets"]["floe:arrays"] = arrays_asset(f"{collection}/{item_id}")
+    writer.add_item(item)
+    return writer.commit(f"add {item_id}").snapshot_id
+
+
+def killed_mid_commit(root: str, settings: dict[str, Any], item_id: str) -> None:
+    """Write an item's data file, manifest, manifest list and metadata.json, then die before the Icechunk commit."""
+    repository = Repository.open(root, Settings.model_validate(settings))
+    original = Writer._apply
+
+    def apply_then_die(self: Writer, *args: Any, **kwargs: Any) -> str:
+        original(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("unreachable")
+
+    Writer._apply = apply_then_die  # type: ignore[method-assign]
+    writer = repository.writer()
+    writer.add_item(make_item(item_id, "c"))
+    writer.commit(f"never lands: {item_id}")
+
+
+def steady_writer(root: str, settings: dict[str, Any], commits: int, prefix: str) -> int:
+    """Commit ``commits`` items with arrays, one per commit, as fast as it can."""
+    repository = Repository.open(root, Settings.model_validate(settings))
+    for number in range(commits):
+        commit_with_arrays(repository, f"{prefix}-{number}", number)
+    return commits

@@ -1,0 +1,156 @@
+"""replicate: local -> S3 and S3 -> local, incremental runs that copy only what is new, a source written meanwhile."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import numpy as np
+import pytest
+import zarr
+from typer.testing import CliRunner
+
+from ingest import Repository, Settings
+from ingest.cli import app
+from ingest.errors import ReplicationFailed, RepositoryNotFound
+from ingest.lifecycle import check, replicate
+from ingest.lifecycle._store import RootFiles
+from tests.lifecycle._helpers import export, exports
+from tests.lifecycle._writers import commit_with_arrays, steady_writer
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def files_of(root: str, settings: Settings) -> set[str]:
+    """Every file of a root that replicate copies (the refs object and Icechunk's backups of it aside)."""
+    from ingest.storage import Location
+
+    store = RootFiles(Location.parse(root, settings))
+    found = set(store.list("arrays")) | set(store.list("tables"))
+    return {path for path in found if path != "arrays/repo" and not path.startswith("arrays/overwritten/")}
+
+
+def assert_same_repository(source: Repository, target: Repository) -> None:
+    assert check(target, all_refs=True, deep=True) == []
+    assert [(r.kind, r.name, r.snapshot_id) for r in target.refs()] == [
+        (r.kind, r.name, r.snapshot_id) for r in source.refs()
+    ]
+    assert exports(target) == exports(source)
+    for entry in source.log():
+        assert export(target, entry.snapshot_id) == export(source, entry.snapshot_id)
+    tip_source, tip_target = source.view(), target.view()
+    for name, _ in tip_source.arrays("c").groups():
+        band = f"c/{name}/band"
+        assert np.array_equal(
+            zarr.open_array(tip_target.session.store, path=band, mode="r")[:],
+            zarr.open_array(tip_source.session.store, path=band, mode="r")[:],
+        )
+
+
+@pytest.mark.s3
+def test_replicate_local_to_s3_and_back_incrementally(tmp_path, s3_root, s3_settings):
+    settings = Settings(s3=s3_settings.s3)
+    local = str(tmp_path / "source")
+    source = Repository.create(local, settings)
+    commit_with_arrays(source, "a", 1)
+    source.tag("v1")
+    commit_with_arrays(source, "b", 2)
+
+    first = replicate(local, s3_root, settings)
+    assert first.refs_moved and first.copied and first.rewritten
+    target = Repository.open(s3_root, settings)
+    assert_same_repository(source, target)
+    # Iceberg metadata at the target names the target's files only.
+    assert target.view("v1").table.metadata_location.startswith(s3_root + "/tables/")
+    assert all(t.file.file_path.startswith(s3_root) for t in target.view().table.scan().plan_files())
+
+    again = replicate(local, s3_root, settings)
+    assert again.files_written == [] and again.refs_moved
+
+    before = files_of(local, settings)
+    commit_with_arrays(source, "c", 3)
+    commit_with_arrays(source, "d", 4)
+    source.tag("v2")
+    new_files = files_of(local, settings) - before
+    assert any(path.startswith("arrays/chunks/") for path in new_files)
+    incremental = replicate(local, s3_root, settings)
+    assert sorted(incremental.files_written) == sorted(new_files)
+    assert_same_repository(source, Repository.open(s3_root, settings))
+
+    # And back: S3 -> local, through the CLI (S3 settings from the environment).
+    back = str(tmp_path / "back")
+    env = {f"FLOE_S3__{key.upper()}": str(value) for key, value in s3_settings.s3.model_dump().items() if value}
+    result = CliRunner().invoke(app, ["replicate", s3_root, back], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert_same_repository(source, Repository.open(back, settings))
+    assert CliRunner().invoke(app, ["--root", back, "check", "--all", "--deep"]).exit_code == 0
+
+
+def test_dry_run_writes_nothing_and_a_missing_source_is_named(tmp_path):
+    settings = Settings()
+    local = str(tmp_path / "source")
+    source = Repository.create(local, settings)
+    commit_with_arrays(source, "a", 1)
+    report = replicate(local, str(tmp_path / "copy"), settings, dry_run=True)
+    assert report.copied and report.rewritten and not report.refs_moved
+    assert not (tmp_path / "copy").exists()
+    with pytest.raises(RepositoryNotFound, match="nowhere"):
+        replicate(str(tmp_path / "nowhere"), str(tmp_path / "copy"), settings)
+
+
+@pytest.mark.s3
+@pytest.mark.slow
+def test_replicate_while_the_source_is_written_copies_a_consistent_version(tmp_path, s3_root, s3_settings):
+    settings = Settings(s3=s3_settings.s3)
+    local = str(tmp_path / "source")
+    source = Repository.create(local, settings)
+    commit_with_arrays(source, "seed", 0)
+    source.tag("v0")
+    writer = SPAWN.Process(target=steady_writer, args=(local, settings.model_dump(), 12, "live"))
+    writer.start()
+    try:
+        deadline = time.time() + 60
+        while len(source.log()) < 4 and time.time() < deadline:
+            time.sleep(0.2)
+        runs_during_writes = 0
+        while writer.is_alive() and runs_during_writes < 2:
+            report = replicate(local, s3_root, settings)
+            assert report.refs_moved
+            runs_during_writes += writer.is_alive()
+            target = Repository.open(s3_root, settings)
+            assert check(target, all_refs=True, deep=True) == []
+            for ref in target.refs():  # the target's version of each ref is one the source had
+                assert export(target, ref.snapshot_id) == export(source, ref.snapshot_id)
+        assert runs_during_writes >= 1, "the writer finished before replication ran: nothing was proven"
+    finally:
+        writer.join(120)
+    assert writer.exitcode == 0
+    replicate(local, s3_root, settings)
+    assert_same_repository(source, Repository.open(s3_root, settings))
+
+
+def test_a_target_that_does_not_verify_keeps_its_old_refs(tmp_path, monkeypatch):
+    settings = Settings()
+    source_root, target_root = str(tmp_path / "source"), str(tmp_path / "target")
+    source = Repository.create(source_root, settings)
+    commit_with_arrays(source, "a", 1)
+    replicate(source_root, target_root, settings)
+    old_tip = Repository.open(target_root, settings).resolve("main")
+    commit_with_arrays(source, "b", 2)
+
+    original = RootFiles.write
+
+    def lose_data_files(self, relative, data):  # a copy that silently never lands
+        if not relative.endswith(".parquet"):
+            original(self, relative, data)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(RootFiles, "write", lose_data_files)
+        with pytest.raises(ReplicationFailed, match=r"\.parquet: missing.*refs were not moved"):
+            replicate(source_root, target_root, settings)
+    target = Repository.open(target_root, settings)
+    assert target.resolve("main") == old_tip
+    assert check(target, all_refs=True, deep=True) == []
+
+    replicate(source_root, target_root, settings)
+    assert_same_repository(source, Repository.open(target_root, settings))
