@@ -108,21 +108,44 @@ class ManifestCache:
         }
 
 
+def _tier(manifest: ManifestFile, fan_in: int) -> int:
+    """A manifest's tier: 0 below ``fan_in`` live entries, 1 below ``fan_in``², and so on."""
+    entries = (manifest.added_files_count or 0) + (manifest.existing_files_count or 0)
+    tier = 0
+    while entries >= fan_in:
+        entries //= fan_in
+        tier += 1
+    return tier
+
+
 def _merge_small_manifests(
     cache: ManifestCache, metadata: TableMetadata, snapshot_id: int, existing: list[ManifestFile], commit_id: uuid.UUID
 ) -> list[ManifestFile]:
-    """Merge the existing small manifests into one once enough of them pile up."""
-    min_count = int(metadata.properties.get(MIN_MERGE_PROPERTY, "100"))
+    """Merge manifests in tiers, like a log-structured merge, so their number stays logarithmic in the files.
+
+    Once ``commit.manifest.min-count-to-merge`` manifests of one tier pile up,
+    they become one manifest of the next tier. Merging every small manifest
+    into one growing manifest instead would rewrite the whole file list every
+    few commits: quadratic bytes over a long history, for writers and for gc,
+    which reads every manifest any version needs.
+    """
+    fan_in = max(2, int(metadata.properties.get(MIN_MERGE_PROPERTY, "100")))
     target = int(metadata.properties.get(TARGET_SIZE_PROPERTY, str(8 * 1024 * 1024)))
     spec_id = metadata.default_spec_id
-    small = [m for m in existing if m.manifest_length < target and m.partition_spec_id == spec_id]
-    if len(small) + 1 < min_count:
+    tiers: dict[int, list[ManifestFile]] = {}
+    for manifest in existing:
+        if manifest.manifest_length < target and manifest.partition_spec_id == spec_id:
+            tiers.setdefault(_tier(manifest, fan_in), []).append(manifest)
+    # The new commit's manifest joins tier 0, so that tier merges one commit early.
+    full = [tier for tier, members in sorted(tiers.items()) if len(members) + (tier == 0) >= fan_in]
+    if not full:
         return existing
+    merging = tiers[full[0]]
     with _manifest_writer(cache.io, metadata, snapshot_id, f"{commit_id}-m1.avro") as writer:
-        for manifest in small:
+        for manifest in merging:
             for entry in cache.entries(manifest):
                 writer.existing(entry)
-    kept = [m for m in existing if m not in small]
+    kept = [m for m in existing if m not in merging]
     return [writer.to_manifest_file(), *kept]
 
 

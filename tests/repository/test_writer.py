@@ -207,3 +207,26 @@ def test_pystac_items_are_accepted(repo):
     assert stored["id"] == "from-pystac" and stored["collection"] == "c"
     assert stored["properties"]["platform"] == "sentinel-2a"
     assert stored["geometry"] == item.geometry
+
+
+def test_manifest_merging_is_tiered_so_history_metadata_grows_near_linearly(tmp_path):
+    """Merging every small manifest into one growing manifest rewrites the whole file list every few commits."""
+    repo = Repository.create(tmp_path / "repo", Settings())
+    commits = 160
+    for number in range(commits):
+        writer = repo.writer()
+        writer.add_item(make_item(f"i{number}", "c"))
+        writer.commit(f"commit {number}")
+    manifests: dict[str, int] = {}
+    for entry in repo.log():
+        snapshot = repo.catalog.load_at(entry.metadata_location).current_snapshot()
+        for manifest in snapshot.manifests(repo.io) if snapshot else []:
+            manifests[manifest.manifest_path] = (manifest.added_files_count or 0) + (
+                manifest.existing_files_count or 0
+            )
+    # Tiers of 16: each file is written once per tier it passes through (2 here); one growing manifest would
+    # have written about commits**2 / 32 = 800 entries on top of the 160.
+    assert sum(manifests.values()) <= 3 * commits
+    tip = repo.view().table.current_snapshot().manifests(repo.io)
+    assert len(tip) <= 2 * 15 + 1
+    assert sum(ids_at(repo).values()) == commits
