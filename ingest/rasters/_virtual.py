@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -54,8 +55,10 @@ from virtualizarr.manifests import ChunkManifest, ManifestArray, ManifestGroup, 
 from virtualizarr.manifests.utils import copy_and_replace_metadata
 from xarray.backends.zarr import FillValueCoder, encode_zarr_attr_value
 from zarr.codecs import BytesCodec
-from zarr.core.buffer import default_buffer_prototype
+from zarr.core.buffer import Buffer, default_buffer_prototype
 from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
+from zarr.core.common import ZARR_JSON
+from zarr.core.group import GroupMetadata
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.core.sync import sync
 from zarr.dtype import parse_data_type
@@ -142,6 +145,10 @@ class _Source:
 
 
 _REGISTRY = ObjectStoreRegistry({FILE_SCHEME: LocalStore()})
+
+#: Layouts (see _layout_signature) whose first tile decoded equal to GDAL's reading in this process.
+_PROBED_LAYOUTS: set[str] = set()
+_PROBED_LAYOUTS_MAX = 256
 
 
 def write_virtual_granule(store: Store, group: str, assets: Mapping[str, str | Path]) -> VirtualGranuleArrays:
@@ -329,8 +336,23 @@ def _check_extent(source: str, local_path: str, manifest: ManifestArray) -> None
         )
 
 
+def _layout_signature(manifest: ManifestArray) -> str:
+    """What decoding depends on: dtype, chunk shape and the codec chain (shape and attributes aside)."""
+    metadata = manifest.metadata.to_dict()
+    decoding = {key: metadata.get(key) for key in ("data_type", "chunk_grid", "codecs", "fill_value")}
+    return json.dumps(decoding, sort_keys=True, default=str)
+
+
 def _probe(source: str, manifest: ManifestArray, dataset: rasterio.DatasetReader) -> None:
-    """Decode the first tile through the references and compare it with GDAL's reading of the same pixels."""
+    """Decode the first tile through the references and compare it with GDAL's reading of the same pixels.
+
+    Once a layout has decoded equal in this process, granules of the same
+    layout skip the probe: an archive's granules share it, and the probe
+    costs about as much as the rest of the plan.
+    """
+    signature = _layout_signature(manifest)
+    if signature in _PROBED_LAYOUTS:
+        return
     _bands, height, width = manifest.shape
     chunk_bands, tile_height, tile_width = manifest.metadata.chunks
     rows, cols = min(tile_height, height), min(tile_width, width)
@@ -355,6 +377,8 @@ def _probe(source: str, manifest: ManifestArray, dataset: rasterio.DatasetReader
             "differs from GDAL's reading",
             path=source,
         )
+    if len(_PROBED_LAYOUTS) < _PROBED_LAYOUTS_MAX:
+        _PROBED_LAYOUTS.add(signature)
 
 
 def _write(store: Store, group: str, sources: list[_Source]) -> VirtualGranuleArrays:
@@ -387,24 +411,39 @@ def _write(store: Store, group: str, sources: list[_Source]) -> VirtualGranuleAr
 
 
 async def _write_layout(store: Store, layout: list[tuple[str, list[_Source]]], last_updated_at: datetime) -> None:
-    # The item group first: mode "w" on it clears any previous version, subgroups included.
-    for path, members in layout:
-        await zarr.api.asynchronous.open_group(store=store, path=path, mode="w", zarr_format=3)
-        coords = members[0].dataset.coords
-        await asyncio.gather(
-            *(_write_coordinate(store, path, str(name), coords[name].variable) for name in coords),
-            *(_write_reference_array(store, path, source) for source in members),
-        )
-        for source in members:
-            await _write_references(store, path, source, last_updated_at)
+    """Write the item group (and its subgroups) as raw Zarr documents, gathered so Icechunk can overlap them.
 
-
-async def _write_coordinate(store: Store, path: str, name: str, variable: xr.Variable) -> None:
-    """A coordinate with the copy's values, dtype, fill value and attributes, as one uncompressed chunk.
-
-    Written as raw documents rather than through zarr's array API, which
-    costs several milliseconds per array; coordinates are a few kilobytes.
+    zarr's group and array API costs milliseconds per node; a granule has five
+    or more nodes, so the documents are written directly: nodes first (groups
+    before their children), then the coordinate chunks and the references.
     """
+    prototype = default_buffer_prototype()
+    item_group = layout[0][0]
+    # What zarr's mode "w" does: a previous version of the item goes whole, subgroups included.
+    if await store.exists(f"{item_group}/zarr.json"):
+        await store.delete_dir(item_group)
+    group_document = GroupMetadata(zarr_format=3).to_buffer_dict(prototype)[ZARR_JSON]
+    for path, _members in layout:
+        await store.set(f"{path}/{ZARR_JSON}", group_document)
+    nodes: dict[str, Buffer] = {}
+    chunks: dict[str, Buffer] = {}
+    for path, members in layout:
+        coords = members[0].dataset.coords
+        for name in coords:
+            node, chunk = _coordinate_documents(f"{path}/{name}", coords[name].variable)
+            nodes.update(node)
+            chunks.update(chunk)
+        for source in members:
+            nodes.update(_reference_array_documents(f"{path}/{source.key}", source))
+    await asyncio.gather(*(store.set(key, value) for key, value in nodes.items()))
+    await asyncio.gather(
+        *(store.set(key, value) for key, value in chunks.items()),
+        *(_write_references(store, path, source, last_updated_at) for path, members in layout for source in members),
+    )
+
+
+def _coordinate_documents(path: str, variable: xr.Variable) -> tuple[dict[str, Buffer], dict[str, Buffer]]:
+    """A coordinate with the copy's values, dtype, fill value and attributes, as one uncompressed chunk."""
     values = np.asarray(variable.values)
     metadata = ArrayV3Metadata(
         shape=values.shape,
@@ -418,15 +457,13 @@ async def _write_coordinate(store: Store, path: str, name: str, variable: xr.Var
         storage_transformers=None,
     )
     prototype = default_buffer_prototype()
-    chunk = prototype.buffer.from_bytes(values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes(order="C"))
-    # The array node must exist before its chunk.
-    await asyncio.gather(
-        *(store.set(f"{path}/{name}/{key}", value) for key, value in metadata.to_buffer_dict(prototype).items())
-    )
-    await store.set(f"{path}/{name}/{metadata.encode_chunk_key((0,) * values.ndim)}", chunk)
+    little_endian = values.astype(values.dtype.newbyteorder("<"), copy=False)
+    chunk = prototype.buffer.from_bytes(little_endian.tobytes(order="C"))
+    node = {f"{path}/{key}": value for key, value in metadata.to_buffer_dict(prototype).items()}
+    return node, {f"{path}/{metadata.encode_chunk_key((0,) * values.ndim)}": chunk}
 
 
-async def _write_reference_array(store: Store, path: str, source: _Source) -> None:
+def _reference_array_documents(path: str, source: _Source) -> dict[str, Buffer]:
     """The pixel array's metadata: virtual-tiff's chunking and codecs, the copy's attributes and dimension names."""
     pixels = source.dataset[GRANULE_VARIABLE]
     attrs = dict(pixels.attrs)
@@ -441,8 +478,7 @@ async def _write_reference_array(store: Store, path: str, source: _Source) -> No
         dimension_names=pixels.dims,
         chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
     )
-    documents = metadata.to_buffer_dict(default_buffer_prototype())
-    await asyncio.gather(*(store.set(f"{path}/{source.key}/{name}", doc) for name, doc in documents.items()))
+    return {f"{path}/{key}": value for key, value in metadata.to_buffer_dict(default_buffer_prototype()).items()}
 
 
 async def _write_references(store: Store, path: str, source: _Source, last_updated_at: datetime) -> None:
