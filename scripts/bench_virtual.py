@@ -1,7 +1,7 @@
 """Virtual ingest benchmark: referencing COGs (``--virtual``) against copying the same granules, in one run.
 
-Run:  .venv/bin/python scripts/bench_virtual.py                 (30 granules of each kind, 1024 px)
-      .venv/bin/python scripts/bench_virtual.py --granules 12 --size 512
+Run:  .venv/bin/python scripts/bench_virtual.py                   (20 granules of each kind; 1024 and 2048 px)
+      .venv/bin/python scripts/bench_virtual.py --granules 12 --sizes 512
 
 Both modes go through floe's own writer (one item group per granule, a
 commit every 10 granules) on a local repository; only the raster step
@@ -10,17 +10,19 @@ virtualizable granules:
 
 * make_archive's single-band COGs (sample-dem 128x96 float32, sample-landcover
   200x200 uint8): tiny, so fixed per-granule costs dominate both modes;
-* band-interleaved 3-band uint16 COGs of ``--size`` px a side (deflate,
-  512 px tiles), closer to real scenes.
+* band-interleaved 3-band uint16 COGs of each of ``--sizes`` px a side
+  (deflate, 512 px tiles), closer to real scenes (a Sentinel-2 band is
+  10980 px a side).
 
 Prints a markdown table (granules/s for each mode and the ratio).
-``bench_virtual(workdir, granules, size)`` returns the rows for
+``bench_virtual(workdir, granules, sizes)`` returns the rows for
 scripts/bench_ingest.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -112,27 +114,28 @@ def compare(workdir: Path, name: str, label: str, paths: list[Path]) -> tuple[st
     )
 
 
-def bench_virtual(workdir: Path, granules: int, size: int = 1024) -> list[tuple[str, str, str, str]]:
+def bench_virtual(
+    workdir: Path, granules: int, sizes: tuple[int, ...] = (1024, 2048)
+) -> list[tuple[str, str, str, str]]:
     """Rows (figure, floe, baseline, ratio) for virtual against copy ingest of the same granules."""
     rows = [compare(workdir, "sample", "make_archive single-band COGs", sample_granules(workdir, granules))]
-    rows.append(
-        compare(
-            workdir,
-            "large",
-            f"band-interleaved 3x{size}x{size} uint16 COGs",
-            large_granules(workdir, granules, size),
-        )
-    )
+    for size in sizes:
+        paths = large_granules(workdir, granules, size)
+        rows.append(compare(workdir, f"large-{size}", f"band-interleaved 3x{size}x{size} uint16 COGs", paths))
+        shutil.rmtree(paths[0].parent)  # the next size needs the disk space more than this one
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--granules", type=int, default=30, help="granules of each kind (default 30)")
-    parser.add_argument("--size", type=int, default=1024, help="side of the large COGs in px (default 1024)")
+    parser.add_argument("--granules", type=int, default=20, help="granules of each kind (default 20)")
+    parser.add_argument(
+        "--sizes", default="1024,2048", help="comma-separated sides of the large COGs in px (default 1024,2048)"
+    )
     arguments = parser.parse_args()
+    sizes = tuple(int(size) for size in arguments.sizes.split(",") if size)
     with tempfile.TemporaryDirectory(prefix="floe-bench-virtual-") as temporary:
-        rows = bench_virtual(Path(temporary), arguments.granules, arguments.size)
+        rows = bench_virtual(Path(temporary), arguments.granules, sizes)
     print("| figure | floe --virtual | baseline (same run) | ratio |")
     print("|---|---|---|---|")
     for row in rows:
