@@ -5,7 +5,6 @@ from ingest.rasters._virtual import (
     NotVirtualizable,
     VirtualGranuleArrays,
     VirtualOutcome,
-    plan_virtual_granule,
     write_virtual_granule,
     write_virtual_or_copy,
 )
@@ -16,7 +15,6 @@ __all__ = [
     "NotVirtualizable",
     "VirtualGranuleArrays",
     "VirtualOutcome",
-    "plan_virtual_granule",
     "read_granule",
     "write_granule",
     "write_virtual_granule",

@@ -33,6 +33,7 @@ import functools
 import json
 import logging
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -87,12 +88,15 @@ __all__ = [
     "NotVirtualizable",
     "VirtualGranuleArrays",
     "VirtualOutcome",
-    "plan_virtual_granule",
     "write_virtual_granule",
     "write_virtual_or_copy",
 ]
 
 log = logging.getLogger(__name__)
+
+# virtual-tiff warns each time it builds an imagecodecs codec (LZW, zstd, predictors) that other Zarr readers may
+# lack it; floe's readers have it (a dependency), and the warning would repeat for every granule.
+warnings.filterwarnings("ignore", message="Imagecodecs codecs are not in the Zarr version 3 specification")
 
 #: The full-resolution image of a COG; later IFDs are overviews (and masks).
 FULL_RESOLUTION_IFD = 0
@@ -169,11 +173,11 @@ def write_virtual_granule(store: Store, group: str, assets: Mapping[str, str | P
         ValueError: ``group`` is not a relative Zarr path, its parent group
             does not exist, or ``assets`` is empty.
     """
-    sources = plan_virtual_granule(store, group, assets)
+    sources = _plan_granule(store, group, assets)
     return _write(store, _check_group(group), sources)
 
 
-def plan_virtual_granule(store: Store, group: str, assets: Mapping[str, str | Path]) -> list[_Source]:
+def _plan_granule(store: Store, group: str, assets: Mapping[str, str | Path]) -> list[_Source]:
     """Check that every asset can be referenced from ``store``; write nothing. See :func:`write_virtual_granule`."""
     group = _check_group(group)
     if not assets:
@@ -197,11 +201,11 @@ def write_virtual_or_copy(
     fail the same way).
     """
     try:
-        sources = plan_virtual_granule(store, group, assets)
+        # A NotVirtualizable from the write itself (Icechunk refusing the references) left no group behind either.
+        return VirtualOutcome(_write(store, _check_group(group), _plan_granule(store, group, assets)))
     except NotVirtualizable as exc:
         log.info("granule %s is copied: %s", group, exc.reason)
         return VirtualOutcome(write_granule(store, group, assets, chunk=chunk), fallback=exc.reason)
-    return VirtualOutcome(_write(store, group, sources))
 
 
 def _plan_source(key: str, path: str | Path, prefixes: tuple[str, ...]) -> _Source:
@@ -231,7 +235,7 @@ def _plan_source(key: str, path: str | Path, prefixes: tuple[str, ...]) -> _Sour
         dtype = np.dtype(dataset.dtypes[0])
         structure = dataset.tags(ns="IMAGE_STRUCTURE")
         compression = structure.get("COMPRESSION", "NONE")
-        if dataset.count > 1 and structure.get("INTERLEAVE", "").upper() == "PIXEL":
+        if dataset.count > 1 and structure.get("INTERLEAVE", "").upper() == _CHUNKY:
             raise NotVirtualizable(
                 f"granule {source} is pixel-interleaved ({dataset.count} bands, {compression}): "
                 "the installed zarr cannot decode interleaved samples from virtual references",

@@ -321,3 +321,65 @@ def test_a_failed_write_leaves_no_group(archive, repo, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         write_virtual_granule(writer.store, "c/item", {"data": archive["dem"][0]})
     assert not group_exists(writer.store, "c/item")
+
+
+def test_sparse_cog_falls_back_to_a_copy_that_reads_nodata_like_gdal(repo, tmp_path):
+    """Unwritten tiles of a SPARSE_OK GTiff have no bytes; virtualizarr refuses zero-length references, so copy."""
+    path = tmp_path / "sparse.tif"
+    profile = {
+        "driver": "GTiff",
+        "width": 256,
+        "height": 256,
+        "count": 1,
+        "dtype": "int16",
+        "crs": "EPSG:3857",
+        "transform": from_origin(0.0, 0.0, 30.0, 30.0),
+        "nodata": -1,
+        "tiled": True,
+        "blockxsize": 128,
+        "blockysize": 128,
+        "sparse_ok": True,
+    }
+    written = np.arange(128 * 128, dtype=np.int16).reshape(1, 128, 128)
+    with rasterio.open(path, "w", **profile) as dst:
+        dst.write(written, window=rasterio.windows.Window(0, 0, 128, 128))
+    with rasterio.open(path) as src:
+        expected = src.read()
+    assert (expected[0, 128:, :] == -1).all()
+
+    writer = repo.writer()
+    writer.ensure_collection("c")
+    outcome = write_virtual_or_copy(writer.store, "c/sparse", {"data": path})
+    assert not outcome.virtual and str(path) in outcome.fallback and "zero-length" in outcome.fallback
+    writer.commit("sparse")
+    np.testing.assert_array_equal(open_group(repo, "c/sparse", mask_and_scale=False)["data"].values, expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "profile", "virtual"),
+    [
+        ("strips", {"driver": "GTiff", "blockysize": 20, "compress": "lzw"}, True),
+        ("zstd", {"driver": "COG", "compress": "zstd", "predictor": 2}, True),
+        ("partial-strip", {"driver": "GTiff", "blockysize": 16}, False),
+        ("jpeg-ycbcr", {"driver": "GTiff", "compress": "jpeg", "photometric": "ycbcr", "tiled": True}, False),
+    ],
+)
+def test_layouts_are_referenced_or_copied_with_a_reason(name, profile, virtual, repo, tmp_path):
+    rng = np.random.default_rng(5)
+    bands = 3 if name == "jpeg-ycbcr" else 1
+    data = rng.integers(0, 255, size=(bands, 100, 120), dtype=np.uint8)
+    path = tmp_path / f"{name}.tif"
+    base = {"width": 120, "height": 100, "count": bands, "dtype": "uint8", "crs": "EPSG:32633"}
+    with rasterio.open(path, "w", transform=from_origin(0.0, 0.0, 10.0, 10.0), **base, **profile) as dst:
+        dst.write(data)
+    writer = repo.writer()
+    writer.ensure_collection("c")
+    outcome = write_virtual_or_copy(writer.store, f"c/{name}", {"data": path})
+    writer.commit(name)
+
+    assert outcome.virtual is virtual
+    if not virtual:
+        assert str(path) in outcome.fallback
+    expected = rioxarray.open_rasterio(path, mask_and_scale=False).values
+    np.testing.assert_array_equal(open_group(repo, f"c/{name}", mask_and_scale=False)["data"].values, expected)
+    assert bool(repo.view().session.all_virtual_chunk_locations()) is virtual
