@@ -383,3 +383,18 @@ def test_layouts_are_referenced_or_copied_with_a_reason(name, profile, virtual, 
     expected = rioxarray.open_rasterio(path, mask_and_scale=False).values
     np.testing.assert_array_equal(open_group(repo, f"c/{name}", mask_and_scale=False)["data"].values, expected)
     assert bool(repo.view().session.all_virtual_chunk_locations()) is virtual
+
+
+@pytest.mark.s3
+def test_repository_on_object_storage_references_local_files(archive, s3_root, s3_settings):
+    """The containers live in the repository's config on S3 too; another process opening it can read the arrays."""
+    dem = archive["dem"][0]
+    repository = Repository.create(s3_root, s3_settings)
+    assert repository.allow_virtual_sources([dem]) == ["file:///" + dem.resolve().parts[1] + "/"]
+    result = ingest(repository, {"dem": {"data": dem}}, virtual=True)["dem"]
+    assert isinstance(result, VirtualGranuleArrays)
+
+    reopened = Repository.open(s3_root, s3_settings)
+    expected = rioxarray.open_rasterio(dem, mask_and_scale=False).values
+    np.testing.assert_array_equal(open_group(reopened, "c/dem", mask_and_scale=False)["data"].values, expected)
+    assert set(reopened.view().session.all_virtual_chunk_locations()) == {result.sources["data"]}
