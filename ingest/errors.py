@@ -149,3 +149,19 @@ class ReplicationFailed(FloeError):
     """The target of a replication did not verify; its refs were not moved."""
 
     kind = "replication-failed"
+
+
+class NotVirtualizable(FloeError):
+    """A raster floe cannot reference in place (``--virtual``); the caller copies the granule instead.
+
+    The message names the file and why (pixel-interleaved, a compression or
+    layout virtual-tiff cannot express, no virtual chunk container for it).
+    """
+
+    kind = "not-virtualizable"
+
+    def __init__(self, message: str, *, path: str | None = None, asset: str | None = None) -> None:
+        self.path = path
+        self.asset = asset
+        self.reason = message
+        super().__init__(message)

@@ -28,6 +28,7 @@ from ingest.errors import (
     RepositoryNotFound,
 )
 from ingest.repository._catalog import PointerCatalog
+from ingest.repository._containers import local_access, local_url, missing_prefixes, with_containers
 from ingest.repository._read import read_batches
 from ingest.stac._rows import arrow_to_items
 from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
@@ -189,7 +190,12 @@ class Repository:
         storage = location.icechunk_storage()
         if not icechunk.Repository.exists(storage):
             raise RepositoryNotFound(f"no floe repository at {location.url} (create one with `floe init`)")
-        return cls(location, settings, icechunk.Repository.open(storage))
+        repo = icechunk.Repository.open(storage)
+        access = local_access(repo.config)
+        if access:
+            # Virtual references to local files read only through authorized containers.
+            repo = repo.reopen(authorize_virtual_chunk_access=access)
+        return cls(location, settings, repo)
 
     @classmethod
     def open_or_create(cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> Repository:
@@ -200,6 +206,32 @@ class Repository:
                 return cls.create(root, settings)
             except RepositoryExists:
                 return cls.open(root, settings)
+
+    # -- virtual references -------------------------------------------------------------------
+    def allow_virtual_sources(self, paths: list[str | os.PathLike[str]]) -> list[str]:
+        """Let this repository hold virtual references to the local files ``paths`` (idempotent).
+
+        Adds a local-file virtual chunk container for each top-level directory
+        the files live under that no container covers yet, saves the config
+        and reopens this repository with access to it. Sessions opened before
+        (writers included) keep the old config: call this before opening the
+        writers of a ``--virtual`` ingest. Returns the container prefixes added.
+        """
+        urls = [local_url(path) for path in paths]
+        if not missing_prefixes(self.icechunk.config, urls):
+            return []
+        storage = self.location.icechunk_storage()
+        with self.location.mutation_lock():
+            # Another process may have added containers meanwhile: merge into the stored config.
+            stored = icechunk.Repository.fetch_config(storage)
+            added = missing_prefixes(stored, urls)
+            config = with_containers(stored, added)
+            self.icechunk = self.icechunk.reopen(config=config, authorize_virtual_chunk_access=local_access(config))
+            if added:
+                self.icechunk.save_config()
+        if added:
+            log.info("repository %s may now reference files under %s", self.location.url, ", ".join(added))
+        return added
 
     # -- pointers ------------------------------------------------------------------------------
     def relative_location(self, metadata_location: str) -> str:

@@ -221,9 +221,7 @@ def test_manifest_merging_is_tiered_so_history_metadata_grows_near_linearly(tmp_
     for entry in repo.log():
         snapshot = repo.catalog.load_at(entry.metadata_location).current_snapshot()
         for manifest in snapshot.manifests(repo.io) if snapshot else []:
-            manifests[manifest.manifest_path] = (manifest.added_files_count or 0) + (
-                manifest.existing_files_count or 0
-            )
+            manifests[manifest.manifest_path] = (manifest.added_files_count or 0) + (manifest.existing_files_count or 0)
     # Tiers of 16: each file is written once per tier it passes through (2 here); one growing manifest would
     # have written about commits**2 / 32 = 800 entries on top of the 160.
     assert sum(manifests.values()) <= 3 * commits

@@ -1,0 +1,505 @@
+"""Reference a granule's COGs from the item's Zarr group instead of copying their pixels (``floe ingest --virtual``).
+
+The item group has exactly the layout :func:`ingest.rasters.write_granule`
+gives it (one ``(band, y, x)`` variable per asset on the first asset's grid,
+other grids in subgroups ``<group>/<asset_key>``, coordinates ``band``/``x``/
+``y`` and ``spatial_ref``, the same CF attributes), so the same
+``xarray.open_zarr(store, group=...)`` reads either. Only the pixel arrays
+differ: their chunks are the TIFF's own tiles (or strips), stored in Icechunk
+as *virtual references* (file, offset, length) to the source file, decoded by
+the codecs virtual-tiff registers with zarr. The coordinates are small and
+written as ordinary chunks.
+
+Only the full-resolution image (the first IFD) is referenced; overviews are
+not. A COG that virtual-tiff cannot express raises :class:`NotVirtualizable`
+and the caller copies the granule instead (:func:`write_virtual_or_copy`).
+Everything is checked before anything is written: the layout, that the
+repository may reference the file (a virtual chunk container covers it), and
+that the first tile decoded through the references equals GDAL's reading of
+it. A failure while writing removes the item group again (all or nothing,
+like the copy).
+
+A virtual array reads the source file every time: moving, deleting or
+changing the file after ingest makes the array unreadable (Icechunk refuses
+a file modified after the reference was written rather than return other
+pixels).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import json
+import logging
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyproj
+import rasterio
+import rasterio.errors
+import xarray as xr
+import zarr
+import zarr.api.asynchronous
+from obspec_utils.registry import ObjectStoreRegistry
+from obstore.store import LocalStore
+from rasterio.windows import Window
+from rioxarray._io import _get_rasterio_attrs
+from virtual_tiff import VirtualTIFF
+from virtualizarr.manifests import ChunkManifest, ManifestArray, ManifestGroup, ManifestStore
+from virtualizarr.manifests.utils import copy_and_replace_metadata
+from xarray.backends.zarr import FillValueCoder, encode_zarr_attr_value
+from zarr.codecs import BytesCodec
+from zarr.core.buffer import Buffer, default_buffer_prototype
+from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
+from zarr.core.common import ZARR_JSON
+from zarr.core.group import GroupMetadata
+from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.core.sync import sync
+from zarr.dtype import parse_data_type
+
+from ingest.errors import InvalidRaster, NotVirtualizable
+from ingest.rasters._copy import (
+    GRANULE_VARIABLE,
+    GRID_MAPPING,
+    GranuleArrays,
+    _check_asset_key,
+    _check_group,
+    _check_parent_exists,
+    _clean_attrs,
+    _detail,
+    _discard,
+    _open_failure,
+    _same_grid,
+    write_granule,
+)
+from ingest.repository._containers import FILE_SCHEME, local_url
+
+if TYPE_CHECKING:
+    from zarr.abc.store import Store
+
+__all__ = [
+    "NotVirtualizable",
+    "VirtualGranuleArrays",
+    "VirtualOutcome",
+    "write_virtual_granule",
+    "write_virtual_or_copy",
+]
+
+log = logging.getLogger(__name__)
+
+# virtual-tiff warns each time it builds an imagecodecs codec (LZW, zstd, predictors) that other Zarr readers may
+# lack it; floe's readers have it (a dependency), and the warning would repeat for every granule.
+warnings.filterwarnings("ignore", message="Imagecodecs codecs are not in the Zarr version 3 specification")
+
+#: The full-resolution image of a COG; later IFDs are overviews (and masks).
+FULL_RESOLUTION_IFD = 0
+#: TIFF PlanarConfiguration 1: samples of a pixel stored together ("pixel-interleaved").
+_CHUNKY = "PIXEL"
+
+
+@dataclass(frozen=True)
+class VirtualGranuleArrays(GranuleArrays):
+    """What :func:`write_virtual_granule` staged for one item: references, no pixel copy.
+
+    ``bytes_written`` is 0: no pixel is written (the small coordinate arrays
+    are not counted, as in the copy).
+    """
+
+    #: Asset key to the ``file://`` URL its chunks reference.
+    sources: dict[str, str] = field(hash=False)
+    #: Number of virtual chunk references written (TIFF tiles or strips, over all assets).
+    references: int
+    #: Uncompressed bytes of the referenced pixels (what a copy would have written).
+    bytes_referenced: int
+
+
+@dataclass(frozen=True)
+class VirtualOutcome:
+    """How :func:`write_virtual_or_copy` stored a granule."""
+
+    arrays: GranuleArrays
+    #: None when referenced in place; otherwise why the granule was copied instead.
+    fallback: str | None = None
+
+    @property
+    def virtual(self) -> bool:
+        return self.fallback is None
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One asset, checked and ready to reference."""
+
+    key: str
+    path: str
+    url: str
+    #: One ``(band, y, x)`` variable backed by the ManifestArray, with the copy's coordinates and attributes.
+    dataset: xr.Dataset
+
+    @property
+    def manifest(self) -> ManifestArray:
+        return self.dataset[GRANULE_VARIABLE].variable.data
+
+
+_REGISTRY = ObjectStoreRegistry({FILE_SCHEME: LocalStore()})
+
+#: Layouts (see _layout_signature) whose first tile decoded equal to GDAL's reading in this process.
+_PROBED_LAYOUTS: set[str] = set()
+_PROBED_LAYOUTS_MAX = 256
+
+
+def write_virtual_granule(store: Store, group: str, assets: Mapping[str, str | Path]) -> VirtualGranuleArrays:
+    """Stage a granule's assets as the Zarr group ``group`` of ``store``, referencing the source COGs.
+
+    Same contract as :func:`ingest.rasters.write_granule` (layout, names,
+    georeferencing, replacing an existing group whole, the parent group must
+    exist), except that no pixel is copied. ``store`` must be the store of
+    an Icechunk session whose repository has a virtual chunk container for
+    the files (:meth:`ingest.repository.Repository.allow_virtual_sources`,
+    called before the session was opened).
+
+    Raises:
+        NotVirtualizable: some asset cannot be referenced (the message names
+            the file and why); nothing was written, copy the granule instead.
+        InvalidRaster: an asset is unreadable or not georeferenced (copying
+            would fail the same way), or an asset key is unusable.
+        ValueError: ``group`` is not a relative Zarr path, its parent group
+            does not exist, or ``assets`` is empty.
+    """
+    sources = _plan_granule(store, group, assets)
+    return _write(store, _check_group(group), sources)
+
+
+def _plan_granule(store: Store, group: str, assets: Mapping[str, str | Path]) -> list[_Source]:
+    """Check that every asset can be referenced from ``store``; write nothing. See :func:`write_virtual_granule`."""
+    group = _check_group(group)
+    if not assets:
+        raise ValueError(f"granule {group} has no assets to write")
+    for key in assets:
+        _check_asset_key(key)
+    _check_parent_exists(store, group)
+    config = getattr(getattr(store, "session", None), "config", None)
+    prefixes = tuple((getattr(config, "virtual_chunk_containers", None) or {}).keys())
+    return [_plan_source(key, path, prefixes) for key, path in assets.items()]
+
+
+def write_virtual_or_copy(
+    store: Store, group: str, assets: Mapping[str, str | Path], *, chunk: int = 512
+) -> VirtualOutcome:
+    """Reference the granule if every asset can be referenced, else copy it whole; say which and why.
+
+    A granule is never half virtual: one asset that cannot be referenced
+    makes the whole granule a copy. :class:`InvalidRaster` and ``ValueError``
+    propagate as from :func:`ingest.rasters.write_granule` (copying would
+    fail the same way).
+    """
+    try:
+        # A NotVirtualizable from the write itself (Icechunk refusing the references) left no group behind either.
+        return VirtualOutcome(_write(store, _check_group(group), _plan_granule(store, group, assets)))
+    except NotVirtualizable as exc:
+        log.info("granule %s is copied: %s", group, exc.reason)
+        return VirtualOutcome(write_granule(store, group, assets, chunk=chunk), fallback=exc.reason)
+
+
+def _plan_source(key: str, path: str | Path, prefixes: tuple[str, ...]) -> _Source:
+    source = os.fspath(path)
+    if "://" in source and not source.startswith(FILE_SCHEME):
+        raise NotVirtualizable(f"granule {source} is not a local file: only local files are referenced", path=source)
+    try:
+        url = local_url(source)
+    except ValueError as exc:
+        raise NotVirtualizable(f"granule {source} cannot be referenced: {exc}", path=source) from exc
+    local_path = url[len(FILE_SCHEME) :]
+    if not Path(local_path).is_file():
+        raise InvalidRaster(_open_failure(local_path, FileNotFoundError(local_path)), path=source)
+    if not any(url.startswith(prefix) for prefix in prefixes):
+        raise NotVirtualizable(
+            f"granule {source} cannot be referenced: the repository has no virtual chunk container for {url} "
+            "(call Repository.allow_virtual_sources before opening the writer)",
+            path=source,
+        )
+    try:
+        dataset = rasterio.open(local_path, driver="GTiff")
+    except (rasterio.errors.RasterioError, OSError, ValueError) as exc:
+        raise InvalidRaster(_open_failure(source, exc), path=source) from exc
+    with dataset:
+        coords, attrs = _georeferencing(source, dataset)
+        shape = (dataset.count, dataset.height, dataset.width)
+        dtype = np.dtype(dataset.dtypes[0])
+        structure = dataset.tags(ns="IMAGE_STRUCTURE")
+        compression = structure.get("COMPRESSION", "NONE")
+        if dataset.count > 1 and structure.get("INTERLEAVE", "").upper() == _CHUNKY:
+            raise NotVirtualizable(
+                f"granule {source} is pixel-interleaved ({dataset.count} bands, {compression}): "
+                "the installed zarr cannot decode interleaved samples from virtual references",
+                path=source,
+            )
+        try:
+            parsed = VirtualTIFF(ifd=FULL_RESOLUTION_IFD)(url, _REGISTRY)
+            manifest = _with_band_axis(parsed._group.arrays[str(FULL_RESOLUTION_IFD)])
+        except Exception as exc:
+            raise NotVirtualizable(
+                f"granule {source} cannot be referenced: virtual-tiff cannot express its layout "
+                f"({compression}; {type(exc).__name__}: {exc})",
+                path=source,
+            ) from exc
+        if manifest.shape != shape or np.dtype(manifest.dtype) != dtype:
+            raise NotVirtualizable(
+                f"granule {source} cannot be referenced: its first TIFF image is {manifest.dtype} {manifest.shape}, "
+                f"GDAL reads {dtype} {shape}",
+                path=source,
+            )
+        _check_extent(source, local_path, manifest)
+        _probe(source, manifest, dataset)
+    pixels = xr.Variable(("band", "y", "x"), manifest, attrs=attrs)
+    return _Source(key=key, path=source, url=url, dataset=xr.Dataset({GRANULE_VARIABLE: pixels}, coords=coords))
+
+
+def _georeferencing(source: str, dataset: rasterio.DatasetReader) -> tuple[dict[str, xr.Variable], dict[str, Any]]:
+    """The coordinates and attributes the copy gets from rioxarray, computed from the TIFF's metadata alone.
+
+    Raises InvalidRaster for the rasters the copy refuses too (no CRS, no
+    axis-aligned geotransform).
+    """
+    if dataset.crs is None:
+        raise InvalidRaster(f"granule {source} has no CRS: floe stores georeferenced rasters only", path=source)
+    transform = dataset.transform
+    if dataset.gcps[0] or dataset.rpcs or not transform.is_rectilinear or transform.b or transform.d:
+        raise InvalidRaster(
+            f"granule {source} has no axis-aligned geotransform (rotated, or georeferenced by GCPs/RPCs only)",
+            path=source,
+        )
+    # rioxarray's own attribute reading keeps the two modes' attributes equal by construction.
+    attrs = _get_rasterio_attrs(dataset)
+    if any(name.startswith("NETCDF_") for name in attrs):
+        raise NotVirtualizable(f"granule {source} carries netCDF dimension tags; it is copied", path=source)
+    if "_FillValue" in attrs:
+        attrs["_FillValue"] = np.dtype(dataset.dtypes[0]).type(attrs["_FillValue"])
+    # Pixel centres, as rioxarray computes them.
+    centres = transform * transform.translation(0.5, 0.5)
+    x_values, _ = centres * (np.arange(dataset.width), np.zeros(dataset.width))
+    _, y_values = centres * (np.zeros(dataset.height), np.arange(dataset.height))
+    grid_mapping = {
+        **_cf_grid_mapping(dataset.crs.to_wkt()),
+        "GeoTransform": " ".join(str(value) for value in transform.to_gdal()),
+    }
+    coords = {
+        "band": xr.Variable("band", np.asarray(dataset.indexes)),
+        "x": xr.Variable("x", np.asarray(x_values, dtype=np.float64)),
+        "y": xr.Variable("y", np.asarray(y_values, dtype=np.float64)),
+        GRID_MAPPING: xr.Variable((), np.int64(0), attrs=grid_mapping),
+    }
+    return coords, _clean_attrs(attrs)
+
+
+@functools.lru_cache(maxsize=64)
+def _cf_grid_mapping(crs_wkt: str) -> dict[str, Any]:
+    """The ``spatial_ref`` attributes rioxarray writes for a CRS (CF grid mapping plus WKT); cached, pyproj is slow."""
+    try:
+        attrs = pyproj.CRS.from_user_input(crs_wkt).to_cf()
+    except KeyError:
+        attrs = {}
+    return {**attrs, "spatial_ref": crs_wkt, "crs_wkt": crs_wkt}
+
+
+def _with_band_axis(manifest: ManifestArray) -> ManifestArray:
+    """virtual-tiff gives single-band images as ``(y, x)``; the copy's layout is ``(band, y, x)`` everywhere."""
+    if manifest.ndim == 3:
+        return manifest
+    metadata = copy_and_replace_metadata(
+        manifest.metadata,
+        new_shape=(1, *manifest.shape),
+        new_chunks=(1, *manifest.metadata.chunks),
+        new_dimension_names=("band", "y", "x"),
+    )
+    entries = manifest.manifest
+    chunks = ChunkManifest.from_arrays(
+        paths=entries._paths[np.newaxis],
+        offsets=entries._offsets[np.newaxis],
+        lengths=entries._lengths[np.newaxis],
+    )
+    return ManifestArray(metadata=metadata, chunkmanifest=chunks)
+
+
+def _check_extent(source: str, local_path: str, manifest: ManifestArray) -> None:
+    """A truncated file would only fail when read: refuse references past its end now."""
+    entries = manifest.manifest
+    ends = entries._offsets.astype(np.uint64) + entries._lengths.astype(np.uint64)
+    size = os.path.getsize(local_path)
+    if ends.size and int(ends.max()) > size:
+        raise InvalidRaster(
+            f"granule {source} is truncated: its tiles reach byte {int(ends.max())} of a {size}-byte file",
+            path=source,
+        )
+
+
+def _layout_signature(manifest: ManifestArray) -> str:
+    """What decoding depends on: dtype, chunk shape and the codec chain (shape and attributes aside)."""
+    metadata = manifest.metadata.to_dict()
+    decoding = {key: metadata.get(key) for key in ("data_type", "chunk_grid", "codecs", "fill_value")}
+    return json.dumps(decoding, sort_keys=True, default=str)
+
+
+def _probe(source: str, manifest: ManifestArray, dataset: rasterio.DatasetReader) -> None:
+    """Decode the first tile through the references and compare it with GDAL's reading of the same pixels.
+
+    Once a layout has decoded equal in this process, granules of the same
+    layout skip the probe: an archive's granules share it, and the probe
+    costs about as much as the rest of the plan.
+    """
+    signature = _layout_signature(manifest)
+    if signature in _PROBED_LAYOUTS:
+        return
+    _bands, height, width = manifest.shape
+    chunk_bands, tile_height, tile_width = manifest.metadata.chunks
+    rows, cols = min(tile_height, height), min(tile_width, width)
+    try:
+        store = ManifestStore(registry=_REGISTRY, group=ManifestGroup(arrays={"probe": manifest}))
+        decoded = np.asarray(zarr.open_array(store, path="probe", mode="r")[:chunk_bands, :rows, :cols])
+    except Exception as exc:
+        raise NotVirtualizable(
+            f"granule {source} cannot be referenced: decoding its tiles through virtual references failed "
+            f"({type(exc).__name__}: {_detail(exc)})",
+            path=source,
+        ) from exc
+    try:
+        expected = dataset.read(indexes=list(range(1, chunk_bands + 1)), window=Window(0, 0, cols, rows))
+    except rasterio.errors.RasterioError as exc:
+        raise InvalidRaster(
+            f"granule {source} cannot be read: truncated or corrupt pixels ({_detail(exc)})", path=source
+        ) from exc
+    if decoded.shape != expected.shape or not np.array_equal(decoded, expected, equal_nan=decoded.dtype.kind == "f"):
+        raise NotVirtualizable(
+            f"granule {source} cannot be referenced: its first tile decoded through virtual references "
+            "differs from GDAL's reading",
+            path=source,
+        )
+    if len(_PROBED_LAYOUTS) < _PROBED_LAYOUTS_MAX:
+        _PROBED_LAYOUTS.add(signature)
+
+
+def _write(store: Store, group: str, sources: list[_Source]) -> VirtualGranuleArrays:
+    main = sources[0]
+    on_grid = [main] + [source for source in sources[1:] if _same_grid(main.dataset, source.dataset)]
+    off_grid = [source for source in sources if source not in on_grid]
+    layout: list[tuple[str, list[_Source]]] = [(group, on_grid)]
+    layout += [(f"{group}/{source.key}", [source]) for source in off_grid]
+
+    # Icechunk refuses to read a referenced file modified after this moment (it keeps whole seconds: a margin).
+    last_updated_at = datetime.now(UTC) + timedelta(seconds=1)
+    try:
+        sync(_write_layout(store, layout, last_updated_at))
+    except BaseException:
+        _discard(store, group)
+        raise
+
+    variables = {source.key: f"{path}/{source.key}" for path, members in layout for source in members}
+    pixels = main.dataset[GRANULE_VARIABLE]
+    return VirtualGranuleArrays(
+        group=group,
+        variables={source.key: variables[source.key] for source in sources},
+        bytes_written=0,
+        crs=main.dataset.rio.crs.to_string(),
+        shape=tuple(pixels.shape),
+        sources={source.key: source.url for source in sources},
+        references=sum(int(np.count_nonzero(source.manifest.manifest._lengths)) for source in sources),
+        bytes_referenced=sum(int(source.manifest.size) * source.manifest.dtype.itemsize for source in sources),
+    )
+
+
+async def _write_layout(store: Store, layout: list[tuple[str, list[_Source]]], last_updated_at: datetime) -> None:
+    """Write the item group (and its subgroups) as raw Zarr documents, gathered so Icechunk can overlap them.
+
+    zarr's group and array API costs milliseconds per node; a granule has five
+    or more nodes, so the documents are written directly: nodes first (groups
+    before their children), then the coordinate chunks and the references.
+    """
+    prototype = default_buffer_prototype()
+    item_group = layout[0][0]
+    # What zarr's mode "w" does: a previous version of the item goes whole, subgroups included.
+    if await store.exists(f"{item_group}/zarr.json"):
+        await store.delete_dir(item_group)
+    group_document = GroupMetadata(zarr_format=3).to_buffer_dict(prototype)[ZARR_JSON]
+    for path, _members in layout:
+        await store.set(f"{path}/{ZARR_JSON}", group_document)
+    nodes: dict[str, Buffer] = {}
+    chunks: dict[str, Buffer] = {}
+    for path, members in layout:
+        coords = members[0].dataset.coords
+        for name in coords:
+            node, chunk = _coordinate_documents(f"{path}/{name}", coords[name].variable)
+            nodes.update(node)
+            chunks.update(chunk)
+        for source in members:
+            nodes.update(_reference_array_documents(f"{path}/{source.key}", source))
+    await asyncio.gather(*(store.set(key, value) for key, value in nodes.items()))
+    await asyncio.gather(
+        *(store.set(key, value) for key, value in chunks.items()),
+        *(_write_references(store, path, source, last_updated_at) for path, members in layout for source in members),
+    )
+
+
+def _coordinate_documents(path: str, variable: xr.Variable) -> tuple[dict[str, Buffer], dict[str, Buffer]]:
+    """A coordinate with the copy's values, dtype, fill value and attributes, as one uncompressed chunk."""
+    values = np.asarray(variable.values)
+    metadata = ArrayV3Metadata(
+        shape=values.shape,
+        data_type=parse_data_type(values.dtype, zarr_format=3),
+        chunk_grid={"name": "regular", "configuration": {"chunk_shape": values.shape}},
+        chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
+        fill_value=np.nan if values.dtype.kind == "f" else 0,
+        codecs=(BytesCodec(endian="little"),),
+        attributes={key: encode_zarr_attr_value(value) for key, value in variable.attrs.items()},
+        dimension_names=variable.dims or None,
+        storage_transformers=None,
+    )
+    prototype = default_buffer_prototype()
+    little_endian = values.astype(values.dtype.newbyteorder("<"), copy=False)
+    chunk = prototype.buffer.from_bytes(little_endian.tobytes(order="C"))
+    node = {f"{path}/{key}": value for key, value in metadata.to_buffer_dict(prototype).items()}
+    return node, {f"{path}/{metadata.encode_chunk_key((0,) * values.ndim)}": chunk}
+
+
+def _reference_array_documents(path: str, source: _Source) -> dict[str, Buffer]:
+    """The pixel array's metadata: virtual-tiff's chunking and codecs, the copy's attributes and dimension names."""
+    pixels = source.dataset[GRANULE_VARIABLE]
+    attrs = dict(pixels.attrs)
+    if "_FillValue" in attrs:
+        # What xarray's zarr backend writes for a zarr v3 array (base64 for floats), so open_zarr decodes it.
+        attrs["_FillValue"] = FillValueCoder.encode(attrs["_FillValue"], pixels.dtype)
+    # Names spatial_ref as this variable's coordinate, as the copy does (rio.crs needs it on reading).
+    attrs["coordinates"] = GRID_MAPPING
+    metadata = dataclasses.replace(
+        source.manifest.metadata,
+        attributes={key: encode_zarr_attr_value(value) for key, value in attrs.items()},
+        dimension_names=pixels.dims,
+        chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
+    )
+    return {f"{path}/{key}": value for key, value in metadata.to_buffer_dict(default_buffer_prototype()).items()}
+
+
+async def _write_references(store: Store, path: str, source: _Source, last_updated_at: datetime) -> None:
+    entries = source.manifest.manifest
+    locations = entries._paths.flatten().tolist()
+    failed = await store.set_virtual_refs_arr_async(  # type: ignore[attr-defined]
+        array_path=f"/{path}/{source.key}",
+        chunk_grid_shape=entries.shape_chunk_grid,
+        locations=locations,
+        offsets=entries._offsets.flatten(),
+        lengths=entries._lengths.flatten(),
+        validate_containers=True,
+        checksum=last_updated_at,
+    )
+    if failed:
+        raise NotVirtualizable(
+            f"granule {source.path}: Icechunk refused {len(failed)} virtual references to {source.url} "
+            "(no virtual chunk container covers it)",
+            path=source.path,
+        )
