@@ -145,7 +145,13 @@ def _summary(result: Any) -> str:
     return (
         f"ingested {result.rows_added} items in {len(result.commits)} commit(s) ({tip}): "
         f"{result.rows_added - result.replaced} new, {result.replaced} replaced, {result.skipped} unchanged; "
-        f"{result.bytes_written / 1e6:.1f} MB of pixels copied; {len(result.rejected)} rejected; "
+        f"{result.bytes_written / 1e6:.1f} MB of pixels copied"
+        + (
+            f", {result.virtual} granules referenced in place ({len(result.fallbacks)} copied)"
+            if result.virtual or result.fallbacks
+            else ""
+        )
+        + f"; {len(result.rejected)} rejected; "
         f"{result.conflicts_retried} conflicts retried"
     )
 
@@ -190,6 +196,17 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     assets: Annotated[
         str, typer.Option("--assets", help="Raster assets to copy into arrays: all (local GeoTIFFs), none, or KEY,KEY.")
     ] = "all",
+    virtual: Annotated[
+        bool,
+        typer.Option(
+            "--virtual",
+            help=(
+                "Reference local COG tiles in place (Icechunk virtual chunks) instead of copying pixels; "
+                "rasters that cannot be referenced (e.g. pixel-interleaved) are copied and listed. "
+                "Reading the arrays then needs the source files, unchanged."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Ingest STAC items and their local rasters, one commit per batch.
 
@@ -203,6 +220,8 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     """
     from ingest.pipeline import ingest_items, ingest_with_ray
 
+    if virtual and workers == 0:
+        _fail("--virtual references rasters, which only the Ray pipeline ingests: use --workers 1 or more", 2)
     with _errors():
         try:
             repository = _open(ctx)
@@ -232,7 +251,10 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     message=message,
                     default_collection=collection,
                     progress=update,
+                    virtual=virtual,
                 )
+    for fallback in result.fallbacks:
+        stderr.print(f"[cyan]copied instead of referenced[/] {fallback}", highlight=False, soft_wrap=True)
     for rejection in result.rejected:
         stderr.print(f"[yellow]rejected[/] {rejection}", highlight=False, soft_wrap=True)
     if report is not None:

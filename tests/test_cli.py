@@ -133,3 +133,19 @@ def test_demo_ingests_tags_and_reruns_idempotently(floe, tmp_path):
     assert second.exit_code == 0
     assert "6 unchanged" in second.output and "exists already" in second.output
     assert json.loads(floe("log", "--json").stdout) == log_before
+
+
+def test_virtual_ingest_from_the_cli(floe, tmp_path):
+    from ingest.sample import make_archive
+
+    archive = tmp_path / "archive"
+    make_archive(archive, granules=6, seed=2)
+    refused = floe("ingest", str(archive), "--virtual", "--workers", "0")
+    assert refused.exit_code == 2 and "--virtual" in refused.output
+    report = tmp_path / "report.jsonl"
+    result = floe("ingest", str(archive), "--virtual", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    assert "referenced in place" in result.output and "copied instead of referenced" in result.output
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert lines and {line["outcome"] for line in lines} == {"copied"}
+    assert all(line["id"].startswith("sample-optical") for line in lines)

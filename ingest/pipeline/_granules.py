@@ -110,12 +110,15 @@ def granule_from_item(
     return Granule(item=item, source=source, rasters=rasters, missing=missing)
 
 
-def arrays_asset(group: str, variables: list[str], sources: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def arrays_asset(
+    group: str, variables: list[str], sources: dict[str, dict[str, Any]] | None = None, *, virtual: bool = False
+) -> dict[str, Any]:
     """The STAC asset that points an item's row at its arrays in the repository.
 
     The href is the group path inside the Icechunk repository; a server fills
     in the repository location and the snapshot id of the version it serves.
-    ``floe:sources`` records which version of each raster was copied.
+    ``floe:sources`` records which version of each raster was copied (or,
+    with ``floe:virtual``, is referenced in place: reading needs the file).
     """
     return {
         "href": group,
@@ -125,4 +128,5 @@ def arrays_asset(group: str, variables: list[str], sources: dict[str, dict[str, 
         "floe:group": group,
         "floe:variables": variables,
         **({"floe:sources": sources} if sources else {}),
+        **({"floe:virtual": True} if virtual else {}),
     }

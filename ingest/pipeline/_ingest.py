@@ -48,6 +48,10 @@ class IngestReport:
     """Items whose row (and arrays, if their rasters changed) replaced an older version."""
     replans: int = 0
     """Batches planned again because another writer changed the same items' arrays first."""
+    virtual: int = 0
+    """Granules whose rasters are referenced in place (``--virtual``), not copied."""
+    fallbacks: list[Rejection] = field(default_factory=list)
+    """Granules ``--virtual`` had to copy, and why."""
     bytes_written: int = 0
     """Uncompressed pixel bytes copied into arrays."""
 
@@ -60,10 +64,12 @@ class IngestReport:
         return sum(commit.attempts - 1 for commit in self.commits)
 
     def write_report(self, path: Path) -> None:
-        """The rejections as JSON lines."""
+        """The rejections (``"outcome": "rejected"``) and virtual fallbacks (``"copied"``) as JSON lines."""
         with path.open("w", encoding="utf-8") as stream:
             for rejection in self.rejected:
-                stream.write(json.dumps(rejection.to_json()) + "\n")
+                stream.write(json.dumps({**rejection.to_json(), "outcome": "rejected"}) + "\n")
+            for fallback in self.fallbacks:
+                stream.write(json.dumps({**fallback.to_json(), "outcome": "copied"}) + "\n")
 
 
 ProgressCallback = Callable[[IngestReport], None]
@@ -95,6 +101,8 @@ class BatchOutcome:
     replaced: int = 0
     bytes_written: int = 0
     replans: int = 0
+    virtual: int = 0
+    fallbacks: list[Rejection] = field(default_factory=list)
 
 
 def _without_arrays(item: dict[str, Any]) -> dict[str, Any]:
@@ -108,17 +116,21 @@ REPLANS = 3
 """How often a batch is planned again after another writer changed the same item's arrays first."""
 
 
-def commit_batch(repository: Repository, branch: str, granules: list[Granule], message: str) -> BatchOutcome:
+def commit_batch(
+    repository: Repository, branch: str, granules: list[Granule], message: str, *, virtual: bool = False
+) -> BatchOutcome:
     """Stage a batch's new and changed granules (arrays and rows) and commit them; unchanged ones are skipped.
 
     Every row is staged as a replacement, so the table keeps one version per
     item even when other writers ingest the same items meanwhile. Two writers
     rewriting one item's arrays cannot be merged: the loser plans its batch
-    again on the winner's version (a bounded number of times).
+    again on the winner's version (a bounded number of times). With
+    ``virtual``, rasters are referenced in place where they can be and copied
+    where they cannot (``fallbacks`` says which and why).
     """
     for attempt in range(1, REPLANS + 1):
         try:
-            outcome = _commit_batch_once(repository, branch, granules, message)
+            outcome = _commit_batch_once(repository, branch, granules, message, virtual=virtual)
         except CommitConflict:
             if attempt == REPLANS:
                 raise
@@ -129,7 +141,9 @@ def commit_batch(repository: Repository, branch: str, granules: list[Granule], m
     raise AssertionError("unreachable")
 
 
-def _commit_batch_once(repository: Repository, branch: str, granules: list[Granule], message: str) -> BatchOutcome:
+def _commit_batch_once(
+    repository: Repository, branch: str, granules: list[Granule], message: str, *, virtual: bool
+) -> BatchOutcome:
     writer = repository.writer(branch)
     outcome = BatchOutcome(commit=None)
     stored = writer.stored_items((granule.item["collection"], granule.item["id"]) for granule in granules)
@@ -150,12 +164,20 @@ def _commit_batch_once(repository: Repository, branch: str, granules: list[Granu
                 outcome.skipped += 1  # in the repository already: a re-run commits nothing
                 continue
             if granule.rasters and not same_rasters:
-                from ingest.rasters import write_granule
+                from ingest.rasters import write_granule, write_virtual_or_copy
 
                 sources = {key: describe_source(path) for key, path in granule.rasters.items()}
-                arrays = write_granule(writer.store, group, granule.rasters)
-                previous_arrays = arrays_asset(group, sorted(arrays.variables), sources)
+                referenced = False
+                if virtual:
+                    stored_as = write_virtual_or_copy(writer.store, group, granule.rasters)
+                    arrays, referenced = stored_as.arrays, stored_as.virtual
+                    if stored_as.fallback is not None:
+                        outcome.fallbacks.append(Rejection(granule.source, item_id, stored_as.fallback))
+                else:
+                    arrays = write_granule(writer.store, group, granule.rasters)
+                previous_arrays = arrays_asset(group, sorted(arrays.variables), sources, virtual=referenced)
                 outcome.bytes_written += arrays.bytes_written
+                outcome.virtual += referenced
             if previous_arrays is not None:
                 item = {**item, "assets": {**(item.get("assets") or {}), ARRAYS_ASSET: previous_arrays}}
             writer.add_item(item, source=granule.source, replace=True, validated=True)
@@ -175,6 +197,8 @@ def record(report: IngestReport, outcome: BatchOutcome) -> None:
     report.replaced += outcome.replaced
     report.replans += outcome.replans
     report.bytes_written += outcome.bytes_written
+    report.virtual += outcome.virtual
+    report.fallbacks.extend(outcome.fallbacks)
     if outcome.commit is not None:
         report.commits.append(outcome.commit)
 

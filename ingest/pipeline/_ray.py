@@ -39,8 +39,8 @@ class GranuleWriter:
         self.repository = Repository.open(root, Settings.model_validate(settings))
         self.branch = branch
 
-    def ingest(self, granules: list[Granule], message: str) -> BatchOutcome:
-        return commit_batch(self.repository, self.branch, granules, message)
+    def ingest(self, granules: list[Granule], message: str, virtual: bool = False) -> BatchOutcome:
+        return commit_batch(self.repository, self.branch, granules, message, virtual=virtual)
 
 
 def start_ray(workers: int, address: str | None = None) -> bool:
@@ -133,14 +133,28 @@ def ingest_with_ray(
     message: str | None = None,
     default_collection: str | None = None,
     progress: Callable[[IngestReport], None] | None = None,
+    virtual: bool = False,
 ) -> IngestReport:
-    """Ingest granules (rasters as arrays, items as rows) with ``workers`` Ray actors, one commit per batch."""
+    """Ingest granules (rasters as arrays, items as rows) with ``workers`` Ray actors, one commit per batch.
+
+    With ``virtual``, local rasters are referenced in place (Icechunk virtual
+    chunks) instead of copied; granules that cannot be referenced are copied
+    and listed in the report's ``fallbacks``.
+    """
     import ray
 
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
     message = message or "floe ingest"
     report = IngestReport()
+    sources = list(sources)
+    if virtual:
+        # Actors read the repository config when they open it: the containers must be there first.
+        local = [Path(source).resolve() for source in sources if str(source) != "-" and Path(source).exists()]
+        try:
+            repository.allow_virtual_sources(local)
+        except ValueError as error:  # a path a file:// URL cannot hold: those granules are copied, and say why
+            log.warning("cannot reference rasters in place under every source: %s", error)
     started = start_ray(workers, ray_address)
     actor_class = ray.remote(num_cpus=1)(GranuleWriter)
     actors = [
@@ -176,7 +190,7 @@ def ingest_with_ray(
                 done, _ = ray.wait(list(in_flight), num_returns=1)
                 collect(done)
             actor = idle.pop()
-            in_flight[actor.ingest.remote(batch, f"{message} (batch {number})")] = actor
+            in_flight[actor.ingest.remote(batch, f"{message} (batch {number})", virtual)] = actor
             if progress:
                 progress(report)
         while in_flight:

@@ -254,3 +254,48 @@ def test_changed_item_and_raster_replace_exactly_those(tmp_path, archive):
     os.utime(untouched, ns=(untouched.stat().st_atime_ns, untouched.stat().st_mtime_ns + 10**9))
     again = ingest_with_ray(repo, [source], workers=2, batch_size=20)
     assert again.commits == [] and again.skipped == 40
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
+
+
+def test_virtual_ingest_references_pixels_in_place(tmp_path, archive):
+    folder, _ = archive
+    source = tmp_path / "archive"
+    shutil.copytree(folder, source)
+    repo = Repository.create(tmp_path / "repo")
+    report = ingest_with_ray(repo, [source], workers=2, batch_size=10, virtual=True)
+    assert report.rejected == []
+    # Single-band COGs are referenced; the pixel-interleaved optical ones are copied, each named with the reason.
+    fallback_ids = {fallback.item_id for fallback in report.fallbacks}
+    assert fallback_ids and all(item_id.startswith("sample-optical") for item_id in fallback_ids)
+    assert all("interleav" in fallback.reason for fallback in report.fallbacks)
+    assert report.virtual + len(report.fallbacks) == 40
+
+    reopened = Repository.open(repo.location.url)
+    rows = rows_at(reopened)
+    assert len(rows) == 40
+    tip = reopened.view()
+    referenced_bytes = 0
+    for item_file in sorted(source.glob("*/*/*.json")):
+        item = json.loads(item_file.read_text())
+        asset = rows[item["id"]]["assets"][ARRAYS_ASSET]
+        assert asset.get("floe:virtual", False) == (item["id"] not in fallback_ids)
+        tif = item_file.parent / item["assets"]["data"]["href"]
+        expected = rioxarray.open_rasterio(tif)
+        dataset = xr.open_zarr(tip.session.store, group=asset["floe:group"], consolidated=False, mask_and_scale=False)
+        assert np.array_equal(dataset["data"].values, expected.values)
+        assert dataset.rio.crs == expected.rio.crs
+        assert dataset.rio.transform().almost_equals(expected.rio.transform())
+        if item["id"] not in fallback_ids:
+            referenced_bytes += expected.values.nbytes
+
+    # The referenced pixels are not in the repository: compare with a copy-mode ingest of the same archive.
+    copy = Repository.create(tmp_path / "copy")
+    ingest_with_ray(copy, [source], workers=2, batch_size=10)
+    saved = _tree_bytes(tmp_path / "copy" / "arrays" / "chunks") - _tree_bytes(tmp_path / "repo" / "arrays" / "chunks")
+    assert referenced_bytes > 0 and saved > 0.5 * referenced_bytes
+
+    again = ingest_with_ray(repo, [source], workers=2, batch_size=10, virtual=True)
+    assert again.commits == [] and again.skipped == 40
