@@ -8,7 +8,9 @@ its ``floe:arrays`` asset names) exist at that snapshot.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
 
 from pyiceberg.manifest import ManifestFile
 
@@ -69,10 +71,34 @@ def _missing_arrays(view: View) -> list[str]:
     return problems
 
 
+def _missing_virtual_sources(view: View) -> list[str]:
+    """Problems with local files that virtual chunks of the view's snapshot reference (``--virtual`` ingests)."""
+    problems = []
+    for location in sorted(set(view.session.all_virtual_chunk_locations())):
+        parsed = urlparse(location)
+        if parsed.scheme == "file" and not os.path.isfile(unquote(parsed.path)):
+            problems.append(f"virtual chunks reference {location}, which does not exist (moved or deleted?)")
+    return problems
+
+
 def check_ref(repository: Repository, ref: str, *, deep: bool = False) -> list[Problem]:
+    """Problems with one ref: its table version (see ``_check_table``) and, with ``deep``, its virtual sources."""
+    problems = _check_table(repository, ref, deep=deep)
+    if deep:
+        try:
+            snapshot_id = repository.resolve(ref)
+            view = View(repository, ref, snapshot_id)
+        except FloeError:
+            return problems  # an unresolvable ref or pointer: reported by _check_table already
+        problems.extend(Problem(ref, snapshot_id, what) for what in _missing_virtual_sources(view))
+    return problems
+
+
+def _check_table(repository: Repository, ref: str, *, deep: bool = False) -> list[Problem]:
     """Problems with one ref: its pointer, metadata.json, manifest list, manifests and data files.
 
-    ``deep`` also compares recorded sizes and checks every row's array group.
+    ``deep`` also compares recorded sizes, checks every row's array group, and
+    that every local file virtual chunks reference exists.
     """
     try:
         snapshot_id = repository.resolve(ref)

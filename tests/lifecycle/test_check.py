@@ -116,3 +116,26 @@ def test_deep_check_on_s3(s3_root, s3_settings):
     (task,) = list(repository.view().table.scan().plan_files())
     repository.io.delete(task.file.file_path)
     assert [p.what for p in check(repository, deep=True)] == [f"data file {task.file.file_path} is missing"]
+
+
+def test_deep_check_finds_a_missing_virtual_source(tmp_path):
+    """Virtual arrays read their source COGs: a deleted source is a problem only --deep looks for."""
+    from ingest.lifecycle import check
+    from ingest.rasters import write_virtual_granule
+    from ingest.sample import make_archive
+
+    item_file = next(
+        path for path in make_archive(tmp_path / "archive", granules=3, seed=4) if "sample-dem" in path.name
+    )
+    tif = next(item_file.parent.glob("*.tif"))
+    repository = Repository.create(tmp_path / "repo")
+    repository.allow_virtual_sources([tif])
+    writer = repository.writer()
+    writer.item_group("sample-dem", "one")
+    write_virtual_granule(writer.store, "sample-dem/one", {"data": tif})
+    writer.commit("one virtual granule")
+    assert check(repository, deep=True) == []
+    tif.unlink()
+    problems = check(repository, deep=True)
+    assert len(problems) == 1 and str(tif) in str(problems[0]) and "does not exist" in str(problems[0])
+    assert check(repository) == []

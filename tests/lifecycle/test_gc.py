@@ -195,3 +195,41 @@ def test_gc_refuses_to_sweep_when_a_version_cannot_be_read(tmp_path, monkeypatch
     assert result.exit_code == 1 and manifest_list in result.output.replace("\n", "")
     assert "gc deleted no table file" in " ".join(result.output.split())
     assert set(table_files(repository)) == listed, "gc deleted files without knowing the whole live set"
+
+
+def test_gc_after_replacements_keeps_old_versions_and_drops_orphaned_rewrites(tmp_path, monkeypatch):
+    """Copy-on-write replacement: the replaced file stays for older versions; a crashed writer's rewrite goes."""
+    root = str(tmp_path / "repo")
+    repository = Repository.create(root, Settings())
+    writer = repository.writer()
+    writer.add_items([make_item(item_id, "c", version=0) for item_id in ("x", "y", "z")])
+    writer.commit("seed")
+    repository.tag("v1")
+    first, second = repository.writer(), repository.writer()
+    first.add_item(make_item("y", "c", version=1), replace=True)
+    second.add_item(make_item("y", "c", version=2), replace=True)
+    first.commit("first replacement")
+    assert second.commit("second replacement, re-planned").attempts == 2
+    original = Writer._apply
+
+    def apply_then_fail(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        raise Crash("z")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Writer, "_apply", apply_then_fail)
+        crashed = repository.writer()
+        crashed.add_item(make_item("z", "c", version=9), replace=True)
+        with pytest.raises(Crash):
+            crashed.commit("never lands")
+    before = exports(repository)
+    orphans = set(table_files(repository)) - expected_live(repository)
+    assert len([path for path in orphans if path.endswith(".parquet")]) == 2, "staged file and rewrite are orphans"
+
+    result = floe(root, "gc", "--grace", "0s")
+    assert result.exit_code == 0, result.output
+    assert set(table_files(repository)) == expected_live(repository)
+    assert exports(repository) == before
+    assert [item["properties"]["version"] for item in repository.view("v1").items() if item["id"] == "y"] == [0]
+    assert [item["properties"]["version"] for item in repository.view().items() if item["id"] == "y"] == [2]
+    assert floe(root, "check", "--all", "--deep").exit_code == 0
