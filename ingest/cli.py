@@ -169,9 +169,9 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             show_default=False,
         ),
     ],
-    branch: Annotated[str | None, typer.Option("--branch", "-b", help="Branch to commit to [default: main].")] = None,
+    branch: Annotated[str | None, typer.Option("--branch", "-b", help="Branch to commit to (default: main).")] = None,
     batch_size: Annotated[
-        int | None, typer.Option("--batch-size", "-n", min=1, help="Items per commit [default: 1000].")
+        int | None, typer.Option("--batch-size", "-n", min=1, help="Items per commit (default: 1000).")
     ] = None,
     message: Annotated[str | None, typer.Option("--message", "-m", help="Commit message.")] = None,
     collection: Annotated[
@@ -338,7 +338,7 @@ def export(
             help="Output: a file (ndjson, stac-geoparquet), a folder (catalog), or - for stdout (ndjson only)."
         ),
     ] = "-",
-    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id [default: main].")] = None,
+    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id (default: main).")] = None,
     format: Annotated[
         str,
         typer.Option(
@@ -377,7 +377,7 @@ def export(
 @app.command("log")
 def log_command(
     ctx: typer.Context,
-    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id [default: main].")] = None,
+    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id (default: main).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array, one object per commit, newest first.")] = False,
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Show at most this many commits.")] = None,
 ) -> None:
@@ -403,7 +403,7 @@ def log_command(
 def tag(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The new tag's name.")],
-    ref: Annotated[str | None, typer.Option("--ref", help="What to tag [default: main].")] = None,
+    ref: Annotated[str | None, typer.Option("--ref", help="What to tag (default: main).")] = None,
 ) -> None:
     """Tag a version: arrays and table together, for good (tags never move)."""
     with _errors():
@@ -415,7 +415,7 @@ def tag(
 def branch(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="The new branch's name.")],
-    from_ref: Annotated[str | None, typer.Option("--from", help="Where it starts [default: main].")] = None,
+    from_ref: Annotated[str | None, typer.Option("--from", help="Where it starts (default: main).")] = None,
 ) -> None:
     """Create a branch at a version."""
     with _errors():
@@ -443,7 +443,7 @@ def refs(
 @app.command()
 def check(
     ctx: typer.Context,
-    ref: Annotated[str | None, typer.Option("--ref", help="The ref to check [default: main].")] = None,
+    ref: Annotated[str | None, typer.Option("--ref", help="The ref to check (default: main).")] = None,
     all_refs: Annotated[bool, typer.Option("--all", help="Check every branch and tag.")] = False,
     deep: Annotated[
         bool,
