@@ -37,9 +37,11 @@ from pyiceberg.expressions import (
     And,
     BooleanExpression,
     EqualTo,
+    GreaterThan,
     GreaterThanOrEqual,
     In,
     IsNull,
+    LessThan,
     LessThanOrEqual,
     Or,
 )
@@ -311,16 +313,25 @@ def _any_of(expressions: list[BooleanExpression]) -> BooleanExpression:
 
 
 def _bounds_overlap(geometry: Any) -> BooleanExpression:
-    """Rows whose bbox overlaps the geometry's bounds (per part for multi-part geometries across the antimeridian)."""
+    """Rows whose bbox overlaps the geometry's bounds (per part for multi-part geometries across the antimeridian).
+
+    An item crossing the antimeridian has a bbox with xmin > xmax (STAC, RFC 7946
+    §5.2), i.e. it covers [xmin, 180] and [-180, xmax]. Iceberg cannot compare two
+    columns, so such rows are recognised as xmin > 0 > xmax (the only way a
+    crossing box of less than 360° can be written) and kept when either side
+    reaches the query.
+    """
     parts = list(geometry.geoms) if isinstance(geometry, shapely.MultiPolygon) else [geometry]
     overlaps = []
     for part in parts:
         xmin, ymin, xmax, ymax = (float(value) for value in part.bounds)
+        plain = And(LessThanOrEqual("bbox.xmin", xmax), GreaterThanOrEqual("bbox.xmax", xmin))
+        crossing = And(
+            And(GreaterThan("bbox.xmin", 0.0), LessThan("bbox.xmax", 0.0)),
+            Or(LessThanOrEqual("bbox.xmin", xmax), GreaterThanOrEqual("bbox.xmax", xmin)),
+        )
         overlaps.append(
-            And(
-                And(LessThanOrEqual("bbox.xmin", xmax), GreaterThanOrEqual("bbox.xmax", xmin)),
-                And(LessThanOrEqual("bbox.ymin", ymax), GreaterThanOrEqual("bbox.ymax", ymin)),
-            )
+            And(Or(plain, crossing), And(LessThanOrEqual("bbox.ymin", ymax), GreaterThanOrEqual("bbox.ymax", ymin)))
         )
     return _any_of(overlaps)
 

@@ -76,3 +76,32 @@ def test_overflowed_values_are_found_by_translated_filters(engine_and_items) -> 
     engine, _ = engine_and_items
     found = {item["id"] for item in engine.iter_items(SearchRequest(filter="eo:cloud_cover < 3", limit=100))}
     assert {"a-000", "a-001", "a-002", "b-000", "b-001", "b-002"} <= found
+
+
+def test_items_crossing_the_antimeridian_are_found(tmp_path) -> None:
+    """A bbox with xmin > xmax covers both sides of 180°: pruning by bounds must not drop it."""
+    repository = Repository.create(tmp_path / "repo", Settings())
+    crossing = make_item("crossing", "c")
+    crossing["geometry"] = {
+        "type": "MultiPolygon",
+        "coordinates": [
+            [[[178.0, 0.0], [180.0, 0.0], [180.0, 2.0], [178.0, 2.0], [178.0, 0.0]]],
+            [[[-180.0, 0.0], [-178.0, 0.0], [-178.0, 2.0], [-180.0, 2.0], [-180.0, 0.0]]],
+        ],
+    }
+    crossing["bbox"] = [178.0, 0.0, -178.0, 2.0]
+    elsewhere = make_item("elsewhere", "c")
+    elsewhere["geometry"] = {"type": "Point", "coordinates": [20.0, 1.0]}
+    elsewhere["bbox"] = [20.0, 1.0, 20.0, 1.0]
+    writer = repository.writer()
+    writer.add_items([crossing, elsewhere])
+    writer.commit("two items")
+    engine = SearchEngine(repository)
+
+    def ids(bbox: list[float]) -> set[str]:
+        return {item["id"] for item in engine.iter_items(SearchRequest(bbox=bbox, limit=10))}
+
+    assert ids([178.5, 0.5, 179.5, 1.5]) == {"crossing"}  # the eastern half
+    assert ids([-179.5, 0.5, -178.5, 1.5]) == {"crossing"}  # the western half
+    assert ids([179.0, 0.5, -179.0, 1.5]) == {"crossing"}  # a query crossing too
+    assert ids([10.0, 0.0, 30.0, 2.0]) == {"elsewhere"}
