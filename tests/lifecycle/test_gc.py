@@ -233,3 +233,34 @@ def test_gc_after_replacements_keeps_old_versions_and_drops_orphaned_rewrites(tm
     assert [item["properties"]["version"] for item in repository.view("v1").items() if item["id"] == "y"] == [0]
     assert [item["properties"]["version"] for item in repository.view().items() if item["id"] == "y"] == [2]
     assert floe(root, "check", "--all", "--deep").exit_code == 0
+
+
+@pytest.mark.slow
+def test_gc_while_writers_commit_deletes_nothing_they_need(tmp_path):
+    """gc runs in a loop while two writer processes race: every commit lands whole and every version reads."""
+    from datetime import timedelta
+
+    settings = Settings()
+    root = str(tmp_path / "repo")
+    repository = Repository.create(root, settings)
+    repository.ensure_groups(["c"])
+    start_at = time.time() + 3.0
+    sweeps = 0
+    with SPAWN.Pool(2) as pool:
+        arguments = [(root, settings.model_dump(), worker, 8, 3, start_at) for worker in range(2)]
+        pending = pool.starmap_async(commit_worker, arguments)
+        while not pending.ready() or sweeps == 0:
+            gc(repository, grace=timedelta(seconds=30))
+            sweeps += 1
+        commits = pending.get()
+    assert sweeps >= 2
+    committed = [commit for worker in commits for commit in worker]
+    tip = Repository.open(root, settings)
+    ids = [item["id"] for item in tip.view().items()]
+    assert sorted(ids) == sorted(item_id for commit in committed for item_id in commit["ids"])
+    for commit in committed:  # every commit's own version still reads, with its arrays
+        view = tip.view(commit["snapshot_id"])
+        assert set(commit["ids"]) <= {item["id"] for item in view.items()}
+        assert (view.arrays(f"c/{commit['group']}")["band"][:] == commit["value"]).all()
+    checked = floe(root, "check", "--all", "--deep")
+    assert checked.exit_code == 0, checked.output
