@@ -142,7 +142,8 @@ def bench_rasters(workdir: Path, granules: int, scene_count: int = 30) -> list[t
 
     import ray
 
-    scenes = large_granules(workdir, scene_count, 1024)
+    (workdir / "scenes").mkdir()
+    scenes = large_granules(workdir / "scenes", scene_count, 1024)
     scene_megabytes = sum(3 * 1024 * 1024 * 2 / 1e6 for _ in scenes)
     scene_direct = direct_write_rasters(workdir / "direct-scenes", [("scenes", path.stem, path) for path in scenes])
 
