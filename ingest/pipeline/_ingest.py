@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 from collections.abc import Callable, Iterable
@@ -14,7 +15,8 @@ from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset, descr
 from ingest.pipeline._sources import SourcedItem, read_items
 from ingest.repository import CommitResult, Repository
 from ingest.repository._writer import _as_dict
-from ingest.stac._validate import validate_item
+from ingest.stac._rows import paused_collection
+from ingest.stac._validate import unparseable_geometries, validate_item
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,9 @@ def _without_arrays(item: dict[str, Any]) -> dict[str, Any]:
         return item
     return {**item, "assets": {key: value for key, value in assets.items() if key != ARRAYS_ASSET}}
 
+
+VALIDATION_CHUNK = 2048
+"""Items validated together (their geometries parsed in one vectorized call)."""
 
 REPLANS = 3
 """How often a batch is planned again after another writer changed the same item's arrays first."""
@@ -239,33 +244,66 @@ def ingest_items(
             if progress:
                 progress(report)
         batch.clear()
+        gc.collect()
 
-    for sourced in read_items(sources):
-        if sourced.collection is not None:
-            store_collection(repository, sourced, report, branch)
-            continue
-        if sourced.error is not None:
-            report.rejected.append(_rejection(sourced.error, sourced.source))
-            if progress:
-                progress(report)
-            continue
-        report.items_read += 1
-        try:
-            item = validate_item(_as_dict(sourced.item), source=sourced.source, default_collection=default_collection)
-        except (InvalidItem, InvalidSource) as error:
-            report.rejected.append(_rejection(error, sourced.source))
-        else:
-            key = (item["collection"], item["id"])
+    pending: list[SourcedItem] = []
+
+    def drain() -> None:
+        """Validate the pending items (geometries in one vectorized parse), then batch them in order."""
+        checked: list[tuple[SourcedItem, dict[str, Any] | InvalidItem | InvalidSource]] = []
+        for sourced in pending:
+            try:
+                item = validate_item(
+                    _as_dict(sourced.item),
+                    source=sourced.source,
+                    default_collection=default_collection,
+                    check_geometry=False,
+                )
+            except (InvalidItem, InvalidSource) as error:
+                checked.append((sourced, error))
+            else:
+                checked.append((sourced, item))
+        valid = [index for index, (_, outcome) in enumerate(checked) if isinstance(outcome, dict)]
+        for position in unparseable_geometries([checked[index][1] for index in valid]):  # type: ignore[misc]
+            sourced, _ = checked[valid[position]]
+            try:  # the item-by-item parse names the problem
+                validate_item(_as_dict(sourced.item), source=sourced.source, default_collection=default_collection)
+            except (InvalidItem, InvalidSource) as error:
+                checked[valid[position]] = (sourced, error)
+        pending.clear()
+        for sourced, outcome in checked:
+            if not isinstance(outcome, dict):
+                report.rejected.append(_rejection(outcome, sourced.source))
+                continue
+            key = (outcome["collection"], outcome["id"])
             if key in seen:
                 report.rejected.append(
-                    Rejection(sourced.source, item["id"], f"duplicate id (first seen in {seen[key]})")
+                    Rejection(sourced.source, outcome["id"], f"duplicate id (first seen in {seen[key]})")
                 )
-            else:
-                seen[key] = sourced.source
-                batch.append(Granule(item=item, source=sourced.source))
+                continue
+            seen[key] = sourced.source
+            batch.append(Granule(item=outcome, source=sourced.source))
+            if len(batch) >= batch_size:
+                flush()
         if progress:
             progress(report)
-        if len(batch) >= batch_size:
-            flush()
+
+    # Reading and validating allocate millions of small acyclic objects; Python's cyclic collector would walk
+    # the whole pending batch again and again. Pause it while a batch fills, and collect once per batch.
+    with paused_collection():
+        for sourced in read_items(sources):
+            if sourced.collection is not None:
+                store_collection(repository, sourced, report, branch)
+                continue
+            if sourced.error is not None:
+                report.rejected.append(_rejection(sourced.error, sourced.source))
+                if progress:
+                    progress(report)
+                continue
+            report.items_read += 1
+            pending.append(sourced)
+            if len(pending) >= VALIDATION_CHUNK:
+                drain()
+        drain()
     flush()
     return report

@@ -17,8 +17,10 @@ one widening is integer -> double where a column mixes both (JSON numbers).
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -222,6 +224,24 @@ def spatial_order(bbox: pa.Array) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
+@contextmanager
+def paused_collection() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while converting a batch.
+
+    A batch allocates hundreds of thousands of small, acyclic objects; each
+    allocation burst triggers collections that walk every live object (the
+    whole batch of items included), which cost a third of the conversion.
+    Nothing here makes cycles, so nothing is lost by collecting afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def items_to_arrow(
     items: list[dict[str, Any]],
     *,
@@ -233,7 +253,11 @@ def items_to_arrow(
     overflow column): the writer passes columns whose type conflicts with the
     table's. Rows are returned in spatial order.
     """
-    untyped = set(untyped)
+    with paused_collection():
+        return _items_to_arrow(items, set(untyped))
+
+
+def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
     overflows = [_Overflow({}, {}, []) for _ in items]
     columns: dict[str, pa.Array] = {}
 
@@ -277,17 +301,26 @@ def items_to_arrow(
 
     # Nested members and properties: typed where lossless, else per-row overflow.
     candidates: dict[str, list[Any]] = {}
+    count = len(items)
+
+    def column(key: str) -> list[Any]:
+        # Not setdefault(key, [None] * count): that builds a count-long list for every value, quadratic in rows.
+        values = candidates.get(key)
+        if values is None:
+            values = candidates[key] = [None] * count
+        return values
+
     for row, item in enumerate(items):
         for key in NESTED_TOP:
             if key in item:
-                candidates.setdefault(key, [None] * len(items))[row] = item[key]
+                column(key)[row] = item[key]
         for key, value in item["properties"].items():
             if key in TIME_COLUMNS:
                 continue
             if not _property_column_ok(key):
                 overflows[row].properties[key] = value
                 continue
-            candidates.setdefault(key, [None] * len(items))[row] = value
+            column(key)[row] = value
 
     for key, values in candidates.items():
         is_property = key not in NESTED_TOP

@@ -63,10 +63,14 @@ def _check_bbox(bbox: Any) -> None:
             raise ValueError(f"bbox holds a non-number {number!r}")
 
 
-def validate_item(item: Any, *, source: str | None = None, default_collection: str | None = None) -> dict[str, Any]:
+def validate_item(
+    item: Any, *, source: str | None = None, default_collection: str | None = None, check_geometry: bool = True
+) -> dict[str, Any]:
     """Return the item (with ``collection`` filled from ``default_collection`` if absent) or raise InvalidItem.
 
-    The item is not copied unless a default collection is filled in.
+    The item is not copied unless a default collection is filled in. Without
+    ``check_geometry`` the geometry's GeoJSON is not parsed: the caller does it
+    for many items at once with :func:`unparseable_geometries`.
     """
     if not isinstance(item, dict):
         raise InvalidItem(f"expected a STAC item object, got {type(item).__name__}", source=source)
@@ -98,10 +102,11 @@ def validate_item(item: Any, *, source: str | None = None, default_collection: s
         raise fail("item has no geometry")
     if not isinstance(geometry, dict) or not isinstance(geometry.get("type"), str):
         raise fail("geometry is not a GeoJSON geometry object")
-    try:
-        shapely.from_geojson(orjson.dumps(geometry))
-    except (shapely.errors.GEOSException, TypeError, ValueError) as error:
-        raise fail(f"geometry is not valid GeoJSON ({error})") from None
+    if check_geometry:
+        try:
+            shapely.from_geojson(orjson.dumps(geometry))
+        except (shapely.errors.GEOSException, TypeError, ValueError) as error:
+            raise fail(f"geometry is not valid GeoJSON ({error})") from None
     if "bbox" in item:
         try:
             _check_bbox(item["bbox"])
@@ -132,3 +137,19 @@ def validate_item(item: Any, *, source: str | None = None, default_collection: s
     if "links" in item and not isinstance(item["links"], list):
         raise fail("links must be a list")
     return item
+
+
+def unparseable_geometries(items: list[dict[str, Any]]) -> list[int]:
+    """Indexes of the items whose geometry GEOS cannot parse, found in one vectorized call.
+
+    Parsing item by item costs tens of microseconds each; a batch costs a
+    fraction. The items must have passed ``validate_item(check_geometry=False)``.
+    """
+    if not items:
+        return []
+    try:
+        texts = [orjson.dumps(item["geometry"]) for item in items]
+    except TypeError:
+        return list(range(len(items)))  # someone holds a non-JSON value: let the per-item check say who
+    parsed = shapely.from_geojson(texts, on_invalid="ignore")
+    return [index for index, shape in enumerate(parsed) if shape is None]

@@ -56,6 +56,9 @@ def test_bad_input_is_rejected_by_name_and_the_rest_commits(tmp_path, repo):
         json.dumps(make_item("good0")),  # duplicate id in the batch
     ]
     lines += [json.dumps(item) for item in good[3:]]
+    short_ring = make_item("short-ring") | {"geometry": {"type": "Polygon", "coordinates": [[[0, 0], [1, 1]]]}}
+    blob = make_item("blob") | {"geometry": {"type": "Blob", "coordinates": [1]}}
+    lines += [json.dumps(short_ring), json.dumps(blob)]  # found by the batch's vectorized geometry parse
     source = tmp_path / "batch.ndjson"
     source.write_text("\n".join(lines) + "\n")
     (tmp_path / "broken.json").write_text('{"type": "Feature", "id": ')
@@ -71,11 +74,15 @@ def test_bad_input_is_rejected_by_name_and_the_rest_commits(tmp_path, repo):
         (f"{source}:8", "ok"): "collection 'a/b' contains a path separator",
         (f"{source}:9", None): "item has no id",
         (f"{source}:10", "good0"): reasons[(f"{source}:10", "good0")],
+        (f"{source}:13", "short-ring"): reasons[(f"{source}:13", "short-ring")],
+        (f"{source}:14", "blob"): reasons[(f"{source}:14", "blob")],
         (str(tmp_path / "broken.json"), None): reasons[(str(tmp_path / "broken.json"), None)],
         (str(tmp_path / "missing.json"), None): "no such file or folder",
     }
     assert "datetime is required" in reasons[(f"{source}:6", "no-datetime")]
     assert "duplicate id" in reasons[(f"{source}:10", "good0")]
+    assert reasons[(f"{source}:13", "short-ring")].startswith("geometry is not valid GeoJSON")
+    assert reasons[(f"{source}:14", "blob")].startswith("geometry is not valid GeoJSON")
     assert "not valid JSON" in reasons[(str(tmp_path / "broken.json"), None)]
     # The good items are committed, once; nothing of the bad ones is visible at any snapshot.
     assert Counter(item["id"] for item in repo.view().items()) == Counter(f"good{n}" for n in range(5))
