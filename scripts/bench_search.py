@@ -52,6 +52,8 @@ sys.path.insert(0, str(REPO_ROOT / "scripts"))
 
 from bench_ingest import generated_items  # noqa: E402 - the scripts folder is on the path only now
 
+from ingest.api import serve_command  # noqa: E402
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 POSTGIS_PACKAGE = "postgresql-15-postgis-3"
 COLLECTIONS = ("bench-a", "bench-b", "bench-c")
@@ -231,18 +233,7 @@ def load_floe(workdir: Path, items_path: Path, collection_files: list[Path], cou
 
 def serve_floe(workdir: Path, root: Path) -> str:
     port = free_port()
-    command = [
-        sys.executable,
-        "-c",
-        "from ingest.cli import app; app()",
-        "--root",
-        str(root),
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
+    command = serve_command(str(root), port)
     return start_server("floe serve", command, dict(os.environ), port, workdir / "floe-serve.log")
 
 

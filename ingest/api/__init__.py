@@ -4,7 +4,24 @@ from typing import Any
 
 from ingest.api._search import MAX_LIMIT, SearchEngine, SearchPage, SearchRequest, SortKey
 
-__all__ = ["MAX_LIMIT", "SearchEngine", "SearchPage", "SearchRequest", "SortKey", "create_app", "serve"]
+__all__ = [
+    "MAX_LIMIT",
+    "SearchEngine",
+    "SearchPage",
+    "SearchRequest",
+    "SortKey",
+    "create_app",
+    "serve",
+    "serve_command",
+]
+
+
+def serve_command(root: str, port: int, host: str = "127.0.0.1") -> list[str]:
+    """The command line of a `floe serve` child process (this interpreter, this checkout's floe) on ``host:port``."""
+    import sys
+
+    command = "from ingest.cli import app; app()"
+    return [sys.executable, "-c", command, "--root", root, "serve", "--host", host, "--port", str(port)]
 
 
 def __getattr__(name: str) -> Any:

@@ -150,7 +150,6 @@ class ReplacementPlan:
         self.keys = keys
         self._primed = primed
         self.rewrites: dict[str, StagedFile | None] = {}
-        self.rows_removed = 0
         self._found: dict[str, int] = {}
         self._live: set[str] | None = None
 
@@ -174,17 +173,19 @@ class ReplacementPlan:
             for path in [path for path in self.rewrites if path not in live]:
                 # The winner removed (or rewrote) this file: its rows are not ours to drop any more.
                 del self.rewrites[path]
-                self.rows_removed -= self._found.pop(path)
+                del self._found[path]
             candidates = [data_file for path, data_file in live.items() if path not in self._live]
         found.update(locate(io, candidates, self.keys))
-        written = 0
         for path, (data_file, hits) in found.items():
             self.rewrites[path] = rewrite_without(io, table.location(), data_file, hits)
             self._found[path] = len(hits)
-            self.rows_removed += len(hits)
-            written += 1
         self._live = set(live)
-        return written
+        return len(found)
+
+    @property
+    def rows_removed(self) -> int:
+        """Rows the plan drops from live files (as of the version it was last brought up to)."""
+        return sum(self._found.values())
 
     @property
     def removed_paths(self) -> list[str]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from ingest.api import serve_command
 from tests.conftest import free_port
 
 WORKTREE = Path(__file__).resolve().parents[2]
@@ -20,18 +20,7 @@ class FloeServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = Path(str(root) + f".serve-{self.port}.log")
-        command = [
-            sys.executable,
-            "-c",
-            "from ingest.cli import app; app()",
-            "--root",
-            str(root),
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-        ]
+        command = serve_command(str(root), self.port)
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
                 command, cwd=WORKTREE, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
