@@ -106,7 +106,7 @@ def test_replicate_while_the_source_is_written_copies_a_consistent_version(tmp_p
     source = Repository.create(local, settings)
     commit_with_arrays(source, "seed", 0)
     source.tag("v0")
-    writer = SPAWN.Process(target=steady_writer, args=(local, settings.model_dump(), 12, "live"))
+    writer = SPAWN.Process(target=steady_writer, args=(local, settings.model_dump(), 40, "live"))
     writer.start()
     try:
         deadline = time.time() + 60
