@@ -24,20 +24,26 @@ class Granule:
     missing: dict[str, str] = field(default_factory=dict)
 
 
-def describe_source(path: str | Path) -> dict[str, Any]:
-    """Size, modification time and BLAKE2b digest of a raster, recorded with the arrays copied from it."""
+def describe_source(path: str | Path, *, digest: bool = True) -> dict[str, Any]:
+    """Size, modification time and (with ``digest``) BLAKE2b digest of a raster, recorded with its arrays."""
     with open(path, "rb") as stream:
-        digest = hashlib.file_digest(stream, "blake2b").hexdigest()
         status = os.fstat(stream.fileno())
-    return {"size": status.st_size, "mtime_ns": status.st_mtime_ns, "blake2b": digest}
+        described: dict[str, Any] = {"size": status.st_size, "mtime_ns": status.st_mtime_ns}
+        if digest:
+            described["blake2b"] = hashlib.file_digest(stream, "blake2b").hexdigest()
+    return described
 
 
-def sources_unchanged(recorded: Any, rasters: dict[str, str]) -> bool:
-    """Whether ``rasters`` (asset key -> path) are the files the arrays were copied from.
+def sources_unchanged(recorded: Any, rasters: dict[str, str], *, virtual: bool = False) -> bool:
+    """Whether ``rasters`` (asset key -> path) are the files the arrays were made from.
 
     Size and modification time decide when they match (as rsync does: no
-    read); a file touched but rewritten byte for byte is recognised by its
-    digest, so regenerating an archive does not re-copy it.
+    read); a copied file touched but rewritten byte for byte is recognised by
+    its digest, so regenerating an archive does not re-copy it. Arrays that
+    reference their files in place (``virtual``) are stale after any
+    modification, identical bytes or not: Icechunk refuses to read a file
+    modified after the reference was written, so the granule must be
+    referenced again.
     """
     if not isinstance(recorded, dict) or set(recorded) != set(rasters):
         return False
@@ -48,7 +54,9 @@ def sources_unchanged(recorded: Any, rasters: dict[str, str]) -> bool:
         status = os.stat(path)
         if status.st_size != known.get("size"):
             return False
-        if status.st_mtime_ns != known.get("mtime_ns") and describe_source(path)["blake2b"] != known.get("blake2b"):
+        if status.st_mtime_ns == known.get("mtime_ns"):
+            continue
+        if virtual or "blake2b" not in known or describe_source(path)["blake2b"] != known["blake2b"]:
             return False
     return True
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import gc
 import json
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from ingest.errors import CommitConflict, FloeError, InvalidItem, InvalidRaster,
 from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset, describe_source, sources_unchanged
 from ingest.pipeline._sources import SourcedItem, read_items
 from ingest.repository import CommitResult, Repository
-from ingest.repository._writer import _as_dict
+from ingest.repository._writer import Writer, _as_dict
 from ingest.stac._rows import paused_collection
 from ingest.stac._validate import unparseable_geometries, validate_item
 
@@ -146,53 +148,136 @@ def commit_batch(
     raise AssertionError("unreachable")
 
 
+@dataclass
+class _Step:
+    """What a batch does with one granule, decided before any raster is read."""
+
+    granule: Granule
+    previous: dict[str, Any] | None
+    arrays: dict[str, Any] | None
+    """The ``floe:arrays`` asset the row keeps (the stored one until the rasters are written again)."""
+    write_rasters: bool
+
+
+READ_AHEAD = 1
+"""Granules whose rasters are read (and hashed) on a second thread while the current one is written."""
+
+
+def _plan_steps(writer: Writer, granules: list[Granule]) -> tuple[list[_Step], int]:
+    """Each granule's step, and how many are in the repository unchanged (skipped: a re-run commits nothing)."""
+    stored = writer.stored_items((granule.item["collection"], granule.item["id"]) for granule in granules)
+    steps: list[_Step] = []
+    skipped = 0
+    for granule in granules:
+        item = granule.item
+        group = f"{item['collection']}/{item['id']}"
+        previous = stored.get((item["collection"], item["id"]))
+        arrays = ((previous or {}).get("assets") or {}).get(ARRAYS_ASSET)
+        # Without rasters selected this run, arrays already in the repository are kept as they are.
+        same_rasters = not granule.rasters or (
+            arrays is not None
+            and writer.group_exists(group)
+            and sources_unchanged(arrays.get("floe:sources"), granule.rasters, virtual=bool(arrays.get("floe:virtual")))
+        )
+        if previous is not None and same_rasters and _without_arrays(previous) == _without_arrays(item):
+            skipped += 1
+            continue
+        steps.append(_Step(granule, previous, arrays, write_rasters=bool(granule.rasters) and not same_rasters))
+    return steps, skipped
+
+
+def _read_copy(rasters: dict[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """A copy's inputs, read off the writing thread: each raster's fingerprint, then its pixels."""
+    from ingest.rasters import read_assets
+
+    return _fingerprints(rasters), read_assets(rasters)
+
+
+def _fingerprints(rasters: dict[str, str], *, digest: bool = True) -> dict[str, dict[str, Any]]:
+    """:func:`describe_source` of each raster; a file that vanished or cannot be opened is an InvalidRaster."""
+    described = {}
+    for key, path in rasters.items():
+        try:
+            described[key] = describe_source(path, digest=digest)
+        except OSError as error:
+            raise InvalidRaster(f"granule {path} cannot be read: {error.strerror or error}", path=path) from error
+    return described
+
+
+class _ReadAhead:
+    """:func:`_read_copy` of the steps that copy rasters, in order, on a second thread, ``READ_AHEAD`` in flight."""
+
+    def __init__(self, pool: ThreadPoolExecutor, steps: list[_Step]) -> None:
+        self._pool = pool
+        self._todo = iter([step.granule.rasters for step in steps if step.write_rasters])
+        self._pending: deque[Future[Any]] = deque()
+
+    def next(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        """The next copy's fingerprints and pixels; raises what reading it raised (InvalidRaster)."""
+        while len(self._pending) <= READ_AHEAD:
+            rasters = next(self._todo, None)
+            if rasters is None:
+                break
+            self._pending.append(self._pool.submit(_read_copy, rasters))
+        return self._pending.popleft().result()
+
+    def cancel(self) -> None:
+        """Drop the reads not started yet (a batch that failed will not write them)."""
+        for future in self._pending:
+            future.cancel()
+
+
 def _commit_batch_once(
     repository: Repository, branch: str, granules: list[Granule], message: str, *, virtual: bool
 ) -> BatchOutcome:
     writer = repository.writer(branch)
-    outcome = BatchOutcome(commit=None)
-    stored = writer.stored_items((granule.item["collection"], granule.item["id"]) for granule in granules)
-    for granule in granules:
-        item = granule.item
-        collection, item_id = item["collection"], item["id"]
-        group = f"{collection}/{item_id}"
-        previous = stored.get((collection, item_id))
-        previous_arrays = ((previous or {}).get("assets") or {}).get(ARRAYS_ASSET)
-        # Without rasters selected this run, arrays already in the repository are kept as they are.
-        same_rasters = not granule.rasters or (
-            previous_arrays is not None
-            and writer.group_exists(group)
-            and sources_unchanged(previous_arrays.get("floe:sources"), granule.rasters)
-        )
+    steps, skipped = _plan_steps(writer, granules)
+    outcome = BatchOutcome(commit=None, skipped=skipped)
+    # Copies read the next granule's rasters (GDAL decodes without the GIL) while this one is written.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="floe-read") as pool:
+        reads = _ReadAhead(pool, [] if virtual else steps)
         try:
-            if previous is not None and same_rasters and _without_arrays(previous) == _without_arrays(item):
-                outcome.skipped += 1  # in the repository already: a re-run commits nothing
-                continue
-            if granule.rasters and not same_rasters:
-                from ingest.rasters import write_granule, write_virtual_or_copy
-
-                sources = {key: describe_source(path) for key, path in granule.rasters.items()}
-                referenced = False
-                if virtual:
-                    stored_as = write_virtual_or_copy(writer.store, group, granule.rasters)
-                    arrays, referenced = stored_as.arrays, stored_as.virtual
-                    if stored_as.fallback is not None:
-                        outcome.fallbacks.append(Rejection(granule.source, item_id, stored_as.fallback))
-                else:
-                    arrays = write_granule(writer.store, group, granule.rasters)
-                previous_arrays = arrays_asset(group, sorted(arrays.variables), sources, virtual=referenced)
-                outcome.bytes_written += arrays.bytes_written
-                outcome.virtual += referenced
-            if previous_arrays is not None:
-                item = {**item, "assets": {**(item.get("assets") or {}), ARRAYS_ASSET: previous_arrays}}
-            writer.add_item(item, source=granule.source, replace=True, validated=True)
-            outcome.granules += 1
-            outcome.replaced += previous is not None
-        except (InvalidItem, InvalidRaster) as error:
-            outcome.rejected.append(Rejection(granule.source, item_id, getattr(error, "reason", str(error))))
+            for step in steps:
+                _stage(writer, step, outcome, reads, virtual=virtual)
+        finally:
+            reads.cancel()
     if writer.pending_items or writer.session.has_uncommitted_changes:
         outcome.commit = writer.commit(message)
     return outcome
+
+
+def _stage(writer: Writer, step: _Step, outcome: BatchOutcome, reads: _ReadAhead, *, virtual: bool) -> None:
+    """Stage one granule's arrays (when its rasters are new or changed) and row; bad input becomes a rejection."""
+    granule, arrays = step.granule, step.arrays
+    item = granule.item
+    group = f"{item['collection']}/{item['id']}"
+    try:
+        if step.write_rasters:
+            from ingest.rasters import write_granule, write_virtual_or_copy
+
+            referenced = False
+            if virtual:
+                sources = _fingerprints(granule.rasters, digest=False)
+                stored_as = write_virtual_or_copy(writer.store, group, granule.rasters)
+                written, referenced = stored_as.arrays, stored_as.virtual
+                if stored_as.fallback is not None:
+                    outcome.fallbacks.append(Rejection(granule.source, item["id"], stored_as.fallback))
+                # A reference is stale after any change to its file; only a copy is worth a digest.
+                if not referenced:
+                    sources = _fingerprints(granule.rasters)
+            else:
+                sources, read = reads.next()
+                written = write_granule(writer.store, group, granule.rasters, read=read)
+            arrays = arrays_asset(group, sorted(written.variables), sources, virtual=referenced)
+            outcome.bytes_written += written.bytes_written
+            outcome.virtual += referenced
+        if arrays is not None:
+            item = {**item, "assets": {**(item.get("assets") or {}), ARRAYS_ASSET: arrays}}
+        writer.add_item(item, source=granule.source, replace=True, validated=True)
+        outcome.granules += 1
+        outcome.replaced += step.previous is not None
+    except (InvalidItem, InvalidRaster) as error:
+        outcome.rejected.append(Rejection(granule.source, item["id"], getattr(error, "reason", str(error))))
 
 
 def record(report: IngestReport, outcome: BatchOutcome) -> None:

@@ -1,6 +1,6 @@
 """Rasters of STAC items, copied from GeoTIFF/COG granules into the Icechunk session's Zarr groups, or referenced."""
 
-from ingest.rasters._copy import GranuleArrays, InvalidRaster, read_granule, write_granule
+from ingest.rasters._copy import GranuleArrays, InvalidRaster, read_assets, read_granule, write_granule
 from ingest.rasters._virtual import (
     NotVirtualizable,
     VirtualGranuleArrays,
@@ -15,6 +15,7 @@ __all__ = [
     "NotVirtualizable",
     "VirtualGranuleArrays",
     "VirtualOutcome",
+    "read_assets",
     "read_granule",
     "write_granule",
     "write_virtual_granule",

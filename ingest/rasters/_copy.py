@@ -43,7 +43,7 @@ from ingest.errors import InvalidRaster
 if TYPE_CHECKING:
     from zarr.abc.store import Store
 
-__all__ = ["GranuleArrays", "InvalidRaster", "read_granule", "write_granule"]
+__all__ = ["GranuleArrays", "InvalidRaster", "read_assets", "read_granule", "write_granule"]
 
 #: Name of the single data variable :func:`read_granule` returns; :func:`write_granule` renames it to the asset key.
 GRANULE_VARIABLE = "data"
@@ -134,7 +134,32 @@ def read_granule(path: str | Path) -> xr.Dataset:
     return data.to_dataset(name=GRANULE_VARIABLE)
 
 
-def write_granule(store: Store, group: str, assets: Mapping[str, str | Path], *, chunk: int = 512) -> GranuleArrays:
+def read_assets(assets: Mapping[str, str | Path]) -> dict[str, xr.Dataset]:
+    """Check a granule's asset keys and read every asset (see :func:`read_granule`); write nothing.
+
+    This is the part of :func:`write_granule` that needs no session: a
+    pipeline can run it ahead, on another thread, while the previous granule
+    is being written, and pass the result to ``write_granule(read=...)``.
+
+    Raises:
+        InvalidRaster: an asset key is unusable as a Zarr name, or an asset cannot be read.
+        ValueError: ``assets`` is empty.
+    """
+    if not assets:
+        raise ValueError("a granule needs at least one asset to read")
+    for key in assets:
+        _check_asset_key(key)
+    return {key: read_granule(path) for key, path in assets.items()}
+
+
+def write_granule(
+    store: Store,
+    group: str,
+    assets: Mapping[str, str | Path],
+    *,
+    chunk: int = 512,
+    read: Mapping[str, xr.Dataset] | None = None,
+) -> GranuleArrays:
     """Stage a granule's assets as the Zarr group ``group`` of ``store`` (an Icechunk session's store).
 
     ``assets`` maps asset key to raster path; the keys become array and group
@@ -144,7 +169,8 @@ def write_granule(store: Store, group: str, assets: Mapping[str, str | Path], *,
     ``(1, chunk, chunk)`` clipped to the array.
 
     Everything is read before anything is written, so a bad asset leaves the
-    session untouched. An existing group of that name is replaced whole
+    session untouched. ``read``, the result of :func:`read_assets` for the
+    same ``assets``, skips the reading. An existing group of that name is replaced whole
     (subgroups included), so re-ingesting an item cannot leave stale assets.
     Should the write itself fail (storage error), the item group is removed
     again rather than left half written; a previous version of it is gone by
@@ -166,9 +192,12 @@ def write_granule(store: Store, group: str, assets: Mapping[str, str | Path], *,
         raise ValueError(f"granule {group} has no assets to write")
     for key in assets:
         _check_asset_key(key)
+    if read is not None and set(read) != set(assets):
+        raise ValueError(f"granule {group}: the rasters read ({sorted(read)}) are not its assets ({sorted(assets)})")
     _check_parent_exists(store, group)
 
-    granules = {key: read_granule(path) for key, path in assets.items()}
+    granules = dict(read) if read is not None else read_assets(assets)
+    granules = {key: granules[key] for key in assets}
 
     first_key = next(iter(granules))
     main = granules[first_key]

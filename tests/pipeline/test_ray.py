@@ -299,3 +299,21 @@ def test_virtual_ingest_references_pixels_in_place(tmp_path, archive):
 
     again = ingest_with_ray(repo, [source], workers=2, batch_size=10, virtual=True)
     assert again.commits == [] and again.skipped == 40
+
+    # A referenced file rewritten byte for byte is stale for Icechunk (modified after the reference): unlike a
+    # copy, it is referenced again, and reads back.
+    referenced = next(
+        item_file
+        for item_file in sorted(source.glob("*/*/*.json"))
+        if json.loads(item_file.read_text())["id"] not in fallback_ids
+    )
+    item = json.loads(referenced.read_text())
+    assert "blake2b" not in rows[item["id"]]["assets"][ARRAYS_ASSET]["floe:sources"]["data"]  # no digest to read
+    tif = referenced.parent / item["assets"]["data"]["href"]
+    tif.write_bytes(tif.read_bytes())
+    os.utime(tif, ns=(tif.stat().st_atime_ns, tif.stat().st_mtime_ns + 10**9))
+    refreshed = ingest_with_ray(repo, [source], workers=2, batch_size=10, virtual=True)
+    assert refreshed.replaced == 1 and refreshed.skipped == 39 and len(refreshed.commits) == 1
+    group = rows_at(reopened)[item["id"]]["assets"][ARRAYS_ASSET]["floe:group"]
+    dataset = xr.open_zarr(reopened.view().session.store, group=group, consolidated=False, mask_and_scale=False)
+    assert np.array_equal(dataset["data"].values, rioxarray.open_rasterio(tif).values)
