@@ -191,7 +191,14 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     ] = 2,
     ray_address: Annotated[
         str | None,
-        typer.Option("--ray-address", help="Join this Ray cluster instead of starting a local one (127.0.0.1 only)."),
+        typer.Option(
+            "--ray-address",
+            help=(
+                "Join this running Ray cluster (HOST:PORT of its head) instead of starting a local one bound to "
+                "127.0.0.1. A cluster with token authentication needs RAY_AUTH_MODE=token and its token."
+            ),
+            show_default=False,
+        ),
     ] = None,
     assets: Annotated[
         str, typer.Option("--assets", help="Raster assets to copy into arrays: all (local GeoTIFFs), none, or KEY,KEY.")

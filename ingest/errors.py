@@ -151,6 +151,12 @@ class ReplicationFailed(FloeError):
     kind = "replication-failed"
 
 
+class RayUnavailable(FloeError):
+    """The Ray cluster given with ``--ray-address`` could not be joined; the message says why and what to try."""
+
+    kind = "ray-unavailable"
+
+
 class NotVirtualizable(FloeError):
     """A raster floe cannot reference in place (``--virtual``); the caller copies the granule instead.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.config import Settings
-from ingest.errors import FloeError, InvalidItem
+from ingest.errors import FloeError, InvalidItem, RayUnavailable
 from ingest.pipeline._granules import Granule, granule_from_item, select_assets
 from ingest.pipeline._ingest import BatchOutcome, IngestReport, Rejection, commit_batch, record, store_collection
 from ingest.pipeline._sources import read_items
@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 # (GCS, raylet, workers) listen on 127.0.0.1 instead of every interface.
 LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 os.environ.setdefault(LOOPBACK_SWITCH, "0")
+
+#: Modules an ingest actor needs, imported by the workers of a local cluster as soon as they start.
+WORKER_PRELOAD = ("ingest.pipeline._ray", "ingest.rasters")
 
 
 class GranuleWriter:
@@ -50,7 +53,10 @@ def start_ray(workers: int, address: str | None = None) -> bool:
     if ray.is_initialized():
         return False
     if address:
-        ray.init(address=address, log_to_driver=False)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ray.exceptions.AuthenticationError) as error:
+            raise RayUnavailable(_join_failure(address, error)) from error
         return True
     # A local cluster listens on loopback only: never expose a cluster on the network by default.
     # If Ray was imported before this module set the switch, set what it derived from it.
@@ -64,8 +70,26 @@ def start_ray(workers: int, address: str | None = None) -> bool:
         log_to_driver=False,
         configure_logging=False,
         _node_ip_address="127.0.0.1",
+        # The workers Ray starts with the cluster import floe while the driver reads the sources, so the first
+        # actors start in about 0.1 s instead of the ~2 s those imports take.
+        _system_config={"preload_python_modules": list(WORKER_PRELOAD)},
     )
     return True
+
+
+def _join_failure(address: str, error: BaseException) -> str:
+    causes = []
+    while error is not None and len(causes) < 4:
+        causes.append(str(error))
+        error = error.__cause__ or error.__context__
+    detail = " ".join(causes)
+    if "InvalidAuthToken" in detail or "Authentication" in detail:
+        # Ray sends its token only to clusters it finds itself, never to an address it is given.
+        return (
+            f"the Ray cluster at {address} requires token authentication: set RAY_AUTH_MODE=token, with the "
+            "cluster's token in RAY_AUTH_TOKEN or ~/.ray/auth_token"
+        )
+    return f"cannot join the Ray cluster at {address}: {causes[0].splitlines()[0] if causes else 'no answer'}"
 
 
 def _granules(

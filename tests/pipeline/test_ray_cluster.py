@@ -1,0 +1,126 @@
+"""The Ray clusters floe runs on: the local one it starts (workers preloaded) and one it joins (``--ray-address``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from ingest import Repository
+from ingest.sample import make_archive
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# A process that owns a local cluster (loopback only, as floe starts it), prints its address, waits for a line
+# on stdin, then prints the class names of every actor the cluster ran, and shuts the cluster down on exit.
+CLUSTER_OWNER = textwrap.dedent(
+    """
+    import json, sys
+    import ray
+    from ingest.pipeline import start_ray
+
+    start_ray(2)
+    print(ray.get_runtime_context().gcs_address, flush=True)
+    sys.stdin.readline()
+    from ray._private import state
+
+    actors = state.actors()
+    print(json.dumps(sorted(info["ActorClassName"] for info in actors.values())), flush=True)
+    ray.shutdown()
+    """
+)
+
+
+def test_ingest_joins_an_existing_cluster(tmp_path):
+    archive = tmp_path / "archive"
+    make_archive(archive, granules=6, seed=3)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    owner = subprocess.Popen(
+        [sys.executable, "-c", CLUSTER_OWNER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**env, "RAY_AUTH_MODE": "token"},  # Ray's default for a new local cluster, made explicit
+        cwd=REPO_ROOT,
+    )
+    try:
+        address = owner.stdout.readline().strip()
+        assert address.startswith("127.0.0.1:"), address
+        root = tmp_path / "repo"
+        command = [sys.executable, "-m", "ingest.cli", "--root", str(root), "ingest", str(archive)]
+        command += ["--workers", "2", "--ray-address", address]
+
+        def ingest(**extra_env: str) -> subprocess.CompletedProcess:
+            run_env = {**env, "RAY_gcs_rpc_server_connect_timeout_s": "3", **extra_env}
+            return subprocess.run(
+                command, capture_output=True, text=True, env=run_env, cwd=REPO_ROOT, timeout=300, check=False
+            )
+
+        # Ray starts a local cluster with token authentication and sends the token only to clusters it finds
+        # itself, never to a given address: without RAY_AUTH_MODE=token the join fails, with one clear line.
+        refused = ingest(RAY_AUTH_MODE="disabled")
+        assert refused.returncode == 1
+        assert f"the Ray cluster at {address} requires token authentication" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        done = ingest(RAY_AUTH_MODE="token")
+        assert done.returncode == 0, done.stderr
+        owner.stdin.write("\n")
+        owner.stdin.flush()
+        actors = json.loads(owner.stdout.readline())
+        # The cluster outlived the ingest (which did not start it, so does not stop it), and the ingest's two
+        # actors ran on it, not on a cluster of its own.
+        assert actors.count("GranuleWriter") == 2, actors
+        rows = list(Repository.open(str(root)).view().items())
+        assert sorted(item["id"] for item in rows) == sorted(
+            json.loads(path.read_text())["id"] for path in archive.glob("*/*/*.json")
+        )
+    finally:
+        if owner.poll() is None:
+            owner.stdin.close()
+        try:
+            owner.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            owner.kill()
+            owner.wait()
+
+
+# A fresh process starts floe's local cluster and reports what a worker had imported before its actor ran
+# (the actor class is defined here, so deserialising it imports nothing of floe).
+PRELOAD_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    import ray
+    from ingest.pipeline import start_ray
+
+    start_ray(1)
+
+    @ray.remote(num_cpus=1)
+    class Probe:
+        def __init__(self):
+            self.loaded = sorted(name for name in ("ingest.pipeline._ray", "ingest.rasters") if name in sys.modules)
+
+        def loaded_modules(self):
+            return self.loaded
+
+    print(json.dumps(ray.get(Probe.remote().loaded_modules.remote())), flush=True)
+    ray.shutdown()
+    """
+)
+
+
+def test_local_cluster_workers_import_floe_before_actors_start():
+    done = subprocess.run(
+        [sys.executable, "-c", PRELOAD_PROBE],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["ingest.pipeline._ray", "ingest.rasters"]
