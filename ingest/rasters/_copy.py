@@ -25,6 +25,7 @@ in the session.
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,17 @@ import rioxarray
 import xarray as xr
 import zarr
 import zarr.errors
+from xarray.backends.zarr import FillValueCoder, encode_zarr_attr_value
+from zarr.codecs import BytesCodec, ZstdCodec
+from zarr.core.array import AsyncArray
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
+from zarr.core.common import ZARR_JSON
+from zarr.core.group import GroupMetadata
+from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.core.sync import sync
+from zarr.dtype import parse_data_type
+from zarr.storage import StorePath
 
 from ingest.errors import InvalidRaster
 
@@ -207,15 +219,12 @@ def write_granule(
     layout: list[tuple[str, dict[str, xr.Dataset]]] = [(group, on_grid)]
     layout += [(f"{group}/{key}", {key: ds}) for key, ds in off_grid.items()]
 
-    variables: dict[str, str] = {}
     try:
-        # The item group first: mode "w" on it clears any previous version, subgroups included.
-        for path, members in layout:
-            _write_dataset(store, path, members, chunk=chunk)
-            variables.update({key: f"{path}/{key}" for key in members})
+        sync(_write_layout(store, layout, chunk=chunk))
     except BaseException:
         _discard(store, group)
         raise
+    variables = {key: f"{path}/{key}" for path, members in layout for key in members}
 
     pixels = main[GRANULE_VARIABLE]
     return GranuleArrays(
@@ -227,24 +236,72 @@ def write_granule(
     )
 
 
-def _write_dataset(store: Store, path: str, members: Mapping[str, xr.Dataset], *, chunk: int) -> None:
-    """Write granules sharing one grid as one Dataset at ``path``, one variable per asset key."""
-    arrays: dict[str, xr.DataArray] = {}
-    encoding: dict[str, dict[str, Any]] = {}
-    for key, ds in members.items():
-        array = ds[GRANULE_VARIABLE].copy(deep=False)
-        # rioxarray's grid_mapping makes xarray treat spatial_ref as "not technically a coordinate" and
-        # leave it out of the coordinates attribute; without naming it here, open_zarr (decode_coords=True,
-        # the default) returns spatial_ref as a data variable and rio.crs is None. It must go in the
-        # variable's own encoding: to_zarr's encoding argument rejects "coordinates".
-        array.encoding = {**array.encoding, "coordinates": GRID_MAPPING}
-        arrays[key] = array
-        _bands, height, width = array.shape
-        encoding[key] = {"chunks": (1, min(chunk, height), min(chunk, width))}
-    dataset = xr.Dataset(arrays)
-    # Coordinates are complete; a NaN _FillValue on them would only invite masking.
-    encoding.update({name: {"_FillValue": None} for name in ("x", "y")})
-    dataset.to_zarr(store, group=path, mode="w", zarr_format=3, consolidated=False, encoding=encoding)
+#: The codecs xarray's zarr v3 writer gives every array by default (zarr's defaults): floe writes the same.
+_CODECS = (BytesCodec(endian="little"), ZstdCodec(level=0, checksum=False))
+
+
+async def _write_layout(store: Store, layout: list[tuple[str, dict[str, xr.Dataset]]], *, chunk: int) -> None:
+    """Write the item group (and its subgroups) as the Zarr v3 nodes ``xarray.Dataset.to_zarr`` would write.
+
+    xarray's writer costs tens of milliseconds per granule in node creation
+    and checks (every array is created through zarr's group API, then its
+    attributes are written again); the documents are built here directly and
+    every node and chunk is written in one gathered round, so Icechunk
+    overlaps them. ``tests/rasters/test_copy.py`` holds the documents equal to
+    xarray's own.
+    """
+    prototype = default_buffer_prototype()
+    item_group = layout[0][0]
+    # What to_zarr's mode "w" does: a previous version of the item goes whole, subgroups included.
+    if await store.exists(f"{item_group}/{ZARR_JSON}"):
+        await store.delete_dir(item_group)
+    group_document = GroupMetadata(zarr_format=3).to_buffer_dict(prototype)[ZARR_JSON]
+    for path, _members in layout:
+        await store.set(f"{path}/{ZARR_JSON}", group_document)
+    arrays: list[tuple[str, ArrayV3Metadata, np.ndarray]] = []
+    for path, members in layout:
+        coords = next(iter(members.values())).coords
+        for name in coords:
+            variable = coords[name].variable
+            arrays.append((f"{path}/{name}", _array_metadata(variable, variable.shape), variable.values))
+        for key, ds in members.items():
+            pixels = ds[GRANULE_VARIABLE].variable
+            # Names spatial_ref as the variable's coordinate, as floe's copies always have (rio.crs needs it).
+            pixels = pixels.copy(deep=False)
+            pixels.attrs = {**pixels.attrs, "coordinates": GRID_MAPPING}
+            _bands, height, width = pixels.shape
+            arrays.append(
+                (f"{path}/{key}", _array_metadata(pixels, (1, min(chunk, height), min(chunk, width))), pixels.values)
+            )
+    await asyncio.gather(
+        *(store.set(f"{path}/{ZARR_JSON}", meta.to_buffer_dict(prototype)[ZARR_JSON]) for path, meta, _ in arrays)
+    )
+    await asyncio.gather(
+        *(
+            AsyncArray(metadata=meta, store_path=StorePath(store, path)).setitem(..., values)
+            for path, meta, values in arrays
+        )
+    )
+
+
+def _array_metadata(variable: xr.Variable, chunks: tuple[int, ...]) -> ArrayV3Metadata:
+    """The zarr v3 metadata xarray writes for ``variable`` (no CF encoding: values are stored as they are)."""
+    dtype = variable.dtype
+    attrs = dict(variable.attrs)
+    if "_FillValue" in attrs:
+        # xarray keeps the CF _FillValue as an attribute (base64 for floats) and zarr's own fill value apart.
+        attrs["_FillValue"] = FillValueCoder.encode(attrs["_FillValue"], dtype)
+    return ArrayV3Metadata(
+        shape=variable.shape,
+        data_type=parse_data_type(dtype, zarr_format=3),
+        chunk_grid={"name": "regular", "configuration": {"chunk_shape": chunks}},
+        chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
+        fill_value=np.nan if dtype.kind == "f" else 0,
+        codecs=_CODECS,
+        attributes={key: encode_zarr_attr_value(value) for key, value in attrs.items()},
+        dimension_names=variable.dims or None,
+        storage_transformers=None,
+    )
 
 
 def _same_grid(reference: xr.Dataset, candidate: xr.Dataset) -> bool:

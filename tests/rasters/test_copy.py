@@ -340,20 +340,19 @@ def test_hostile_asset_keys_are_refused(repo, rasters, key):
 
 
 def test_a_failed_write_removes_the_half_written_item(repo, rasters, monkeypatch):
-    real_write = copy_module._write_dataset
-    calls: list[str] = []
+    real_write = copy_module._write_layout
+    written: list[str] = []
 
-    def failing_write(store, path, members, *, chunk):
-        calls.append(path)
-        if len(calls) == 2:
-            raise OSError("disk full")
-        real_write(store, path, members, chunk=chunk)
+    async def failing_write(store, layout, *, chunk):
+        await real_write(store, layout[:1], chunk=chunk)  # the item group lands, then the storage fails
+        written.append(layout[0][0])
+        raise OSError("disk full")
 
-    monkeypatch.setattr(copy_module, "_write_dataset", failing_write)
+    monkeypatch.setattr(copy_module, "_write_layout", failing_write)
     session = repo.writable_session("main")
     with pytest.raises(OSError, match="disk full"):
         write_granule(session.store, "c/item4", rasters)
-    assert calls == ["c/item4", "c/item4/cloud"]
+    assert written == ["c/item4"]
     assert not group_exists(session.store, "c/item4")
     assert session.status().is_empty()
 
@@ -375,3 +374,57 @@ def test_group_paths_that_zarr_would_normalise_are_refused(repo, rasters, group)
     with pytest.raises(ValueError, match="group"):
         write_granule(session.store, group, {"visual": rasters["visual"]})
     assert session.status().is_empty()
+
+
+def _documents(store, prefix: str) -> dict[str, dict]:
+    """Every zarr.json under ``prefix``, parsed, by path relative to it."""
+    import json
+
+    from zarr.core.buffer import default_buffer_prototype
+    from zarr.core.sync import sync
+
+    async def collect() -> dict[str, dict]:
+        found = {}
+        async for key in store.list_prefix(prefix):
+            if key.endswith("zarr.json"):
+                document = await store.get(key, default_buffer_prototype())
+                found[key[len(prefix) :]] = json.loads(document.to_bytes())
+        return found
+
+    return sync(collect())
+
+
+def _xarray_reference(store, path: str, members: dict[str, xr.Dataset], chunk: int) -> None:
+    """What floe's copies are defined as: xarray's own to_zarr of the item Dataset, with floe's encoding."""
+    arrays, encoding = {}, {}
+    for key, ds in members.items():
+        array = ds[copy_module.GRANULE_VARIABLE].copy(deep=False)
+        array.encoding = {**array.encoding, "coordinates": copy_module.GRID_MAPPING}
+        arrays[key] = array
+        _bands, height, width = array.shape
+        encoding[key] = {"chunks": (1, min(chunk, height), min(chunk, width))}
+    encoding.update({name: {"_FillValue": None} for name in ("x", "y")})
+    xr.Dataset(arrays).to_zarr(store, group=path, mode="w", zarr_format=3, consolidated=False, encoding=encoding)
+
+
+def test_copies_are_the_documents_and_values_xarray_itself_writes(repo, rasters):
+    """floe writes the Zarr nodes directly (faster than to_zarr); readers must not see any difference."""
+    session = repo.writable_session("main")
+    arrays = write_granule(session.store, "c/floe", rasters, chunk=32)
+    # The same layout through xarray: the item Dataset (assets on the first grid), then each other grid.
+    read = {key: read_granule(path) for key, path in rasters.items()}
+    groups: dict[str, dict[str, xr.Dataset]] = {}
+    for key, path in arrays.variables.items():
+        groups.setdefault(path.rsplit("/", 1)[0].replace("c/floe", "c/xarray", 1), {})[key] = read[key]
+    for group, members in sorted(groups.items()):  # the item group first: mode "w" clears it
+        _xarray_reference(session.store, group, members, chunk=32)
+
+    ours, theirs = _documents(session.store, "c/floe/"), _documents(session.store, "c/xarray/")
+    assert len(ours) > 10 and ours == theirs
+    for group in groups:
+        mine = group.replace("c/xarray", "c/floe", 1)
+        for mask_and_scale in (False, True):
+            expected = xr.open_zarr(session.store, group=group, consolidated=False, mask_and_scale=mask_and_scale)
+            got = xr.open_zarr(session.store, group=mine, consolidated=False, mask_and_scale=mask_and_scale)
+            xr.testing.assert_identical(got.load(), expected.load())
+            assert got.rio.crs == expected.rio.crs and got.rio.transform() == expected.rio.transform()
