@@ -1,6 +1,6 @@
 """Ingest benchmark: floe's pipeline against writing the same data without floe, in one run.
 
-Run:  .venv/bin/python scripts/bench_ingest.py              (100,000 items, 60 small COGs, 120 scenes)
+Run:  .venv/bin/python scripts/bench_ingest.py              (100,000 items, 300 small COGs, 120 scenes)
       .venv/bin/python scripts/bench_ingest.py --quick      (a smoke run)
 
 Prints a markdown table; each figure comes with its baseline measured in the
@@ -240,7 +240,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
     parser.add_argument("--items", type=int, default=100_000, help="items for the metadata-only part")
-    parser.add_argument("--granules", type=int, default=60, help="small COG granules for the raster part")
+    parser.add_argument("--granules", type=int, default=300, help="small COG granules for the raster part")
     parser.add_argument("--scenes", type=int, default=120, help="3x1024x1024 COG scenes for the raster part")
     parser.add_argument("--rounds", type=int, default=2, help="alternate runs of floe and baseline (fastest counts)")
     arguments = parser.parse_args()

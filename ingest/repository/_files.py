@@ -18,6 +18,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import (
@@ -157,6 +158,12 @@ class StagedFile:
         return {column.name: column.type for column in self.schema}
 
 
+def _exact_as_double(column: pa.ChunkedArray) -> bool:
+    """Whether every integer of ``column`` is exactly a double (magnitude up to 2**53): widening loses nothing."""
+    bounds = pc.min_max(column).as_py()
+    return bounds["min"] is None or (-(2**53) <= bounds["min"] and bounds["max"] <= 2**53)
+
+
 def _plan_columns(
     items: list[dict[str, Any]], column_types: dict[str, pa.DataType], untyped: frozenset[str]
 ) -> tuple[pa.Table, frozenset[str]]:
@@ -168,7 +175,10 @@ def _plan_columns(
             for name in table.column_names
             if name not in _FIXED_COLUMNS
             and name in column_types
-            and fit(table.schema.field(name).type, column_types[name]) == "conflict"
+            and (
+                (match := fit(table.schema.field(name).type, column_types[name])) == "conflict"
+                or (match == "widen" and not _exact_as_double(table.column(name)))
+            )
         }
         if not conflicts:
             break

@@ -41,6 +41,8 @@ CORE_COLUMNS = ("type", "stac_version", "stac_extensions", "id", "collection", "
 NESTED_TOP = ("assets", "links")
 RESERVED = frozenset((*CORE_COLUMNS, *TIME_COLUMNS, *NESTED_TOP, OVERFLOW, "properties"))
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: Every integer up to 2**53 in magnitude is exactly a double; beyond it, integers mixed with floats overflow.
+_DOUBLE_EXACT = 2**53
 
 
 @dataclass
@@ -80,12 +82,14 @@ def strip_nulls(value: Any) -> Any:
 def _scalar_type(values: list[Any]) -> pa.DataType | None:
     """The Arrow type for a column of non-null JSON scalars, or None if they do not share one."""
     kinds = set()
+    beyond_double = False  # an integer a double cannot hold exactly: never widened to float64
     for value in values:
         if isinstance(value, bool):
             kinds.add("bool")
         elif isinstance(value, int):
             if not _INT64_MIN <= value <= _INT64_MAX:
                 return None
+            beyond_double = beyond_double or abs(value) > _DOUBLE_EXACT
             kinds.add("int")
         elif isinstance(value, float):
             kinds.add("float")
@@ -101,7 +105,7 @@ def _scalar_type(values: list[Any]) -> pa.DataType | None:
         return pa.bool_()
     if kinds == {"int"}:
         return pa.int64()
-    if kinds in ({"float"}, {"int", "float"}):
+    if kinds == {"float"} or (kinds == {"int", "float"} and not beyond_double):
         return pa.float64()
     return None
 

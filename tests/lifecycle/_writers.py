@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
 import numpy as np
@@ -45,9 +46,17 @@ def killed_mid_commit(root: str, settings: dict[str, Any], item_id: str) -> None
     writer.commit(f"never lands: {item_id}")
 
 
-def steady_writer(root: str, settings: dict[str, Any], commits: int, prefix: str) -> int:
-    """Commit ``commits`` items with arrays, one per commit, as fast as it can."""
+def steady_writer(
+    root: str, settings: dict[str, Any], stop_file: str, prefix: str, pause: float = 0.3, limit: int = 400
+) -> None:
+    """Commit an item with arrays every ``pause`` seconds or so until ``stop_file`` exists (at most ``limit``).
+
+    Paced, not as fast as it can: a local writer makes thousands of commits a
+    minute, and replicating that history to moto would outlast the test.
+    """
     repository = Repository.open(root, Settings.model_validate(settings))
-    for number in range(commits):
+    for number in range(limit):
+        if os.path.exists(stop_file):
+            return
         commit_with_arrays(repository, f"{prefix}-{number}", number)
-    return commits
+        time.sleep(pause)

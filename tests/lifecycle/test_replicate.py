@@ -106,24 +106,29 @@ def test_replicate_while_the_source_is_written_copies_a_consistent_version(tmp_p
     source = Repository.create(local, settings)
     commit_with_arrays(source, "seed", 0)
     source.tag("v0")
-    writer = SPAWN.Process(target=steady_writer, args=(local, settings.model_dump(), 40, "live"))
+    stop = tmp_path / "stop-writing"
+    # The writer commits until told to stop, so replication provably runs while commits land.
+    writer = SPAWN.Process(target=steady_writer, args=(local, settings.model_dump(), str(stop), "live"))
     writer.start()
     try:
         deadline = time.time() + 60
         while len(source.log()) < 4 and time.time() < deadline:
             time.sleep(0.2)
-        runs_during_writes = 0
-        while writer.is_alive() and runs_during_writes < 2:
+        assert writer.is_alive(), "the writer died before replication ran"
+        for _ in range(2):
+            before = len(source.log())
             report = replicate(local, s3_root, settings)
             assert report.refs_moved
-            runs_during_writes += writer.is_alive()
             target = Repository.open(s3_root, settings)
             assert check(target, all_refs=True, deep=True) == []
             for ref in target.refs():  # the target's version of each ref is one the source had
                 assert export(target, ref.snapshot_id) == export(source, ref.snapshot_id)
-        assert runs_during_writes >= 1, "the writer finished before replication ran: nothing was proven"
+        assert writer.is_alive() and len(source.log()) > before, "no commit landed while replicating"
     finally:
+        stop.touch()
         writer.join(120)
+        if writer.is_alive():
+            writer.kill()
     assert writer.exitcode == 0
     replicate(local, s3_root, settings)
     assert_same_repository(source, Repository.open(s3_root, settings))

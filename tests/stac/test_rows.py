@@ -138,6 +138,21 @@ def test_mixed_types_go_to_the_overflow_and_come_back():
     assert round_trip(batch) == {("c", "a"): batch[0], ("c", "b"): batch[1]}
 
 
+def test_integers_a_double_cannot_hold_are_not_widened_next_to_floats():
+    # Found by hypothesis: 2**53 + 1 next to a float made the column float64, and Arrow refused the conversion.
+    base = {"type": "Feature", "collection": "c", "geometry": {"type": "Point", "coordinates": [1.0, 2.0]}}
+    batch = [
+        {**base, "id": "a", "properties": {"datetime": "2024-01-01T00:00:00Z", "a": 0.5, "b": 0.5}},
+        {**base, "id": "b", "properties": {"datetime": "2024-01-01T00:00:00Z", "a": 2**53 + 1, "b": 2**53}},
+    ]
+    table = items_to_arrow(batch)
+    assert "a" not in table.column_names  # to the overflow, exactly
+    assert table.schema.field("b").type == pa.float64()  # 2**53 is a double exactly: widened as before
+    back = round_trip(batch)
+    assert back[("c", "b")]["properties"]["a"] == 2**53 + 1
+    assert back[("c", "a")] == batch[0]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(items(), min_size=1, max_size=8))
 def test_generated_items_round_trip_exactly(batch):
@@ -173,3 +188,19 @@ def test_batches_with_conflicting_types_round_trip_through_the_table(tmp_path_fa
     found = list(repo.view().items())
     assert Counter((item["collection"], item["id"]) for item in found) == Counter(expected.keys())
     assert {(item["collection"], item["id"]): item for item in found} == expected
+
+
+def test_a_large_integer_after_a_float_column_comes_back_exactly(tmp_path):
+    """A table column typed float64 by one commit; a later integer beyond 2**53 goes to the overflow, not cast."""
+    base = {"type": "Feature", "collection": "c", "geometry": {"type": "Point", "coordinates": [1.0, 2.0]}}
+    first = {**base, "id": "a", "properties": {"datetime": "2024-01-01T00:00:00Z", "n": 0.5}}
+    second = {**base, "id": "b", "properties": {"datetime": "2024-01-01T00:00:00Z", "n": 2**53 + 1}}
+    third = {**base, "id": "c", "properties": {"datetime": "2024-01-01T00:00:00Z", "n": 7}}
+    repo = Repository.create(tmp_path / "r")
+    for item in (first, second, third):
+        writer = repo.writer()
+        assert writer.add_items([item]) == []
+        writer.commit(item["id"])
+    back = {item["id"]: item["properties"]["n"] for item in repo.view().items()}
+    assert back == {"a": 0.5, "b": 2**53 + 1, "c": 7.0}
+    assert isinstance(back["b"], int)
