@@ -240,6 +240,19 @@ def write_granule(
 _CODECS = (BytesCodec(endian="little"), ZstdCodec(level=0, checksum=False))
 
 
+async def replace_groups(store: Store, paths: list[str]) -> None:
+    """Make ``paths`` (the item group, then its subgroups) empty groups; a previous item goes whole first.
+
+    That is what ``to_zarr``'s mode "w" does on the item group: no array or
+    subgroup of an older version of the item survives a rewrite.
+    """
+    if await store.exists(f"{paths[0]}/{ZARR_JSON}"):
+        await store.delete_dir(paths[0])
+    group_document = GroupMetadata(zarr_format=3).to_buffer_dict(default_buffer_prototype())[ZARR_JSON]
+    for path in paths:
+        await store.set(f"{path}/{ZARR_JSON}", group_document)
+
+
 async def _write_layout(store: Store, layout: list[tuple[str, dict[str, xr.Dataset]]], *, chunk: int) -> None:
     """Write the item group (and its subgroups) as the Zarr v3 nodes ``xarray.Dataset.to_zarr`` would write.
 
@@ -251,13 +264,7 @@ async def _write_layout(store: Store, layout: list[tuple[str, dict[str, xr.Datas
     xarray's own.
     """
     prototype = default_buffer_prototype()
-    item_group = layout[0][0]
-    # What to_zarr's mode "w" does: a previous version of the item goes whole, subgroups included.
-    if await store.exists(f"{item_group}/{ZARR_JSON}"):
-        await store.delete_dir(item_group)
-    group_document = GroupMetadata(zarr_format=3).to_buffer_dict(prototype)[ZARR_JSON]
-    for path, _members in layout:
-        await store.set(f"{path}/{ZARR_JSON}", group_document)
+    await replace_groups(store, [path for path, _members in layout])
     arrays: list[tuple[str, ArrayV3Metadata, np.ndarray]] = []
     for path, members in layout:
         coords = next(iter(members.values())).coords

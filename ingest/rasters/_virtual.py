@@ -58,8 +58,6 @@ from xarray.backends.zarr import FillValueCoder, encode_zarr_attr_value
 from zarr.codecs import BytesCodec
 from zarr.core.buffer import Buffer, default_buffer_prototype
 from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
-from zarr.core.common import ZARR_JSON
-from zarr.core.group import GroupMetadata
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.core.sync import sync
 from zarr.dtype import parse_data_type
@@ -77,6 +75,7 @@ from ingest.rasters._copy import (
     _discard,
     _open_failure,
     _same_grid,
+    replace_groups,
     write_granule,
 )
 from ingest.repository._containers import FILE_SCHEME, local_url
@@ -421,14 +420,7 @@ async def _write_layout(store: Store, layout: list[tuple[str, list[_Source]]], l
     or more nodes, so the documents are written directly: nodes first (groups
     before their children), then the coordinate chunks and the references.
     """
-    prototype = default_buffer_prototype()
-    item_group = layout[0][0]
-    # What zarr's mode "w" does: a previous version of the item goes whole, subgroups included.
-    if await store.exists(f"{item_group}/zarr.json"):
-        await store.delete_dir(item_group)
-    group_document = GroupMetadata(zarr_format=3).to_buffer_dict(prototype)[ZARR_JSON]
-    for path, _members in layout:
-        await store.set(f"{path}/{ZARR_JSON}", group_document)
+    await replace_groups(store, [path for path, _members in layout])
     nodes: dict[str, Buffer] = {}
     chunks: dict[str, Buffer] = {}
     for path, members in layout:

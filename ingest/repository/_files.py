@@ -161,7 +161,7 @@ class StagedFile:
 def _exact_as_double(column: pa.ChunkedArray) -> bool:
     """Whether every integer of ``column`` is exactly a double (magnitude up to 2**53): widening loses nothing."""
     bounds = pc.min_max(column).as_py()
-    return bounds["min"] is None or (-(2**53) <= bounds["min"] and bounds["max"] <= 2**53)
+    return bounds["min"] is None or (bounds["min"] >= -(2**53) and bounds["max"] <= 2**53)
 
 
 def _plan_columns(
