@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zarr
+import zarr.errors
 
 from ingest import Repository, Settings
 from ingest.config import S3Settings
@@ -44,6 +46,15 @@ def make_item(item_id: str, collection: str = "c", *, when: str = "2024-01-05T00
         "assets": {"data": {"href": f"https://example.com/{item_id}.tif", "type": "image/tiff"}},
         "links": [],
     }
+
+
+def group_exists(store, path: str) -> bool:
+    """Whether a Zarr group exists at ``path`` of ``store``."""
+    try:
+        zarr.open_group(store, path=path, mode="r")
+    except (FileNotFoundError, zarr.errors.NodeNotFoundError):
+        return False
+    return True
 
 
 def load_real_items() -> list[dict]:

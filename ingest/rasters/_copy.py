@@ -208,8 +208,8 @@ def write_granule(
         raise ValueError(f"granule {group}: the rasters read ({sorted(read)}) are not its assets ({sorted(assets)})")
     _check_parent_exists(store, group)
 
-    granules = dict(read) if read is not None else read_assets(assets)
-    granules = {key: granules[key] for key in assets}
+    loaded = read if read is not None else {key: read_granule(path) for key, path in assets.items()}
+    granules = {key: loaded[key] for key in assets}  # in the assets' order: the first one fixes the grid
 
     first_key = next(iter(granules))
     main = granules[first_key]

@@ -20,6 +20,7 @@ from rasterio.transform import from_origin
 from ingest.errors import FloeError
 from ingest.rasters import GranuleArrays, InvalidRaster, read_granule, write_granule
 from ingest.rasters import _copy as copy_module
+from tests.conftest import group_exists
 
 UTM = "EPSG:32633"
 UTM_10M = from_origin(500_000.0, 6_000_000.0, 10.0, 10.0)
@@ -110,14 +111,6 @@ def committed_store(repository: icechunk.Repository) -> icechunk.IcechunkStore:
 def open_raw(store, group: str) -> xr.Dataset:
     """Exactly the stored values: no CF masking or scaling."""
     return xr.open_zarr(store, group=group, consolidated=False, mask_and_scale=False)
-
-
-def group_exists(store, path: str) -> bool:
-    try:
-        zarr.open_group(store, path=path, mode="r")
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError):
-        return False
-    return True
 
 
 def assert_same_raster(stored: xr.DataArray, source: Path) -> None:

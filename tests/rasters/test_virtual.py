@@ -17,8 +17,6 @@ import pytest
 import rasterio
 import rioxarray
 import xarray as xr
-import zarr
-import zarr.errors
 from rasterio.transform import from_origin
 
 from ingest.errors import FloeError, InvalidRaster
@@ -34,6 +32,7 @@ from ingest.rasters import _virtual as virtual_module
 from ingest.repository import Repository
 from ingest.sample import make_archive
 from ingest.storage import ARRAYS_DIR
+from tests.conftest import group_exists
 
 
 @pytest.fixture(scope="module")
@@ -108,14 +107,6 @@ def open_group(repository: Repository, group: str, **kwargs) -> xr.Dataset:
 def chunk_bytes(root: Path) -> int:
     chunks = root / ARRAYS_DIR / "chunks"
     return sum(path.stat().st_size for path in chunks.rglob("*") if path.is_file()) if chunks.exists() else 0
-
-
-def group_exists(store, path: str) -> bool:
-    try:
-        zarr.open_group(store, path=path, mode="r")
-    except (FileNotFoundError, zarr.errors.NodeNotFoundError):
-        return False
-    return True
 
 
 @pytest.mark.parametrize("kind", ["dem", "landcover", "band_interleaved"])
