@@ -80,7 +80,9 @@ def test_gc_after_racing_and_killed_writers_removes_every_orphan_and_keeps_every
     orphans = set(listed) - live
     assert live <= set(listed)
     assert any(path.endswith(".parquet") for path in orphans), "the killed writer left no data file"
-    assert sum(path.endswith(".metadata.json") for path in orphans) >= 2, "expected orphans of lost races and the kill"
+    # The killed writer's metadata.json is an orphan. A lost race adds one only when the tip moved between the
+    # writer's look at it and its commit (it looks before writing one), so their count is not a given.
+    assert any(path.endswith(".metadata.json") for path in orphans), "the killed writer left no metadata.json"
 
     dry = floe(root, "gc", "--grace", "0s", "--dry-run")
     assert dry.exit_code == 0, dry.output
