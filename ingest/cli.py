@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -318,25 +317,6 @@ def demo(
     )
     if result.rejected:
         raise typer.Exit(EXIT_REJECTED)
-
-
-@contextmanager
-def _output(out: str) -> Iterator[Any]:
-    """stdout for '-', else a file that appears only once it is complete."""
-    if out == "-":
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    target = Path(out)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            yield stream
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 @app.command()

@@ -1,7 +1,43 @@
-"""The project's exceptions.
+"""The floe exception tree.
 
-Every floe error derives from :class:`FloeError` and carries a stable ``kind``
-string that callers (and the CLI) can branch on without parsing messages.
+Every error floe raises on purpose derives from :class:`FloeError`, grouped by
+what a handler does about it (retry, fix the input, look elsewhere, repair the
+store), and carries ``kind``: a stable code to branch on without parsing
+messages. The CLI prints the message; the STAC API answers with the status of
+the group and the ``kind`` as its ``code``. Kinds are append-only: never rename
+one, callers match on them.
+
+The tree::
+
+    FloeError
+    ├── NotFound                      (also a KeyError)     404
+    │   ├── RepositoryNotFound
+    │   ├── RefNotFound
+    │   ├── CollectionNotFound
+    │   └── ItemNotFound
+    ├── AlreadyExists                                       409
+    │   ├── RepositoryExists
+    │   └── RefExists
+    ├── InvalidInput                  (also a ValueError)   400
+    │   ├── InvalidRoot
+    │   ├── InvalidRefName
+    │   ├── InvalidItem
+    │   ├── InvalidSource
+    │   ├── InvalidRaster
+    │   ├── NotVirtualizable
+    │   ├── InvalidSearch
+    │   ├── InvalidDuration
+    │   └── InvalidExportTarget
+    ├── Conflict                      (retry or re-plan)    409
+    │   ├── CommitConflict
+    │   └── ConflictRetriesExhausted
+    ├── WriterClosed                  (a bug in the caller)
+    ├── Corrupt                       (the store is damaged) 500
+    │   ├── CorruptRepository
+    │   ├── UnreadableTableFile
+    │   └── ReplicationFailed
+    └── Unavailable                   (a service to reach)  503
+        └── RayUnavailable
 """
 
 from __future__ import annotations
@@ -12,44 +48,80 @@ class FloeError(Exception):
 
     kind: str = "floe-error"
 
+    # KeyError quotes its message in str(); floe's messages are sentences, shown as they are.
+    __str__ = Exception.__str__
 
-class RepositoryNotFound(FloeError):
+
+# -- not found ------------------------------------------------------------------------------------
+class NotFound(FloeError, KeyError):
+    """Something named does not exist (a repository, ref, collection or item)."""
+
+    kind = "not-found"
+
+
+class RepositoryNotFound(NotFound):
     """No floe repository exists at the given root."""
 
     kind = "repository-not-found"
 
 
-class RepositoryExists(FloeError):
-    """A floe repository already exists where one was to be created."""
-
-    kind = "repository-exists"
-
-
-class RefNotFound(FloeError):
+class RefNotFound(NotFound):
     """A branch, tag or snapshot id does not exist."""
 
     kind = "ref-not-found"
 
 
-class RefExists(FloeError):
-    """A branch or tag of that name exists already."""
+class CollectionNotFound(NotFound):
+    """No collection of that id exists at the ref searched."""
+
+    kind = "collection-not-found"
+
+
+class ItemNotFound(NotFound):
+    """No item of that id exists in the collection at the ref searched."""
+
+    kind = "item-not-found"
+
+
+# -- already exists -------------------------------------------------------------------------------
+class AlreadyExists(FloeError):
+    """Something to be created exists already."""
+
+    kind = "already-exists"
+
+
+class RepositoryExists(AlreadyExists):
+    """A floe repository already exists where one was to be created."""
+
+    kind = "repository-exists"
+
+
+class RefExists(AlreadyExists):
+    """A branch or tag of that name exists already (tags never move)."""
 
     kind = "ref-exists"
 
 
-class InvalidRefName(FloeError):
+# -- invalid input --------------------------------------------------------------------------------
+class InvalidInput(FloeError, ValueError):
+    """Input floe refuses; the message names the input and what is wrong with it."""
+
+    kind = "invalid-input"
+
+
+class InvalidRoot(InvalidInput):
+    """A root that is neither a local path nor an s3:// URL."""
+
+    kind = "invalid-root"
+
+
+class InvalidRefName(InvalidInput):
     """A branch or tag name floe refuses (empty, path-like, or ambiguous)."""
 
     kind = "invalid-ref-name"
 
 
-class CorruptRepository(FloeError):
-    """A snapshot carries no usable pointer to the items table."""
-
-    kind = "corrupt-repository"
-
-
-class InvalidItem(FloeError):
+class InvalidItem(InvalidInput):
     """A STAC item that cannot be ingested; the message names the item and the source."""
 
     kind = "invalid-item"
@@ -64,45 +136,13 @@ class InvalidItem(FloeError):
         self.reason = message
 
 
-class InvalidSource(FloeError):
+class InvalidSource(InvalidInput):
     """An input file that cannot be read or parsed at all."""
 
     kind = "invalid-source"
 
 
-class InvalidExportTarget(FloeError):
-    """An export's output cannot be written where it was asked (e.g. a directory holding something else)."""
-
-    kind = "invalid-export-target"
-
-
-class CommitConflict(FloeError):
-    """A commit that cannot be reconciled with what another writer committed.
-
-    Raised when the rebase finds changes to the same nodes (for example two
-    writers creating the same item group); the message names the paths.
-    """
-
-    kind = "commit-conflict"
-
-    def __init__(self, message: str, *, paths: list[str] | None = None) -> None:
-        self.paths = paths or []
-        super().__init__(message)
-
-
-class ConflictRetriesExhausted(FloeError):
-    """Every attempt of the rebase-and-reconcile loop lost its race."""
-
-    kind = "conflict-retries-exhausted"
-
-
-class WriterClosed(FloeError):
-    """A writer that has committed (or failed) cannot stage more changes."""
-
-    kind = "writer-closed"
-
-
-class InvalidRaster(FloeError):
+class InvalidRaster(InvalidInput):
     """A raster asset floe cannot store; the message names the file (or asset key) and the reason."""
 
     kind = "invalid-raster"
@@ -114,50 +154,7 @@ class InvalidRaster(FloeError):
         super().__init__(message)
 
 
-class InvalidSearch(FloeError):
-    """A search (or API request) that floe refuses: malformed bbox, datetime, CQL2, sortby, token or limit."""
-
-    kind = "invalid-search"
-
-
-class CollectionNotFound(FloeError):
-    """No collection of that id exists at the ref searched."""
-
-    kind = "collection-not-found"
-
-
-class ItemNotFound(FloeError):
-    """No item of that id exists in the collection at the ref searched."""
-
-    kind = "item-not-found"
-
-
-# -- lifecycle (gc, check, replicate) ----------------------------------------------------------
-class InvalidDuration(FloeError):
-    """A duration floe cannot parse (expected a number and a unit: 0s, 30m, 24h, 90d)."""
-
-    kind = "invalid-duration"
-
-
-class UnreadableTableFile(FloeError):
-    """A table file that a live version needs is missing or cannot be parsed; gc and replicate stop."""
-
-    kind = "unreadable-table-file"
-
-
-class ReplicationFailed(FloeError):
-    """The target of a replication did not verify; its refs were not moved."""
-
-    kind = "replication-failed"
-
-
-class RayUnavailable(FloeError):
-    """The Ray cluster given with ``--ray-address`` could not be joined; the message says why and what to try."""
-
-    kind = "ray-unavailable"
-
-
-class NotVirtualizable(FloeError):
+class NotVirtualizable(InvalidInput):
     """A raster floe cannot reference in place (``--virtual``); the caller copies the granule instead.
 
     The message names the file and why (pixel-interleaved, a compression or
@@ -171,3 +168,93 @@ class NotVirtualizable(FloeError):
         self.asset = asset
         self.reason = message
         super().__init__(message)
+
+
+class InvalidSearch(InvalidInput):
+    """A search (or API request) that floe refuses: malformed bbox, datetime, CQL2, sortby, token or limit."""
+
+    kind = "invalid-search"
+
+
+class InvalidDuration(InvalidInput):
+    """A duration floe cannot parse (expected a number and a unit: 0s, 30m, 24h, 90d)."""
+
+    kind = "invalid-duration"
+
+
+class InvalidExportTarget(InvalidInput):
+    """An export's output cannot be written where it was asked (e.g. a directory holding something else)."""
+
+    kind = "invalid-export-target"
+
+
+# -- conflicts ------------------------------------------------------------------------------------
+class Conflict(FloeError):
+    """A change that lost to a concurrent one: plan it again from the new tip, or retry later."""
+
+    kind = "conflict"
+
+
+class CommitConflict(Conflict):
+    """A commit that cannot be reconciled with what another writer committed.
+
+    Raised when the rebase finds changes to the same nodes (for example two
+    writers creating the same item group); the message names the paths.
+    """
+
+    kind = "commit-conflict"
+
+    def __init__(self, message: str, *, paths: list[str] | None = None) -> None:
+        self.paths = paths or []
+        super().__init__(message)
+
+
+class ConflictRetriesExhausted(Conflict):
+    """Every attempt of the rebase-and-reconcile loop lost its race."""
+
+    kind = "conflict-retries-exhausted"
+
+
+# -- misuse ---------------------------------------------------------------------------------------
+class WriterClosed(FloeError):
+    """A writer that has committed (or failed) cannot stage more changes."""
+
+    kind = "writer-closed"
+
+
+# -- a damaged store ------------------------------------------------------------------------------
+class Corrupt(FloeError):
+    """What the repository holds is damaged or missing: repair or restore it (see ``floe check``)."""
+
+    kind = "corrupt"
+
+
+class CorruptRepository(Corrupt):
+    """A snapshot carries no usable pointer to the items table."""
+
+    kind = "corrupt-repository"
+
+
+class UnreadableTableFile(Corrupt):
+    """A table file that a live version needs is missing or cannot be parsed; gc and replicate stop."""
+
+    kind = "unreadable-table-file"
+
+
+class ReplicationFailed(Corrupt):
+    """The target of a replication did not verify; its refs were not moved."""
+
+    kind = "replication-failed"
+
+
+# -- services -------------------------------------------------------------------------------------
+class Unavailable(FloeError):
+    """A service floe needs cannot be reached."""
+
+    kind = "unavailable"
+
+
+class RayUnavailable(Unavailable):
+    """The Ray cluster given with ``--ray-address`` could not be joined; the message says why and what to try."""
+
+    kind = "ray-unavailable"

@@ -1,8 +1,9 @@
-"""A root URL -> Icechunk storage, Iceberg FileIO, and the local commit lock.
+"""URLs and storage: a root URL -> Icechunk storage, Iceberg FileIO, the local commit lock; local paths -> URLs.
 
 A floe repository lives under one root: a local path or ``s3://bucket/prefix``.
 Icechunk's repository is at ``<root>/arrays`` and Iceberg's files at
-``<root>/tables``.
+``<root>/tables``. Rasters referenced in place are named by ``file://`` URLs
+(:func:`local_url`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from urllib.parse import urlparse
 import icechunk
 
 from ingest.config import S3Settings, Settings
-from ingest.errors import FloeError
+from ingest.errors import InvalidRoot
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -28,14 +29,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ARRAYS_DIR = "arrays"
+FILE_SCHEME = "file://"
 TABLES_DIR = "tables"
 LOCK_FILE = ".floe.lock"
-
-
-class InvalidRoot(FloeError):
-    """A root that is neither a local path nor an s3:// URL."""
-
-    kind = "invalid-root"
 
 
 @dataclass(frozen=True)
@@ -154,3 +150,23 @@ def quiet_icechunk_logs() -> None:
     """Silence Icechunk's warning about local storage: floe serializes local commits itself."""
     if os.environ.get("ICECHUNK_LOG") is None:
         icechunk.set_logs_filter("error")
+
+
+# Characters that would need percent-escaping in a URL: Icechunk and obstore do not agree on unescaping them.
+_UNSAFE_IN_URL = frozenset(' #?%\\"<>`{}|^[]') | frozenset(chr(code) for code in range(32))
+
+
+def local_url(path: str | os.PathLike[str]) -> str:
+    """The ``file://`` URL of the local file ``path`` (absolute, symlinks resolved), as virtual references record it.
+
+    Raises:
+        ValueError: the path holds characters that would need escaping in a URL.
+    """
+    text = os.fspath(path)
+    if text.startswith(FILE_SCHEME):
+        text = urlparse(text).path
+    absolute = str(Path(text).expanduser().resolve())
+    bad = sorted({char for char in absolute if char in _UNSAFE_IN_URL})
+    if bad:
+        raise ValueError(f"{absolute} holds characters a file:// URL would have to escape ({''.join(bad)!r})")
+    return FILE_SCHEME + absolute

@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ ROWS = 10
 
 
 def make_items(prefix: str, rows: int = ROWS) -> list[dict[str, Any]]:
-    rng = np.random.default_rng(abs(hash(prefix)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(prefix.encode()))
     items = []
     for row in range(rows):
         x, y = float(rng.uniform(-170, 170)), float(rng.uniform(-80, 80))

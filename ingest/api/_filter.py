@@ -54,7 +54,7 @@ from pyiceberg.types import (
 )
 
 from ingest.errors import InvalidSearch
-from ingest.stac._validate import parse_datetime
+from ingest.stac import parse_datetime
 
 FILTER_LANGS = ("cql2-text", "cql2-json")
 PROPERTIES_PREFIX = "properties."

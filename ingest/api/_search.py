@@ -46,8 +46,6 @@ from pyiceberg.expressions import (
     Or,
 )
 from pyiceberg.expressions.visitors import (
-    _InclusiveMetricsEvaluator,
-    _StrictMetricsEvaluator,
     bind,
     extract_field_ids,
 )
@@ -57,6 +55,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import PrimitiveType, StructType
 
+from ingest._compat import may_match, must_match
 from ingest.api._filter import (
     Translation,
     and_expressions,
@@ -67,10 +66,8 @@ from ingest.api._filter import (
     translate,
 )
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
-from ingest.pipeline._granules import ARRAYS_ASSET
 from ingest.repository import Repository
-from ingest.stac._rows import OVERFLOW, arrow_to_items, render_datetime
-from ingest.stac._validate import parse_datetime
+from ingest.stac import OVERFLOW, arrow_to_items, overflow_keys, parse_datetime, render_datetime, served_arrays_asset
 from ingest.storage import ARRAYS_DIR
 
 log = logging.getLogger(__name__)
@@ -691,11 +688,11 @@ class SearchEngine:
         )
         for mode in modes:
             if not isinstance(mode.prune, AlwaysTrue):
-                mode.evaluator = _InclusiveMetricsEvaluator(state.schema, mode.prune)
+                mode.evaluator = may_match(state.schema, mode.prune)
             mode.arrow_filter, mode.filter_columns = self._arrow_filter(state, mode.prune)
             if mode.needs_rows_test and not mode.geometries and mode.residual is None:
                 # Files whose column bounds prove every row matches need no row test (e.g. a collection's partition).
-                mode.whole = _StrictMetricsEvaluator(state.schema, mode.exact)
+                mode.whole = must_match(state.schema, mode.exact)
         return modes
 
     def _overflow_keys(self, state: SnapshotState, data_file: DataFile) -> frozenset[str]:
@@ -714,10 +711,7 @@ class SearchEngine:
             table = self._read(path, [OVERFLOW])
             if OVERFLOW in table.column_names:
                 for text in pc.unique(table.column(OVERFLOW)).to_pylist():
-                    if text:
-                        document = _load_json(text)
-                        found.update(document.get("properties", {}))
-                        found.update(document.get("top", {}))
+                    found.update(overflow_keys(text))
             keys = frozenset(found)
         with self._lock:
             self._overflow[path] = keys
@@ -732,12 +726,12 @@ class SearchEngine:
             if data_file.record_count == 0:
                 continue
             # The filter-free mode prunes a superset: files it rules out are out either way, unread.
-            if overflowing.evaluator is not None and not overflowing.evaluator.eval(data_file):
+            if overflowing.evaluator is not None and not overflowing.evaluator(data_file):
                 continue
             mode = usual
             if plan.property_columns and plan.property_columns & self._overflow_keys(state, data_file):
                 mode = overflowing
-            if mode.evaluator is None or mode.evaluator.eval(data_file):
+            if mode.evaluator is None or mode.evaluator(data_file):
                 yield index, data_file, mode
 
     def _arrow_filter(
@@ -788,15 +782,7 @@ class SearchEngine:
         return table.take(pa.array(rows))
 
     def _items(self, snapshot_id: str, table: pa.Table) -> list[dict[str, Any]]:
-        items = list(arrow_to_items(table))
-        for item in items:
-            asset = (item.get("assets") or {}).get(ARRAYS_ASSET)
-            if isinstance(asset, dict):
-                asset["floe:snapshot"] = snapshot_id
-                asset["floe:repository"] = self.arrays_url
-                asset.setdefault("floe:group", asset.get("href"))
-                asset["href"] = self.arrays_url
-        return items
+        return [served_arrays_asset(item, self.arrays_url, snapshot_id) for item in arrow_to_items(table)]
 
     # -- searching ---------------------------------------------------------------------------
     def search(self, request: SearchRequest, ref: str | None = None, snapshot_id: str | None = None) -> SearchPage:
@@ -826,7 +812,7 @@ class SearchEngine:
         for index, data_file, mode in self._candidates(state, plan, start_file, modes):
             first_row = start_row if index == start_file else 0
             path = data_file.file_path
-            if mode.needs_rows_test and not (mode.whole is not None and mode.whole.eval(data_file)):
+            if mode.needs_rows_test and not (mode.whole is not None and mode.whole(data_file)):
                 matched = self._matching_rows(state, mode, path, [], first_row)
                 rows = matched.column(_ROW).to_numpy()
             else:
@@ -928,14 +914,6 @@ class SearchEngine:
 
 
 _TIME_COLUMNS = ("datetime", "start_datetime", "end_datetime")
-
-
-def _load_json(text: str) -> dict[str, Any]:
-    try:
-        document = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        document = json.loads(text)  # NaN and Infinity
-    return document if isinstance(document, dict) else {}
 
 
 def _matches(expression: cql2.Expr, item: dict[str, Any]) -> bool:

@@ -28,13 +28,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from stac_geoparquet.arrow._to_parquet import create_parquet_metadata
 
+from ingest._compat import geoparquet_metadata
 from ingest.export._common import ExportResult, replacing_file
 from ingest.repository import View
-from ingest.repository._files import normalize_type
-from ingest.stac import OVERFLOW, arrow_to_items, parse_datetime, render_datetime
-from ingest.stac._rows import TIMESTAMP
+from ingest.stac import OVERFLOW, TIMESTAMP, arrow_to_items, normalize_type, parse_datetime, render_datetime
 
 GEOPARQUET_VERSION = "1.1.0"
 # Properties stac-geoparquet stores (and its reader expects) as timestamps.
@@ -130,7 +128,7 @@ def geoparquet_footer(schema: pa.Schema, collections: dict[str, Any]) -> dict[by
     floe keeps that property as the GeoJSON object it came in as, so it is only
     declared when it really is binary (readers decode every declared column).
     """
-    footer = create_parquet_metadata(schema, schema_version=GEOPARQUET_VERSION, collections=collections or None)
+    footer = geoparquet_metadata(schema, schema_version=GEOPARQUET_VERSION, collections=collections or None)
     geo = json.loads(footer[b"geo"])
     geo["columns"] = {
         name: meta for name, meta in geo["columns"].items() if pa.types.is_binary(schema.field(name).type)

@@ -16,10 +16,7 @@ from pyiceberg.manifest import ManifestFile
 
 from ingest.errors import FloeError
 from ingest.repository import Repository, View
-from ingest.repository._writer import group_exists
-
-# The asset ingest.pipeline gives each row with arrays (lifecycle reads through repository, not pipeline).
-ARRAYS_ASSET = "floe:arrays"
+from ingest.stac import has_arrays_asset, read_arrays_asset
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +59,11 @@ def _missing_arrays(view: View) -> list[str]:
     """Problems with rows whose ``floe:arrays`` asset names a group that does not exist at the view's snapshot."""
     problems = []
     for item in view.items():
-        asset = (item.get("assets") or {}).get(ARRAYS_ASSET)
-        if not isinstance(asset, dict):
+        if not has_arrays_asset(item):
             continue
-        group = asset.get("floe:group") or asset.get("href")
-        if not isinstance(group, str) or not group_exists(view.session, group.strip("/")):
+        arrays = read_arrays_asset(item)
+        if arrays is None or not view.has_group(arrays.group):
+            group = arrays.group if arrays is not None else None
             problems.append(f"item {item.get('id')!r} ({item.get('collection')}): array group {group!r} is missing")
     return problems
 

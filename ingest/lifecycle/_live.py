@@ -25,11 +25,9 @@ from pyiceberg.io import FileIO
 
 from ingest.errors import UnreadableTableFile
 from ingest.lifecycle._avro import field_position, read_avro
+from ingest.repository import CommitMetadata
 
 log = logging.getLogger(__name__)
-
-FLOE_KEY = "floe"
-ITEMS_TABLE = "items"
 
 METADATA = "metadata.json"
 MANIFEST_LIST = "manifest list"
@@ -57,9 +55,9 @@ def history_pointers(repo: icechunk.Repository, *, expire_before: datetime | Non
             seen.add(info.id)
             if expire_before is not None and info.id not in tip_set and info.written_at < expire_before:
                 continue
-            pointer = ((info.metadata or {}).get(FLOE_KEY) or {}).get(ITEMS_TABLE)
-            if isinstance(pointer, str):
-                pointers[info.id] = pointer
+            record = CommitMetadata.decode(info.metadata)
+            if record is not None and record.items is not None:
+                pointers[info.id] = record.items
     return pointers
 
 

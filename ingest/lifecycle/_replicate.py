@@ -49,7 +49,7 @@ from pathlib import Path
 import icechunk
 
 from ingest.config import Settings, load_settings
-from ingest.errors import ReplicationFailed, RepositoryNotFound, UnreadableTableFile
+from ingest.errors import InvalidRoot, ReplicationFailed, RepositoryNotFound, UnreadableTableFile
 from ingest.lifecycle._avro import field_position, read_avro
 from ingest.lifecycle._live import (
     DATA,
@@ -62,7 +62,7 @@ from ingest.lifecycle._live import (
 )
 from ingest.lifecycle._rewrite import rewrite_manifest, rewrite_manifest_list, rewrite_metadata_json
 from ingest.lifecycle._store import FileStat, RootFiles
-from ingest.storage import ARRAYS_DIR, TABLES_DIR, InvalidRoot, Location, quiet_icechunk_logs
+from ingest.storage import ARRAYS_DIR, TABLES_DIR, Location, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,11 @@
 """Getting items into a repository: sources, granules, batch ingestion in-process or with Ray actors."""
 
-from ingest.pipeline._granules import ARRAYS_ASSET, Granule, granule_from_item
+from ingest.pipeline._granules import Granule, granule_from_item
 from ingest.pipeline._ingest import IngestReport, Rejection, ingest_items
 from ingest.pipeline._ray import ingest_with_ray, start_ray
 from ingest.pipeline._sources import SourcedItem, read_items
 
 __all__ = [
-    "ARRAYS_ASSET",
     "Granule",
     "IngestReport",
     "Rejection",

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from ingest.stac import ARRAYS_ASSET
+
 RASTER_MEDIA_PREFIXES = ("image/tiff", "image/geotiff", "image/vnd.stac.geotiff")
 RASTER_SUFFIXES = (".tif", ".tiff")
-ARRAYS_ASSET = "floe:arrays"
 
 
 @dataclass(frozen=True)
@@ -116,25 +117,3 @@ def granule_from_item(
         else:
             missing[key] = str(path)
     return Granule(item=item, source=source, rasters=rasters, missing=missing)
-
-
-def arrays_asset(
-    group: str, variables: list[str], sources: dict[str, dict[str, Any]] | None = None, *, virtual: bool = False
-) -> dict[str, Any]:
-    """The STAC asset that points an item's row at its arrays in the repository.
-
-    The href is the group path inside the Icechunk repository; a server fills
-    in the repository location and the snapshot id of the version it serves.
-    ``floe:sources`` records which version of each raster was copied (or,
-    with ``floe:virtual``, is referenced in place: reading needs the file).
-    """
-    return {
-        "href": group,
-        "type": "application/vnd+zarr",
-        "roles": ["data"],
-        "title": "Arrays of this item in the floe repository (Icechunk)",
-        "floe:group": group,
-        "floe:variables": variables,
-        **({"floe:sources": sources} if sources else {}),
-        **({"floe:virtual": True} if virtual else {}),
-    }

@@ -13,12 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from ingest.errors import CommitConflict, FloeError, InvalidItem, InvalidRaster, InvalidSource
-from ingest.pipeline._granules import ARRAYS_ASSET, Granule, arrays_asset, describe_source, sources_unchanged
+from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
 from ingest.pipeline._sources import SourcedItem, read_items
-from ingest.repository import CommitResult, Repository
-from ingest.repository._writer import Writer, _as_dict
-from ingest.stac._rows import paused_collection
-from ingest.stac._validate import unparseable_geometries, validate_item
+from ingest.repository import CommitResult, Repository, Writer
+from ingest.stac import (
+    ARRAYS_ASSET,
+    arrays_asset,
+    item_as_dict,
+    paused_collection,
+    read_arrays_asset,
+    unparseable_geometries,
+    validate_item,
+    with_arrays_asset,
+    without_arrays_asset,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +117,6 @@ class BatchOutcome:
     fallbacks: list[Rejection] = field(default_factory=list)
 
 
-def _without_arrays(item: dict[str, Any]) -> dict[str, Any]:
-    assets = item.get("assets")
-    if not isinstance(assets, dict) or ARRAYS_ASSET not in assets:
-        return item
-    return {**item, "assets": {key: value for key, value in assets.items() if key != ARRAYS_ASSET}}
-
-
 VALIDATION_CHUNK = 2048
 """Items validated together (their geometries parsed in one vectorized call)."""
 
@@ -172,14 +173,16 @@ def _plan_steps(writer: Writer, granules: list[Granule]) -> tuple[list[_Step], i
         item = granule.item
         group = f"{item['collection']}/{item['id']}"
         previous = stored.get((item["collection"], item["id"]))
-        arrays = ((previous or {}).get("assets") or {}).get(ARRAYS_ASSET)
+        stored_arrays = read_arrays_asset(previous) if previous is not None else None
+        # The row keeps its stored asset as it is until the rasters are written again.
+        arrays = ((previous or {}).get("assets") or {}).get(ARRAYS_ASSET) if stored_arrays is not None else None
         # Without rasters selected this run, arrays already in the repository are kept as they are.
         same_rasters = not granule.rasters or (
-            arrays is not None
+            stored_arrays is not None
             and writer.group_exists(group)
-            and sources_unchanged(arrays.get("floe:sources"), granule.rasters, virtual=bool(arrays.get("floe:virtual")))
+            and sources_unchanged(stored_arrays.sources, granule.rasters, virtual=stored_arrays.virtual)
         )
-        if previous is not None and same_rasters and _without_arrays(previous) == _without_arrays(item):
+        if previous is not None and same_rasters and without_arrays_asset(previous) == without_arrays_asset(item):
             skipped += 1
             continue
         steps.append(_Step(granule, previous, arrays, write_rasters=bool(granule.rasters) and not same_rasters))
@@ -272,7 +275,7 @@ def _stage(writer: Writer, step: _Step, outcome: BatchOutcome, reads: _ReadAhead
             outcome.bytes_written += written.bytes_written
             outcome.virtual += referenced
         if arrays is not None:
-            item = {**item, "assets": {**(item.get("assets") or {}), ARRAYS_ASSET: arrays}}
+            item = with_arrays_asset(item, arrays)
         writer.add_item(item, source=granule.source, replace=True, validated=True)
         outcome.granules += 1
         outcome.replaced += step.previous is not None
@@ -339,7 +342,7 @@ def ingest_items(
         for sourced in pending:
             try:
                 item = validate_item(
-                    _as_dict(sourced.item),
+                    item_as_dict(sourced.item),
                     source=sourced.source,
                     default_collection=default_collection,
                     check_geometry=False,
@@ -352,7 +355,7 @@ def ingest_items(
         for position in unparseable_geometries([checked[index][1] for index in valid]):  # type: ignore[misc]
             sourced, _ = checked[valid[position]]
             try:  # the item-by-item parse names the problem
-                validate_item(_as_dict(sourced.item), source=sourced.source, default_collection=default_collection)
+                validate_item(item_as_dict(sourced.item), source=sourced.source, default_collection=default_collection)
             except (InvalidItem, InvalidSource) as error:
                 checked[valid[position]] = (sourced, error)
         pending.clear()

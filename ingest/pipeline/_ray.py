@@ -16,13 +16,14 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ingest._compat import keep_local_ray_on_loopback
 from ingest.config import Settings
 from ingest.errors import FloeError, InvalidItem, RayUnavailable
 from ingest.pipeline._granules import Granule, granule_from_item, select_assets
 from ingest.pipeline._ingest import BatchOutcome, IngestReport, Rejection, commit_batch, record, store_collection
 from ingest.pipeline._sources import read_items
 from ingest.repository import Repository
-from ingest.stac._validate import validate_item
+from ingest.stac import validate_item
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,8 @@ def start_ray(workers: int, address: str | None = None) -> bool:
         return True
     # A local cluster listens on loopback only: never expose a cluster on the network by default.
     # If Ray was imported before this module set the switch, set what it derived from it.
-    from ray._private import ray_constants
-
     if os.environ.get(LOOPBACK_SWITCH) == "0":
-        ray_constants.ENABLE_RAY_CLUSTER = False
+        keep_local_ray_on_loopback()
     ray.init(
         num_cpus=max(1, workers),
         include_dashboard=False,

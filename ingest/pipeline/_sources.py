@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from ingest.errors import InvalidItem, InvalidSource
+from ingest.stac import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +27,6 @@ PARQUET_SUFFIXES = frozenset((".parquet", ".geoparquet"))
 TIFF_SUFFIXES = frozenset((".tif", ".tiff"))
 METADATA_SUFFIXES = JSON_SUFFIXES | NDJSON_SUFFIXES | PARQUET_SUFFIXES
 STDIN = "-"
-
-
-def parse_json(text: str) -> Any:
-    """Parse JSON fast (orjson), falling back to the standard parser for what orjson refuses
-    (NaN, integers beyond 64 bits), which also gives the error message for invalid input."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
 
 
 @dataclass(frozen=True)
@@ -104,7 +94,7 @@ def _read_ndjson(lines: Iterable[str], label: str, path: Path | None = None) -> 
             continue
         source = f"{label}:{number}"
         try:
-            document = parse_json(line)
+            document = loads_json(line)
         except json.JSONDecodeError as error:
             yield SourcedItem(
                 source, error=InvalidItem(f"not valid JSON ({error.msg} at column {error.colno})", source=source)
@@ -142,7 +132,7 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
             yield SourcedItem(label, error=InvalidSource(f"cannot be read ({error})"))
             continue
         try:
-            document = parse_json(text)
+            document = loads_json(text)
         except json.JSONDecodeError as error:
             yield SourcedItem(
                 label, error=InvalidSource(f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})")

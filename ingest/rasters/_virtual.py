@@ -50,7 +50,6 @@ import zarr.api.asynchronous
 from obspec_utils.registry import ObjectStoreRegistry
 from obstore.store import LocalStore
 from rasterio.windows import Window
-from rioxarray._io import _get_rasterio_attrs
 from virtual_tiff import VirtualTIFF
 from virtualizarr.manifests import ChunkManifest, ManifestArray, ManifestGroup, ManifestStore
 from virtualizarr.manifests.utils import copy_and_replace_metadata
@@ -62,6 +61,7 @@ from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.core.sync import sync
 from zarr.dtype import parse_data_type
 
+from ingest._compat import manifest_entries, rasterio_attributes, tiff_image
 from ingest.errors import InvalidRaster, NotVirtualizable
 from ingest.rasters._copy import (
     GRANULE_VARIABLE,
@@ -78,7 +78,7 @@ from ingest.rasters._copy import (
     replace_groups,
     write_granule,
 )
-from ingest.repository._containers import FILE_SCHEME, local_url
+from ingest.storage import FILE_SCHEME, local_url
 
 if TYPE_CHECKING:
     from zarr.abc.store import Store
@@ -242,7 +242,7 @@ def _plan_source(key: str, path: str | Path, prefixes: tuple[str, ...]) -> _Sour
             )
         try:
             parsed = VirtualTIFF(ifd=FULL_RESOLUTION_IFD)(url, _REGISTRY)
-            manifest = _with_band_axis(parsed._group.arrays[str(FULL_RESOLUTION_IFD)])
+            manifest = _with_band_axis(tiff_image(parsed, FULL_RESOLUTION_IFD))
         except Exception as exc:
             raise NotVirtualizable(
                 f"granule {source} cannot be referenced: virtual-tiff cannot express its layout "
@@ -276,7 +276,7 @@ def _georeferencing(source: str, dataset: rasterio.DatasetReader) -> tuple[dict[
             path=source,
         )
     # rioxarray's own attribute reading keeps the two modes' attributes equal by construction.
-    attrs = _get_rasterio_attrs(dataset)
+    attrs = rasterio_attributes(dataset)
     if any(name.startswith("NETCDF_") for name in attrs):
         raise NotVirtualizable(f"granule {source} carries netCDF dimension tags; it is copied", path=source)
     if "_FillValue" in attrs:
@@ -318,19 +318,19 @@ def _with_band_axis(manifest: ManifestArray) -> ManifestArray:
         new_chunks=(1, *manifest.metadata.chunks),
         new_dimension_names=("band", "y", "x"),
     )
-    entries = manifest.manifest
+    paths, offsets, lengths = manifest_entries(manifest.manifest)
     chunks = ChunkManifest.from_arrays(
-        paths=entries._paths[np.newaxis],
-        offsets=entries._offsets[np.newaxis],
-        lengths=entries._lengths[np.newaxis],
+        paths=paths[np.newaxis],
+        offsets=offsets[np.newaxis],
+        lengths=lengths[np.newaxis],
     )
     return ManifestArray(metadata=metadata, chunkmanifest=chunks)
 
 
 def _check_extent(source: str, local_path: str, manifest: ManifestArray) -> None:
     """A truncated file would only fail when read: refuse references past its end now."""
-    entries = manifest.manifest
-    ends = entries._offsets.astype(np.uint64) + entries._lengths.astype(np.uint64)
+    _, offsets, lengths = manifest_entries(manifest.manifest)
+    ends = offsets.astype(np.uint64) + lengths.astype(np.uint64)
     size = os.path.getsize(local_path)
     if ends.size and int(ends.max()) > size:
         raise InvalidRaster(
@@ -408,7 +408,7 @@ def _write(store: Store, group: str, sources: list[_Source]) -> VirtualGranuleAr
         crs=main.dataset.rio.crs.to_string(),
         shape=tuple(pixels.shape),
         sources={source.key: source.url for source in sources},
-        references=sum(int(np.count_nonzero(source.manifest.manifest._lengths)) for source in sources),
+        references=sum(int(np.count_nonzero(manifest_entries(source.manifest.manifest)[2])) for source in sources),
         bytes_referenced=sum(int(source.manifest.size) * source.manifest.dtype.itemsize for source in sources),
     )
 
@@ -479,13 +479,14 @@ def _reference_array_documents(path: str, source: _Source) -> dict[str, Buffer]:
 
 async def _write_references(store: Store, path: str, source: _Source, last_updated_at: datetime) -> None:
     entries = source.manifest.manifest
-    locations = entries._paths.flatten().tolist()
+    paths, offsets, lengths = manifest_entries(entries)
+    locations = paths.flatten().tolist()
     failed = await store.set_virtual_refs_arr_async(  # type: ignore[attr-defined]
         array_path=f"/{path}/{source.key}",
         chunk_grid_shape=entries.shape_chunk_grid,
         locations=locations,
-        offsets=entries._offsets.flatten(),
-        lengths=entries._lengths.flatten(),
+        offsets=offsets.flatten(),
+        lengths=lengths.flatten(),
         validate_containers=True,
         checksum=last_updated_at,
     )

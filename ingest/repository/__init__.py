@@ -1,7 +1,35 @@
-"""The hybrid store: an Icechunk repository whose commits carry the Iceberg items table's pointer."""
+"""The hybrid store: an Icechunk repository whose commits carry the Iceberg items table's pointer.
+
+Modules, in the order a commit flows through them:
+
+- ``_repo``: :class:`Repository`: open or create, refs, log, collections, writers.
+- ``_view``: :class:`View`: the table and the arrays at one snapshot.
+- ``_writer``: :class:`Writer`: stages arrays and items, then commits them.
+- ``_commit``: the commit protocol (look at the tip, apply on the base,
+  compare-and-swap under the lock, rebase and back off) and
+  :class:`CommitMetadata`, floe's record in every Icechunk commit.
+- ``_plan``: a writer's table change, replayable on any base.
+- ``_files``, ``_append``, ``_replace``: data files, the Iceberg snapshot
+  (manifests, manifest list), copy-on-write replacement.
+- ``_catalog``: :class:`PointerCatalog`, the Iceberg catalog whose table lives at a pointer.
+- ``_groups``: group existence and shared parents; ``_containers``: virtual chunk containers.
+- ``_read``: rows of the table, read by floe from its own files.
+"""
 
 from ingest.repository._catalog import PointerCatalog
-from ingest.repository._repo import LogEntry, Ref, Repository, View, check_ref_name
+from ingest.repository._commit import CommitMetadata
+from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
+from ingest.repository._view import View
 from ingest.repository._writer import CommitResult, Writer
 
-__all__ = ["CommitResult", "LogEntry", "PointerCatalog", "Ref", "Repository", "View", "Writer", "check_ref_name"]
+__all__ = [
+    "CommitMetadata",
+    "CommitResult",
+    "LogEntry",
+    "PointerCatalog",
+    "Ref",
+    "Repository",
+    "View",
+    "Writer",
+    "check_ref_name",
+]

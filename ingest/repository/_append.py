@@ -45,6 +45,8 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
+from ingest._compat import transaction_updates
+
 MIN_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
 TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
 AVRO_COMPRESSION = "zstd"
@@ -284,4 +286,4 @@ def schema_union_updates(table: Table, schema: pa.Schema) -> tuple[tuple[TableUp
     transaction = table.transaction()
     with transaction.update_schema() as update:
         update.union_by_name(schema)
-    return transaction._updates, transaction.table_metadata
+    return transaction_updates(transaction), transaction.table_metadata

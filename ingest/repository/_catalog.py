@@ -4,7 +4,7 @@ floe never registers its table in a catalog service. The location of the
 current ``metadata.json`` travels in the metadata of each Icechunk commit, so
 "committing" an Iceberg change here only means writing the new metadata file;
 the compare-and-swap that makes it current is the Icechunk commit that carries
-its location (see :mod:`ingest.repository._writer`).
+its location (see :mod:`ingest.repository._commit`).
 """
 
 from __future__ import annotations

@@ -15,35 +15,14 @@ and a reader needs them to read the arrays at all.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
-from pathlib import Path
 from urllib.parse import urlparse
 
 import icechunk
 
-__all__ = ["FILE_SCHEME", "container_prefix", "local_access", "local_url", "missing_prefixes", "with_containers"]
+from ingest.storage import FILE_SCHEME
 
-FILE_SCHEME = "file://"
-
-# Characters that would need percent-escaping in a URL: Icechunk and obstore do not agree on unescaping them.
-_UNSAFE = frozenset(' #?%\\"<>`{}|^[]') | frozenset(chr(code) for code in range(32))
-
-
-def local_url(path: str | os.PathLike[str]) -> str:
-    """The ``file://`` URL a virtual reference to the local file ``path`` records (absolute, symlinks resolved).
-
-    Raises:
-        ValueError: the path holds characters that would need escaping in a URL.
-    """
-    text = os.fspath(path)
-    if text.startswith(FILE_SCHEME):
-        text = urlparse(text).path
-    absolute = str(Path(text).expanduser().resolve())
-    bad = sorted({char for char in absolute if char in _UNSAFE})
-    if bad:
-        raise ValueError(f"{absolute} holds characters a file:// URL would have to escape ({''.join(bad)!r})")
-    return FILE_SCHEME + absolute
+__all__ = ["container_prefix", "local_access", "missing_prefixes", "with_containers"]
 
 
 def container_prefix(url: str) -> str:

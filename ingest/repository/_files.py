@@ -31,10 +31,9 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
-from stac_geoparquet.arrow._to_parquet import create_parquet_metadata
 
-from ingest.stac._rows import TIMESTAMP, items_to_arrow
-from ingest.stac._validate import parse_datetime
+from ingest._compat import geoparquet_metadata
+from ingest.stac import items_to_arrow, normalize_type, parse_datetime
 
 Fit = Literal["same", "widen", "conflict"]
 ROW_GROUP_SIZE = 32_768
@@ -53,30 +52,6 @@ _FIXED_COLUMNS = frozenset(
         "floe:overflow",
     )
 )
-
-
-def normalize_type(data_type: pa.DataType) -> pa.DataType:
-    """Arrow type with large/view variants and timestamp zones folded, for comparing schemas."""
-    if pa.types.is_large_string(data_type) or pa.types.is_string_view(data_type):
-        return pa.string()
-    if pa.types.is_large_binary(data_type) or pa.types.is_binary_view(data_type):
-        return pa.binary()
-    if pa.types.is_timestamp(data_type) and data_type.tz is not None:
-        return TIMESTAMP
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
-        return pa.list_(normalize_type(data_type.value_type))
-    if pa.types.is_struct(data_type):
-        return pa.struct(
-            [
-                pa.field(data_type.field(i).name, normalize_type(data_type.field(i).type))
-                for i in range(data_type.num_fields)
-            ]
-        )
-    if pa.types.is_int32(data_type):
-        return pa.int64()
-    if pa.types.is_float32(data_type):
-        return pa.float64()
-    return data_type
 
 
 def fit(file_type: pa.DataType, table_type: pa.DataType) -> Fit:
@@ -209,7 +184,7 @@ def write_group(
         if column.name not in _FIXED_COLUMNS:
             column_types[column.name] = merge_types(column_types.get(column.name), column.type)
 
-    schema = table.schema.with_metadata(create_parquet_metadata(table.schema, schema_version="1.1.0"))
+    schema = table.schema.with_metadata(geoparquet_metadata(table.schema, schema_version="1.1.0"))
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
         writer.write_table(table.replace_schema_metadata(schema.metadata), row_group_size=ROW_GROUP_SIZE)

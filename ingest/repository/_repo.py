@@ -1,25 +1,25 @@
-"""Open or create a floe repository; resolve refs; read any version; tag, branch, log."""
+"""A floe repository: open or create it, resolve refs, read any version, tag, branch, log, collections.
+
+Every commit it makes (the first version, a collection's group) and every
+writer it opens goes through the protocol of :mod:`ingest.repository._commit`.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import re
-import time
-from collections.abc import Iterator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import icechunk
-import pyarrow as pa
 import zarr
-from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from ingest.config import Settings, load_settings
 from ingest.errors import (
-    ConflictRetriesExhausted,
     CorruptRepository,
     InvalidRefName,
     RefExists,
@@ -28,19 +28,28 @@ from ingest.errors import (
     RepositoryNotFound,
 )
 from ingest.repository._catalog import PointerCatalog
-from ingest.repository._containers import local_access, local_url, missing_prefixes, with_containers
-from ingest.repository._read import read_batches
-from ingest.stac._rows import arrow_to_items
-from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
-
-if TYPE_CHECKING:
-    from ingest.repository._writer import Writer
+from ingest.repository._commit import (
+    AppliedChange,
+    Base,
+    CommitMetadata,
+    TableChange,
+    commit_change,
+    decode_pointer,
+    encode_pointer,
+    pointer_of,
+)
+from ingest.repository._containers import local_access, missing_prefixes, with_containers
+from ingest.repository._groups import ensure_groups
+from ingest.repository._view import View
+from ingest.repository._writer import Writer
+from ingest.stac import check_name
+from ingest.storage import TABLES_DIR, Location, local_url, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
 
-FLOE_KEY = "floe"
 COLLECTION_ATTR = "stac:collection"
-ITEMS_TABLE = "items"
+ITEMS_TABLE_DIR = "items"
+"""The items table's folder under ``<root>/tables/``."""
 _REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SNAPSHOT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{20}$")
 
@@ -92,54 +101,18 @@ class LogEntry:
         }
 
 
-class View:
-    """The repository at one snapshot: the items table and the arrays, from the same commit."""
+class _InitialTable(TableChange):
+    """The first commit's table change: version 0 of an empty items table (written once, whatever the attempt)."""
 
-    def __init__(self, repository: Repository, ref: str, snapshot_id: str) -> None:
-        self.repository = repository
-        self.ref = ref
-        self.snapshot_id = snapshot_id
-        self.metadata_location = repository.metadata_location_of(snapshot_id)
-        self._table: Table | None = None
-        self._session: icechunk.Session | None = None
+    def __init__(self, catalog: PointerCatalog, location: str) -> None:
+        self._catalog = catalog
+        self._location = location
+        self._metadata_location: str | None = None
 
-    @property
-    def table(self) -> Table:
-        """The Iceberg items table at this snapshot (scan it with row filters)."""
-        if self._table is None:
-            self._table = self.repository.catalog.load_at(self.metadata_location)
-        return self._table
-
-    @property
-    def session(self) -> icechunk.Session:
-        if self._session is None:
-            self._session = self.repository.icechunk.readonly_session(snapshot_id=self.snapshot_id)
-        return self._session
-
-    def arrays(self, path: str = "") -> zarr.Group:
-        """The Zarr group at ``path`` in this snapshot (the root by default), read-only."""
-        return zarr.open_group(self.session.store, path=path, mode="r")
-
-    def batches(
-        self, row_filter: BooleanExpression | str = "true", columns: list[str] | None = None
-    ) -> Iterator[pa.RecordBatch]:
-        """Stream the rows matching ``row_filter`` as Arrow batches, one data file at a time.
-
-        Iceberg plans the scan (partition and column-bound pruning); floe then
-        reads its own files by column name and applies the filter exactly. Each
-        batch keeps its file's own schema (columns added later are absent, not
-        null-filled). pyiceberg's reader is not used for the rows because it turns
-        null lists of structs into empty lists, which would change items.
-        """
-        yield from read_batches(self.table, self.repository.io, row_filter, columns)
-
-    def items(self, row_filter: BooleanExpression | str = "true") -> Iterator[dict[str, Any]]:
-        """Stream the STAC items at this snapshot, exactly as they were ingested."""
-        for batch in self.batches(row_filter):
-            yield from arrow_to_items(pa.Table.from_batches([batch]))
-
-    def count(self) -> int:
-        return sum(task.file.record_count for task in self.table.scan().plan_files())
+    def apply(self, base: Base) -> AppliedChange:
+        if self._metadata_location is None:
+            self._metadata_location = self._catalog.create_initial(self._location).metadata_location
+        return AppliedChange(self._metadata_location)
 
 
 class Repository:
@@ -167,16 +140,13 @@ class Repository:
             if icechunk.Repository.exists(storage):
                 raise RepositoryExists(f"a repository exists already at {location.url}")
             repo = icechunk.Repository.create(storage)
-            self = cls(location, settings, repo)
-            table = self.catalog.create_initial(location.join(TABLES_DIR, ITEMS_TABLE))
-            session = repo.writable_session("main")
-            zarr.open_group(session.store, mode="a")
-            snapshot_id = session.commit(
-                "floe: initialize repository",
-                metadata={FLOE_KEY: {ITEMS_TABLE: self.relative_location(table.metadata_location), "rows_added": 0}},
-                allow_empty=True,
-            )
-            if settings.branch != "main":
+        self = cls(location, settings, repo)
+        session = repo.writable_session("main")
+        zarr.open_group(session.store, mode="a")
+        initial = _InitialTable(self.catalog, location.join(TABLES_DIR, ITEMS_TABLE_DIR))
+        snapshot_id = commit_change(self, session, "main", "floe: initialize repository", initial).snapshot_id
+        if settings.branch != "main":
+            with location.mutation_lock():
                 repo.create_branch(check_ref_name(settings.branch), snapshot_id)
         log.info("created floe repository at %s", location.url)
         return self
@@ -208,7 +178,7 @@ class Repository:
                 return cls.open(root, settings)
 
     # -- virtual references -------------------------------------------------------------------
-    def allow_virtual_sources(self, paths: list[str | os.PathLike[str]]) -> list[str]:
+    def allow_virtual_sources(self, paths: Sequence[str | os.PathLike[str]]) -> list[str]:
         """Let this repository hold virtual references to the local files ``paths`` (idempotent).
 
         Adds a local-file virtual chunk container for each top-level directory
@@ -235,25 +205,26 @@ class Repository:
 
     # -- pointers ------------------------------------------------------------------------------
     def relative_location(self, metadata_location: str) -> str:
-        """A metadata.json location relative to ``<root>/tables/`` (what commits carry)."""
-        prefix = self.location.tables_url + "/"
-        if not metadata_location.startswith(prefix):
-            raise CorruptRepository(f"{metadata_location} is outside {self.location.tables_url}")
-        return metadata_location[len(prefix) :]
+        """A metadata.json location relative to ``<root>/tables/`` (the pointer commits carry)."""
+        return encode_pointer(self.location.tables_url, metadata_location)
 
     def absolute_location(self, relative: str) -> str:
-        return self.location.join(TABLES_DIR, relative)
+        """The location of the metadata.json a pointer names."""
+        return decode_pointer(self.location.tables_url, relative)
 
     def metadata_location_of(self, snapshot_id: str) -> str:
         """The items table's metadata.json location recorded by snapshot ``snapshot_id``."""
         try:
-            info = self.icechunk.lookup_snapshot(snapshot_id)
+            pointer = pointer_of(self.icechunk, snapshot_id)
         except icechunk.IcechunkError as error:
             raise RefNotFound(f"snapshot {snapshot_id} does not exist") from error
-        pointer = (info.metadata or {}).get(FLOE_KEY, {}).get(ITEMS_TABLE)
-        if not isinstance(pointer, str):
-            raise CorruptRepository(f"snapshot {snapshot_id} ({info.message!r}) carries no items-table pointer")
+        if pointer is None:
+            raise CorruptRepository(f"snapshot {snapshot_id} carries no items-table pointer")
         return self.absolute_location(pointer)
+
+    def table_at(self, snapshot_id: str) -> Table:
+        """The items table as snapshot ``snapshot_id`` records it."""
+        return self.catalog.load_at(self.metadata_location_of(snapshot_id))
 
     # -- refs --------------------------------------------------------------------------------
     def resolve(self, ref: str | None = None) -> str:
@@ -320,22 +291,20 @@ class Repository:
         """The history leading to ``ref``, newest first (floe commits only)."""
         entries = []
         for info in self.icechunk.ancestry(snapshot_id=self.resolve(ref)):
-            floe = (info.metadata or {}).get(FLOE_KEY)
-            if not isinstance(floe, dict):
+            record = CommitMetadata.decode(info.metadata)
+            if record is None:
                 continue  # Icechunk's own root snapshot predates the table
-            pointer = floe.get(ITEMS_TABLE)
-            known = {ITEMS_TABLE, "rows_added", "rows_replaced", "attempts"}
             entries.append(
                 LogEntry(
                     snapshot_id=info.id,
                     parent_id=info.parent_id,
                     written_at=info.written_at,
                     message=info.message,
-                    metadata_location=self.absolute_location(pointer) if isinstance(pointer, str) else None,
-                    rows_added=int(floe.get("rows_added", 0)),
-                    attempts=int(floe.get("attempts", 1)),
-                    rows_replaced=int(floe.get("rows_replaced", 0)),
-                    extra={key: value for key, value in floe.items() if key not in known},
+                    metadata_location=self.absolute_location(record.items) if record.items is not None else None,
+                    rows_added=record.rows_added,
+                    attempts=record.attempts,
+                    rows_replaced=record.rows_replaced,
+                    extra=dict(record.extra),
                 )
             )
             if limit is not None and len(entries) >= limit:
@@ -345,8 +314,6 @@ class Repository:
     # -- collections ---------------------------------------------------------------------------
     def store_collection(self, collection: dict[str, Any], *, branch: str | None = None) -> str | None:
         """Keep a STAC Collection with the repository (attributes of its group), so it versions with it."""
-        from ingest.stac._validate import check_name
-
         collection_id = check_name(collection.get("id"), "collection id")
         return self.ensure_groups(
             [collection_id], branch=branch, attributes={collection_id: {COLLECTION_ATTR: collection}}
@@ -362,8 +329,6 @@ class Repository:
     # -- writing -----------------------------------------------------------------------------
     def writer(self, branch: str | None = None) -> Writer:
         """A writer on ``branch``: stage arrays and items, then ``commit``."""
-        from ingest.repository._writer import Writer
-
         return Writer(self, branch or self.settings.branch)
 
     def ensure_groups(
@@ -371,7 +336,7 @@ class Repository:
         paths: list[str],
         *,
         branch: str | None = None,
-        attributes: dict[str, dict[str, Any]] | None = None,
+        attributes: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> str | None:
         """Create the groups at ``paths`` on ``branch`` in a commit of their own, if any is missing.
 
@@ -380,36 +345,4 @@ class Repository:
         else created meanwhile counts as created. Returns the new snapshot id,
         or None if there was nothing to do.
         """
-        from ingest.repository._writer import backoff_seconds, group_exists
-
-        branch = branch or self.settings.branch
-        settings = self.settings.commit
-        attributes = attributes or {}
-        for attempt in range(1, settings.max_attempts + 1):
-            session = self.icechunk.writable_session(branch)
-            missing = [path for path in sorted(set(paths) | set(attributes)) if not group_exists(session, path)]
-            stale = [
-                path
-                for path, wanted in attributes.items()
-                if path not in missing
-                and any(
-                    zarr.open_group(session.store, path=path, mode="r").attrs.get(k) != v for k, v in wanted.items()
-                )
-            ]
-            if not missing and not stale:
-                return None
-            for path in missing:
-                zarr.open_group(session.store, path=path, mode="a", attributes=attributes.get(path))
-            for path in stale:
-                zarr.open_group(session.store, path=path, mode="a").attrs.update(attributes[path])
-            pointer = self.relative_location(self.metadata_location_of(session.snapshot_id))
-            changed = ", ".join("/" + path for path in [*missing, *stale])
-            try:
-                with self.location.mutation_lock():
-                    return session.commit(
-                        f"floe: {'create' if missing else 'update'} {changed}",
-                        metadata={FLOE_KEY: {ITEMS_TABLE: pointer, "rows_added": 0, "attempts": attempt}},
-                    )
-            except icechunk.ConflictError:
-                time.sleep(backoff_seconds(attempt, settings.backoff_initial_ms, settings.backoff_max_ms))
-        raise ConflictRetriesExhausted(f"could not create {paths} on {branch!r}: every attempt lost its race")
+        return ensure_groups(self, paths, branch=branch or self.settings.branch, attributes=attributes)

@@ -1,14 +1,53 @@
-"""STAC items <-> Arrow rows, validation, reading item sources."""
+"""floe's STAC: items <-> Arrow rows, validation, and floe's own vocabulary (the ``floe:arrays`` asset)."""
 
-from ingest.stac._rows import OVERFLOW, arrow_to_items, items_to_arrow, render_datetime
-from ingest.stac._validate import check_name, parse_datetime, validate_item
+from ingest.stac._assets import (
+    ARRAYS_ASSET,
+    ARRAYS_MEDIA_TYPE,
+    ArraysAsset,
+    arrays_asset,
+    has_arrays_asset,
+    read_arrays_asset,
+    served_arrays_asset,
+    with_arrays_asset,
+    without_arrays_asset,
+)
+from ingest.stac._json import loads_json
+from ingest.stac._rows import (
+    OVERFLOW,
+    TIMESTAMP,
+    arrow_to_items,
+    items_to_arrow,
+    normalize_type,
+    overflow_keys,
+    paused_collection,
+    render_datetime,
+    strip_nulls,
+)
+from ingest.stac._validate import check_name, item_as_dict, parse_datetime, unparseable_geometries, validate_item
 
 __all__ = [
+    "ARRAYS_ASSET",
+    "ARRAYS_MEDIA_TYPE",
     "OVERFLOW",
+    "TIMESTAMP",
+    "ArraysAsset",
+    "arrays_asset",
     "arrow_to_items",
     "check_name",
+    "has_arrays_asset",
+    "item_as_dict",
     "items_to_arrow",
+    "loads_json",
+    "normalize_type",
+    "overflow_keys",
     "parse_datetime",
+    "paused_collection",
+    "read_arrays_asset",
     "render_datetime",
+    "served_arrays_asset",
+    "strip_nulls",
+    "unparseable_geometries",
     "validate_item",
+    "with_arrays_asset",
+    "without_arrays_asset",
 ]

@@ -30,6 +30,7 @@ import orjson
 import pyarrow as pa
 import shapely
 
+from ingest.stac._json import loads_json
 from ingest.stac._validate import parse_datetime
 
 OVERFLOW = "floe:overflow"
@@ -60,6 +61,30 @@ class _Overflow:
         if self.absent:
             payload["absent"] = self.absent
         return json.dumps(payload, separators=(",", ":"), allow_nan=True) if payload else None
+
+
+def normalize_type(data_type: pa.DataType) -> pa.DataType:
+    """Arrow type with large/view variants and timestamp zones folded, for comparing schemas."""
+    if pa.types.is_large_string(data_type) or pa.types.is_string_view(data_type):
+        return pa.string()
+    if pa.types.is_large_binary(data_type) or pa.types.is_binary_view(data_type):
+        return pa.binary()
+    if pa.types.is_timestamp(data_type) and data_type.tz is not None:
+        return TIMESTAMP
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return pa.list_(normalize_type(data_type.value_type))
+    if pa.types.is_struct(data_type):
+        return pa.struct(
+            [
+                pa.field(data_type.field(i).name, normalize_type(data_type.field(i).type))
+                for i in range(data_type.num_fields)
+            ]
+        )
+    if pa.types.is_int32(data_type):
+        return pa.int64()
+    if pa.types.is_float32(data_type):
+        return pa.float64()
+    return data_type
 
 
 def render_datetime(value: datetime) -> str:
@@ -404,15 +429,18 @@ def arrow_to_items(table: pa.Table) -> Iterator[dict[str, Any]]:
             item["collection"] = collection
         overflow_text = overflows[row]
         if overflow_text:
-            _apply_overflow(item, _load_overflow(overflow_text))
+            _apply_overflow(item, loads_json(overflow_text))
         yield item
 
 
-def _load_overflow(text: str) -> dict[str, Any]:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)  # NaN and Infinity, which orjson refuses (written with allow_nan)
+def overflow_keys(text: str | None) -> set[str]:
+    """The property and top-level keys one row keeps in ``floe:overflow`` (its typed cells are null there)."""
+    if not text:
+        return set()
+    document = loads_json(text)
+    if not isinstance(document, dict):
+        return set()
+    return set(document.get("properties", {})) | set(document.get("top", {}))
 
 
 def _apply_overflow(item: dict[str, Any], overflow: Mapping[str, Any]) -> None:

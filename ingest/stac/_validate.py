@@ -43,6 +43,12 @@ def check_name(value: Any, what: str) -> str:
     return value
 
 
+def item_as_dict(item: Any) -> Any:
+    """A pystac Item (anything with ``to_dict``) as its dict, without a self link; anything else as it is."""
+    to_dict = getattr(item, "to_dict", None)
+    return to_dict(include_self_link=False) if callable(to_dict) else item
+
+
 def parse_datetime(value: str) -> datetime:
     """Parse an RFC 3339 timestamp into an aware UTC datetime (microsecond precision)."""
     text = value.strip()

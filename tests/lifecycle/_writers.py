@@ -10,12 +10,9 @@ from typing import Any
 import numpy as np
 
 from ingest import Repository, Settings
-from ingest.repository import Writer
+from ingest.repository import _commit as commit_module
+from ingest.stac import arrays_asset
 from tests.conftest import make_item
-
-
-def arrays_asset(group: str) -> dict[str, Any]:
-    return {"href": group, "type": "application/vnd+zarr", "roles": ["data"], "floe:group": group}
 
 
 def commit_with_arrays(repository: Repository, item_id: str, value: int, collection: str = "c") -> str:
@@ -25,7 +22,7 @@ def commit_with_arrays(repository: Repository, item_id: str, value: int, collect
     pixels = np.random.default_rng(value).integers(0, 2**31 - 1, size=(64, 64), dtype="int32")
     group.create_array("band", shape=(64, 64), chunks=(64, 64), dtype="int32")[:] = pixels
     item = make_item(item_id, collection, value=value)
-    item["assets"]["floe:arrays"] = arrays_asset(f"{collection}/{item_id}")
+    item["assets"]["floe:arrays"] = arrays_asset(f"{collection}/{item_id}", ["band"])
     writer.add_item(item)
     return writer.commit(f"add {item_id}").snapshot_id
 
@@ -33,14 +30,13 @@ def commit_with_arrays(repository: Repository, item_id: str, value: int, collect
 def killed_mid_commit(root: str, settings: dict[str, Any], item_id: str) -> None:
     """Write an item's data file, manifest, manifest list and metadata.json, then die before the Icechunk commit."""
     repository = Repository.open(root, Settings.model_validate(settings))
-    original = Writer._apply
 
-    def apply_then_die(self: Writer, *args: Any, **kwargs: Any) -> str:
-        original(self, *args, **kwargs)
+    def die_before_swap(*args: Any, **kwargs: Any) -> str:
+        # The protocol's compare-and-swap is the next step: every table file of the commit is written.
         os.kill(os.getpid(), signal.SIGKILL)
         raise AssertionError("unreachable")
 
-    Writer._apply = apply_then_die  # type: ignore[method-assign]
+    commit_module._swap = die_before_swap  # type: ignore[assignment]
     writer = repository.writer()
     writer.add_item(make_item(item_id, "c"))
     writer.commit(f"never lands: {item_id}")

@@ -14,7 +14,7 @@ from ingest import Repository, Settings
 from ingest.cli import app
 from ingest.errors import InvalidDuration
 from ingest.lifecycle import gc, parse_duration
-from ingest.repository import Writer
+from ingest.repository import _commit as commit_module
 from tests.conftest import make_item
 from tests.lifecycle._helpers import expected_live, exports, table_files
 from tests.lifecycle._writers import commit_with_arrays, killed_mid_commit
@@ -43,14 +43,12 @@ class Crash(Exception):
 
 def crash_mid_commit(repository: Repository, item_id: str, monkeypatch) -> None:
     """In this process: a writer that has written every table file of its commit fails before the Icechunk commit."""
-    original = Writer._apply
 
-    def apply_then_fail(self, *args, **kwargs):
-        original(self, *args, **kwargs)
+    def fail_before_swap(*args, **kwargs):
         raise Crash(item_id)
 
     with monkeypatch.context() as patch:
-        patch.setattr(Writer, "_apply", apply_then_fail)
+        patch.setattr(commit_module, "_swap", fail_before_swap)
         writer = repository.writer()
         writer.add_item(make_item(item_id, "c"))
         with pytest.raises(Crash):
@@ -212,14 +210,12 @@ def test_gc_after_replacements_keeps_old_versions_and_drops_orphaned_rewrites(tm
     second.add_item(make_item("y", "c", version=2), replace=True)
     first.commit("first replacement")
     assert second.commit("second replacement, re-planned").attempts == 2
-    original = Writer._apply
 
-    def apply_then_fail(self, *args, **kwargs):
-        original(self, *args, **kwargs)
+    def fail_before_swap(*args, **kwargs):
         raise Crash("z")
 
     with monkeypatch.context() as patch:
-        patch.setattr(Writer, "_apply", apply_then_fail)
+        patch.setattr(commit_module, "_swap", fail_before_swap)
         crashed = repository.writer()
         crashed.add_item(make_item("z", "c", version=9), replace=True)
         with pytest.raises(Crash):

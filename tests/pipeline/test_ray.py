@@ -14,8 +14,9 @@ import rioxarray
 import xarray as xr
 
 from ingest import Repository
-from ingest.pipeline import ARRAYS_ASSET, ingest_with_ray
+from ingest.pipeline import ingest_with_ray
 from ingest.sample import make_archive
+from ingest.stac import ARRAYS_ASSET
 from tests.conftest import REAL_ITEMS, load_real_items
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")

@@ -1,0 +1,161 @@
+"""A writer's change to the items table, replayable on whichever table version its commit lands on.
+
+The plan holds what a writer stages for the table: its items (grouped into
+one GeoParquet data file per collection and month), and which of them replace
+the rows of the same items (copy-on-write). Following pyiceberg's split, the
+plan turns into *requirements* (what must still hold of the base: the table's
+identity and its head snapshot) and *updates* (a schema union, a new snapshot),
+which :class:`~ingest.repository.PointerCatalog` checks and writes as the next
+metadata.json. :func:`~ingest.repository._commit.commit_change` calls
+:meth:`ItemsPlan.prepare` once and :meth:`ItemsPlan.apply` once per attempt,
+on the attempt's base:
+
+- ``prepare`` writes the data files (once; every attempt re-registers them)
+  against the writer's base's schema;
+- on a later base (another writer won), files whose columns the winner typed
+  differently are rewritten with those columns untyped (nothing else is), the
+  replacement is re-planned against the winner's files, and the manifest of
+  the added files is reused when nothing it records changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from pyiceberg.table.update import AssertTableUUID, TableUpdate
+
+from ingest.repository._append import AddedManifest, ManifestCache, plan_commit, schema_union_updates
+from ingest.repository._commit import AppliedChange, Base, TableChange
+from ingest.repository._files import (
+    StagedFile,
+    file_fits,
+    merge_types,
+    month_of,
+    table_column_types,
+    to_data_file,
+    union_schema,
+    write_group,
+)
+from ingest.repository._replace import Located, ReplacementPlan
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.table import Table
+
+    from ingest.repository._catalog import PointerCatalog
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+
+class ItemsPlan(TableChange):
+    """Items to add to the table (and the keys among them whose stored rows they replace), as one table change."""
+
+    def __init__(
+        self,
+        io: FileIO,
+        catalog: PointerCatalog,
+        manifests: ManifestCache,
+        items: list[dict[str, Any]],
+        *,
+        replace: set[Key],
+        message: str,
+        located: Located | None = None,
+    ) -> None:
+        self._io = io
+        self._catalog = catalog
+        self._manifests = manifests
+        self._items = items
+        self._message = message
+        self._replacement = ReplacementPlan(replace, primed=located)
+        self._files: list[StagedFile] | None = None
+        self._files_base: str | None = None
+        self._added_manifest: AddedManifest | None = None
+        self.files_written = 0
+        """Data files written so far (the batch's files, their rewrites, and the copies replacement made)."""
+        self.files_rewritten = 0
+        """Data files written again because a concurrent commit typed one of their columns differently."""
+
+    @property
+    def rows(self) -> int:
+        return len(self._items)
+
+    def prepare(self, base: Base) -> None:
+        """Write the data files, typed by the table at the writer's base."""
+        self._files_for(base.table())
+
+    def apply(self, base: Base) -> AppliedChange:
+        """Bring the plan to ``base`` and write the next metadata.json (requirements checked, updates applied)."""
+        table = base.table()
+        files = self._files_for(table)
+        if self._replacement.keys:
+            self.files_written += self._replacement.plan(self._manifests, table)
+        location = self._write_metadata(table, files)
+        return AppliedChange(location, self.rows, self._replacement.rows_removed)
+
+    def _files_for(self, table: Table) -> list[StagedFile]:
+        """The data files, written on the first base and reconciled with each later one."""
+        if self._files is None:
+            self._files = self._write_files(table)
+            self.files_written += len(self._files)
+        elif self._files_base != table.metadata_location:
+            self._files, rewritten = self._reconcile_files(self._files, table)
+            self.files_written += rewritten
+            self.files_rewritten += rewritten
+        self._files_base = table.metadata_location
+        return self._files
+
+    def _write_files(self, table: Table) -> list[StagedFile]:
+        groups: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)
+        for item in self._items:
+            groups[(item["collection"], month_of(item))].append(item)
+        column_types = table_column_types(table.schema())
+        return [
+            write_group(self._io, table.location(), items, column_types)
+            for _, items in sorted(groups.items(), key=lambda pair: (pair[0][0], pair[0][1] or 0))
+        ]
+
+    def _reconcile_files(self, files: list[StagedFile], table: Table) -> tuple[list[StagedFile], int]:
+        """Keep files that fit the base's schema; rewrite (with the conflicting columns untyped) those that do not."""
+        column_types = table_column_types(table.schema())
+        reconciled, rewritten = [], 0
+        for staged in files:
+            if file_fits(staged, column_types):
+                reconciled.append(staged)
+                for column in staged.schema:
+                    column_types[column.name] = merge_types(column_types.get(column.name), column.type)
+                continue
+            log.info("re-planning %s: a concurrent commit typed one of its columns differently", staged.path)
+            reconciled.append(
+                write_group(self._io, table.location(), staged.items, column_types, untyped=staged.untyped)
+            )
+            rewritten += 1
+        return reconciled, rewritten
+
+    def _write_metadata(self, table: Table, files: list[StagedFile]) -> str:
+        """The updates (schema union, new snapshot) and requirements (same table, same head) -> next metadata.json."""
+        replacement = self._replacement
+        if not files and not replacement.rewrites:
+            return table.metadata_location
+        updates: tuple[TableUpdate, ...] = ()
+        metadata = table.metadata
+        schema = union_schema(files, table_column_types(table.schema()))
+        if schema is not None:
+            updates, metadata = schema_union_updates(table, schema)
+        properties = {"floe.rows-added": str(self.rows), "floe.message": self._message[:200]}
+        if replacement.rows_removed:
+            properties["floe.rows-replaced"] = str(replacement.rows_removed)
+        data_files = [to_data_file(staged, metadata) for staged in [*files, *replacement.rewritten_files]]
+        append_updates, head, self._added_manifest = plan_commit(
+            metadata,
+            data_files,
+            self._manifests,
+            properties,
+            previous=self._added_manifest,
+            removed=replacement.removed_paths,
+        )
+        requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), head)
+        return self._catalog.commit_table(table, requirements, updates + append_updates).metadata_location

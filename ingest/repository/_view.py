@@ -1,0 +1,75 @@
+"""The repository at one snapshot: its items table and its arrays, from the same commit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import icechunk
+import pyarrow as pa
+import zarr
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.table import Table
+
+from ingest.repository._groups import group_exists
+from ingest.repository._read import read_batches
+from ingest.stac import arrow_to_items
+
+if TYPE_CHECKING:
+    from ingest.repository._repo import Repository
+
+
+class View:
+    """The repository at one snapshot: the items table and the arrays, from the same commit."""
+
+    def __init__(self, repository: Repository, ref: str, snapshot_id: str) -> None:
+        self.repository = repository
+        self.ref = ref
+        self.snapshot_id = snapshot_id
+        self.metadata_location = repository.metadata_location_of(snapshot_id)
+        self._table: Table | None = None
+        self._session: icechunk.Session | None = None
+
+    @property
+    def table(self) -> Table:
+        """The Iceberg items table at this snapshot (scan it with row filters)."""
+        if self._table is None:
+            self._table = self.repository.catalog.load_at(self.metadata_location)
+        return self._table
+
+    @property
+    def session(self) -> icechunk.Session:
+        """A read-only Icechunk session at this snapshot."""
+        if self._session is None:
+            self._session = self.repository.icechunk.readonly_session(snapshot_id=self.snapshot_id)
+        return self._session
+
+    def arrays(self, path: str = "") -> zarr.Group:
+        """The Zarr group at ``path`` in this snapshot (the root by default), read-only."""
+        return zarr.open_group(self.session.store, path=path, mode="r")
+
+    def has_group(self, path: str) -> bool:
+        """Whether a group exists at ``path`` in this snapshot."""
+        return group_exists(self.session, path.strip("/"))
+
+    def batches(
+        self, row_filter: BooleanExpression | str = "true", columns: list[str] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """Stream the rows matching ``row_filter`` as Arrow batches, one data file at a time.
+
+        Iceberg plans the scan (partition and column-bound pruning); floe then
+        reads its own files by column name and applies the filter exactly. Each
+        batch keeps its file's own schema (columns added later are absent, not
+        null-filled). pyiceberg's reader is not used for the rows because it turns
+        null lists of structs into empty lists, which would change items.
+        """
+        yield from read_batches(self.table, self.repository.io, row_filter, columns)
+
+    def items(self, row_filter: BooleanExpression | str = "true") -> Iterator[dict[str, Any]]:
+        """Stream the STAC items at this snapshot, exactly as they were ingested."""
+        for batch in self.batches(row_filter):
+            yield from arrow_to_items(pa.Table.from_batches([batch]))
+
+    def count(self) -> int:
+        """The number of items at this snapshot (from the table's metadata; no row is read)."""
+        return sum(task.file.record_count for task in self.table.scan().plan_files())

@@ -1,0 +1,100 @@
+"""Each private name floe reaches in another library (through ingest._compat) still behaves as floe expects.
+
+An upgrade of pyiceberg, stac-geoparquet, rioxarray, virtualizarr, virtual-tiff
+or Ray that moves one of them fails here, by name, before anything else does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import rasterio
+from pyiceberg.expressions import EqualTo
+from rasterio.transform import from_origin
+
+from ingest import Repository, Settings, _compat
+from tests.conftest import make_item
+
+
+@pytest.fixture(scope="module")
+def two_files(tmp_path_factory):
+    """A table with one data file per collection: (table, file of 'a', file of 'b')."""
+    repository = Repository.create(tmp_path_factory.mktemp("compat") / "repo", Settings())
+    writer = repository.writer()
+    writer.add_items([make_item("a1", "a"), make_item("a2", "a"), make_item("b1", "b")])
+    writer.commit("two collections")
+    table = repository.view().table
+    files = {task.file.partition[0]: task.file for task in table.scan().plan_files()}
+    return table, files["a"], files["b"]
+
+
+def test_may_match_rules_out_files_by_their_bounds(two_files):
+    table, file_a, file_b = two_files
+    test = _compat.may_match(table.schema(), EqualTo("collection", "a"))
+    assert test(file_a) is True
+    assert test(file_b) is False
+
+
+def test_must_match_says_when_every_row_matches(two_files):
+    table, file_a, _ = two_files
+    assert _compat.must_match(table.schema(), EqualTo("collection", "a"))(file_a) is True
+    assert _compat.must_match(table.schema(), EqualTo("id", "a1"))(file_a) is False  # a2 is there too
+
+
+def test_transaction_updates_hold_a_schema_union(two_files):
+    from pyiceberg.table.update import AddSchemaUpdate
+
+    table, _, _ = two_files
+    transaction = table.transaction()
+    with transaction.update_schema() as update:
+        update.union_by_name(pa.schema([pa.field("compat_new_column", pa.string())]))
+    updates = _compat.transaction_updates(transaction)
+    assert any(isinstance(update, AddSchemaUpdate) for update in updates)
+
+
+def test_geoparquet_metadata_gives_the_geo_and_stac_footers():
+    schema = pa.schema([pa.field("id", pa.string()), pa.field("geometry", pa.binary())])
+    footer = _compat.geoparquet_metadata(schema, schema_version="1.1.0")
+    assert b"geo" in footer
+    assert b"stac-geoparquet" in footer
+
+
+def test_rasterio_attributes_equal_what_rioxarray_gives(tmp_path):
+    import rioxarray
+
+    path = tmp_path / "nodata.tif"
+    profile = {"driver": "GTiff", "width": 8, "height": 8, "count": 1, "dtype": "int16", "crs": "EPSG:32633"}
+    with rasterio.open(path, "w", nodata=-9999, transform=from_origin(500000, 4000000, 10, 10), **profile) as out:
+        out.write(np.arange(64, dtype="int16").reshape(1, 8, 8))
+    with rasterio.open(path) as dataset:
+        attributes = _compat.rasterio_attributes(dataset)
+    opened = rioxarray.open_rasterio(path, mask_and_scale=False)
+    assert attributes["_FillValue"] == -9999
+    assert {key: attributes[key] for key in opened.attrs} == dict(opened.attrs)
+
+
+def test_a_parsed_tiffs_manifest_entries_name_its_tiles(tmp_path):
+    from obspec_utils.registry import ObjectStoreRegistry
+    from obstore.store import LocalStore
+    from virtual_tiff import VirtualTIFF
+
+    path = tmp_path / "tiles.tif"
+    profile = {"driver": "COG", "width": 256, "height": 256, "count": 1, "dtype": "uint8", "blocksize": 128}
+    with rasterio.open(path, "w", crs="EPSG:4326", transform=from_origin(0, 1, 0.01, 0.01), **profile) as out:
+        out.write(np.full((1, 256, 256), 7, dtype="uint8"))
+    parsed = VirtualTIFF(ifd=0)(f"file://{path}", ObjectStoreRegistry({"file://": LocalStore()}))
+    image = _compat.tiff_image(parsed, 0)
+    paths, offsets, lengths = _compat.manifest_entries(image.manifest)
+    assert image.shape == (256, 256)
+    assert paths.shape == offsets.shape == lengths.shape == (2, 2)  # 2x2 tiles of 128 pixels
+    assert set(paths.flatten().tolist()) == {f"file://{path}"}
+    assert int((offsets + lengths).max()) <= path.stat().st_size
+
+
+def test_keep_local_ray_on_loopback_switches_the_cluster_flag_off(monkeypatch):
+    from ray._private import ray_constants
+
+    monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
+    _compat.keep_local_ray_on_loopback()
+    assert ray_constants.ENABLE_RAY_CLUSTER is False
