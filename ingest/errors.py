@@ -22,6 +22,7 @@ The tree::
     │   ├── InvalidRoot
     │   ├── InvalidRefName
     │   ├── InvalidItem
+    │   ├── InvalidCollection
     │   ├── InvalidSource
     │   ├── InvalidRaster
     │   ├── NotVirtualizable
@@ -134,6 +135,12 @@ class InvalidItem(InvalidInput):
         )
         super().__init__(f"{where}: {message}" if where else message)
         self.reason = message
+
+
+class InvalidCollection(InvalidInput):
+    """A STAC Collection floe cannot store (its id is missing, or unsafe as a group name)."""
+
+    kind = "invalid-collection"
 
 
 class InvalidSource(InvalidInput):

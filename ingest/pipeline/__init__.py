@@ -1,9 +1,11 @@
 """Getting items into a repository: sources, granules, batch ingestion in-process or with Ray actors."""
 
 from ingest.pipeline._granules import Granule, granule_from_item
-from ingest.pipeline._ingest import IngestReport, Rejection, ingest_items
+from ingest.pipeline._ingest import ingest_items
 from ingest.pipeline._ray import ingest_with_ray, start_ray
+from ingest.pipeline._report import IngestReport, Rejection
 from ingest.pipeline._sources import SourcedItem, read_items
+from ingest.pipeline._stream import granule_stream
 
 __all__ = [
     "Granule",
@@ -11,6 +13,7 @@ __all__ = [
     "Rejection",
     "SourcedItem",
     "granule_from_item",
+    "granule_stream",
     "ingest_items",
     "ingest_with_ray",
     "read_items",

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ingest._compat import keep_local_ray_on_loopback
 from ingest.config import Settings
-from ingest.errors import FloeError, InvalidItem, RayUnavailable
-from ingest.pipeline._granules import Granule, granule_from_item, select_assets
-from ingest.pipeline._ingest import BatchOutcome, IngestReport, Rejection, commit_batch, record, store_collection
-from ingest.pipeline._sources import read_items
+from ingest.errors import FloeError, RayUnavailable
+from ingest.pipeline._batch import commit_batch
+from ingest.pipeline._granules import Granule, select_assets
+from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback, record
+from ingest.pipeline._stream import VALIDATION_CHUNK, batched, granule_stream
 from ingest.repository import Repository
-from ingest.stac import validate_item
 
 log = logging.getLogger(__name__)
 
@@ -91,59 +91,6 @@ def _join_failure(address: str, error: BaseException) -> str:
     return f"cannot join the Ray cluster at {address}: {causes[0].splitlines()[0] if causes else 'no answer'}"
 
 
-def _granules(
-    repository: Repository,
-    branch: str,
-    sources: Iterable[str | Path],
-    report: IngestReport,
-    *,
-    assets: set[str] | None,
-    default_collection: str | None,
-) -> Iterator[Granule]:
-    seen: dict[tuple[str, str], str] = {}
-    for sourced in read_items(sources):
-        if sourced.collection is not None:
-            store_collection(repository, sourced, report, branch)
-            continue
-        if sourced.error is not None:
-            report.rejected.append(
-                Rejection(
-                    getattr(sourced.error, "source", None) or sourced.source,
-                    getattr(sourced.error, "item_id", None),
-                    getattr(sourced.error, "reason", str(sourced.error)),
-                )
-            )
-            continue
-        report.items_read += 1
-        try:
-            item = validate_item(sourced.item, source=sourced.source, default_collection=default_collection)
-        except InvalidItem as error:
-            report.rejected.append(Rejection(error.source or sourced.source, error.item_id, error.reason))
-            continue
-        key = (item["collection"], item["id"])
-        if key in seen:
-            report.rejected.append(Rejection(sourced.source, item["id"], f"duplicate id (first seen in {seen[key]})"))
-            continue
-        seen[key] = sourced.source
-        granule = granule_from_item(item, sourced.source, sourced.path, assets)
-        if granule.missing:
-            key_name, path = next(iter(granule.missing.items()))
-            report.rejected.append(Rejection(sourced.source, item["id"], f"asset {key_name!r} does not exist: {path}"))
-            continue
-        yield granule
-
-
-def _batches(granules: Iterator[Granule], size: int) -> Iterator[list[Granule]]:
-    batch: list[Granule] = []
-    for granule in granules:
-        batch.append(granule)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def ingest_with_ray(
     repository: Repository,
     sources: Iterable[str | Path],
@@ -155,7 +102,7 @@ def ingest_with_ray(
     branch: str | None = None,
     message: str | None = None,
     default_collection: str | None = None,
-    progress: Callable[[IngestReport], None] | None = None,
+    progress: ProgressCallback | None = None,
     virtual: bool = False,
 ) -> IngestReport:
     """Ingest granules (rasters as arrays, items as rows) with ``workers`` Ray actors, one commit per batch.
@@ -186,10 +133,15 @@ def ingest_with_ray(
     idle = list(actors)
     in_flight: dict[Any, Any] = {}
     known_collections: set[str] = set()
-    granules = _granules(
-        repository, branch, sources, report, assets=select_assets(assets), default_collection=default_collection
+    granules = granule_stream(
+        repository,
+        sources,
+        report,
+        branch=branch,
+        default_collection=default_collection,
+        assets=select_assets(assets),
+        chunk=min(VALIDATION_CHUNK, batch_size),
     )
-    batches = _batches(granules, batch_size)
 
     def collect(done: list[Any]) -> None:
         for reference in done:
@@ -204,7 +156,7 @@ def ingest_with_ray(
                 progress(report)
 
     try:
-        for number, batch in enumerate(batches, start=1):
+        for number, batch in enumerate(batched(granules, batch_size), start=1):
             collections = {granule.item["collection"] for granule in batch} - known_collections
             if collections:
                 repository.ensure_groups(sorted(collections), branch=branch)

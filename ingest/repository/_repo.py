@@ -21,6 +21,7 @@ from pyiceberg.table import Table
 from ingest.config import Settings, load_settings
 from ingest.errors import (
     CorruptRepository,
+    InvalidCollection,
     InvalidRefName,
     RefExists,
     RefNotFound,
@@ -314,7 +315,10 @@ class Repository:
     # -- collections ---------------------------------------------------------------------------
     def store_collection(self, collection: dict[str, Any], *, branch: str | None = None) -> str | None:
         """Keep a STAC Collection with the repository (attributes of its group), so it versions with it."""
-        collection_id = check_name(collection.get("id"), "collection id")
+        try:
+            collection_id = check_name(collection.get("id"), "collection id")
+        except ValueError as error:
+            raise InvalidCollection(f"STAC Collection refused: {error}") from None
         return self.ensure_groups(
             [collection_id], branch=branch, attributes={collection_id: {COLLECTION_ATTR: collection}}
         )

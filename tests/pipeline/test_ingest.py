@@ -133,8 +133,8 @@ def test_batch_replans_when_another_writer_rewrote_the_same_granule(tmp_path, mo
     import numpy as np
     import xarray as xr
 
+    from ingest.pipeline._batch import commit_batch
     from ingest.pipeline._granules import granule_from_item
-    from ingest.pipeline._ingest import commit_batch
     from ingest.repository import Writer
     from ingest.sample import make_archive
 

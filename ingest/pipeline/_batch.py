@@ -1,0 +1,186 @@
+"""One batch of granules: plan each (skip, row only, or arrays and row), stage them, commit them together.
+
+A batch is what one writer commits. Every row is staged as a replacement, so
+the table keeps one version per item whoever else ingests the same items; the
+arrays of a granule whose rasters changed are written again in the same
+commit. Copies read the next granule's rasters on a second thread while the
+current one is written (GDAL decodes without the GIL).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ingest.errors import CommitConflict, InvalidItem, InvalidRaster
+from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
+from ingest.pipeline._report import BatchOutcome, Rejection
+from ingest.repository import Repository, Writer
+from ingest.stac import ARRAYS_ASSET, arrays_asset, read_arrays_asset, with_arrays_asset, without_arrays_asset
+
+log = logging.getLogger(__name__)
+
+REPLANS = 3
+"""How often a batch is planned again after another writer changed the same item's arrays first."""
+
+
+def commit_batch(
+    repository: Repository, branch: str, granules: list[Granule], message: str, *, virtual: bool = False
+) -> BatchOutcome:
+    """Stage a batch's new and changed granules (arrays and rows) and commit them; unchanged ones are skipped.
+
+    Every row is staged as a replacement, so the table keeps one version per
+    item even when other writers ingest the same items meanwhile. Two writers
+    rewriting one item's arrays cannot be merged: the loser plans its batch
+    again on the winner's version (a bounded number of times). With
+    ``virtual``, rasters are referenced in place where they can be and copied
+    where they cannot (``fallbacks`` says which and why).
+    """
+    for attempt in range(1, REPLANS + 1):
+        try:
+            outcome = _commit_batch_once(repository, branch, granules, message, virtual=virtual)
+        except CommitConflict:
+            if attempt == REPLANS:
+                raise
+            log.info("batch %r met another writer on the same items; planning it again", message)
+            continue
+        outcome.replans = attempt - 1
+        return outcome
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class _Step:
+    """What a batch does with one granule, decided before any raster is read."""
+
+    granule: Granule
+    previous: dict[str, Any] | None
+    arrays: dict[str, Any] | None
+    """The ``floe:arrays`` asset the row keeps (the stored one until the rasters are written again)."""
+    write_rasters: bool
+
+
+READ_AHEAD = 1
+"""Granules whose rasters are read (and hashed) on a second thread while the current one is written."""
+
+
+def _plan_steps(writer: Writer, granules: list[Granule]) -> tuple[list[_Step], int]:
+    """Each granule's step, and how many are in the repository unchanged (skipped: a re-run commits nothing)."""
+    stored = writer.stored_items((granule.item["collection"], granule.item["id"]) for granule in granules)
+    steps: list[_Step] = []
+    skipped = 0
+    for granule in granules:
+        item = granule.item
+        group = f"{item['collection']}/{item['id']}"
+        previous = stored.get((item["collection"], item["id"]))
+        stored_arrays = read_arrays_asset(previous) if previous is not None else None
+        # The row keeps its stored asset as it is until the rasters are written again.
+        arrays = ((previous or {}).get("assets") or {}).get(ARRAYS_ASSET) if stored_arrays is not None else None
+        # Without rasters selected this run, arrays already in the repository are kept as they are.
+        same_rasters = not granule.rasters or (
+            stored_arrays is not None
+            and writer.group_exists(group)
+            and sources_unchanged(stored_arrays.sources, granule.rasters, virtual=stored_arrays.virtual)
+        )
+        if previous is not None and same_rasters and without_arrays_asset(previous) == without_arrays_asset(item):
+            skipped += 1
+            continue
+        steps.append(_Step(granule, previous, arrays, write_rasters=bool(granule.rasters) and not same_rasters))
+    return steps, skipped
+
+
+def _read_copy(rasters: dict[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """A copy's inputs, read off the writing thread: each raster's fingerprint, then its pixels."""
+    from ingest.rasters import read_assets
+
+    return _fingerprints(rasters), read_assets(rasters)
+
+
+def _fingerprints(rasters: dict[str, str], *, digest: bool = True) -> dict[str, dict[str, Any]]:
+    """:func:`describe_source` of each raster; a file that vanished or cannot be opened is an InvalidRaster."""
+    described = {}
+    for key, path in rasters.items():
+        try:
+            described[key] = describe_source(path, digest=digest)
+        except OSError as error:
+            raise InvalidRaster(f"granule {path} cannot be read: {error.strerror or error}", path=path) from error
+    return described
+
+
+class _ReadAhead:
+    """:func:`_read_copy` of the steps that copy rasters, in order, on a second thread, ``READ_AHEAD`` in flight."""
+
+    def __init__(self, pool: ThreadPoolExecutor, steps: list[_Step]) -> None:
+        self._pool = pool
+        self._todo = iter([step.granule.rasters for step in steps if step.write_rasters])
+        self._pending: deque[Future[Any]] = deque()
+
+    def next(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        """The next copy's fingerprints and pixels; raises what reading it raised (InvalidRaster)."""
+        while len(self._pending) <= READ_AHEAD:
+            rasters = next(self._todo, None)
+            if rasters is None:
+                break
+            self._pending.append(self._pool.submit(_read_copy, rasters))
+        return self._pending.popleft().result()
+
+    def cancel(self) -> None:
+        """Drop the reads not started yet (a batch that failed will not write them)."""
+        for future in self._pending:
+            future.cancel()
+
+
+def _commit_batch_once(
+    repository: Repository, branch: str, granules: list[Granule], message: str, *, virtual: bool
+) -> BatchOutcome:
+    writer = repository.writer(branch)
+    steps, skipped = _plan_steps(writer, granules)
+    outcome = BatchOutcome(commit=None, skipped=skipped)
+    # Copies read the next granule's rasters (GDAL decodes without the GIL) while this one is written.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="floe-read") as pool:
+        reads = _ReadAhead(pool, [] if virtual else steps)
+        try:
+            for step in steps:
+                _stage(writer, step, outcome, reads, virtual=virtual)
+        finally:
+            reads.cancel()
+    if writer.pending_items or writer.session.has_uncommitted_changes:
+        outcome.commit = writer.commit(message)
+    return outcome
+
+
+def _stage(writer: Writer, step: _Step, outcome: BatchOutcome, reads: _ReadAhead, *, virtual: bool) -> None:
+    """Stage one granule's arrays (when its rasters are new or changed) and row; bad input becomes a rejection."""
+    granule, arrays = step.granule, step.arrays
+    item = granule.item
+    group = f"{item['collection']}/{item['id']}"
+    try:
+        if step.write_rasters:
+            from ingest.rasters import write_granule, write_virtual_or_copy
+
+            referenced = False
+            if virtual:
+                sources = _fingerprints(granule.rasters, digest=False)
+                stored_as = write_virtual_or_copy(writer.store, group, granule.rasters)
+                written, referenced = stored_as.arrays, stored_as.virtual
+                if stored_as.fallback is not None:
+                    outcome.fallbacks.append(Rejection(granule.source, item["id"], stored_as.fallback))
+                # A reference is stale after any change to its file; only a copy is worth a digest.
+                if not referenced:
+                    sources = _fingerprints(granule.rasters)
+            else:
+                sources, read = reads.next()
+                written = write_granule(writer.store, group, granule.rasters, read=read)
+            arrays = arrays_asset(group, sorted(written.variables), sources, virtual=referenced)
+            outcome.bytes_written += written.bytes_written
+            outcome.virtual += referenced
+        if arrays is not None:
+            item = with_arrays_asset(item, arrays)
+        writer.add_item(item, source=granule.source, replace=True, validated=True)
+        outcome.granules += 1
+        outcome.replaced += step.previous is not None
+    except (InvalidItem, InvalidRaster) as error:
+        outcome.rejected.append(Rejection(granule.source, item["id"], error.reason))

@@ -1,0 +1,105 @@
+"""What an ingest run reports: what it committed, what it skipped, and every input it rejected (and why)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ingest.repository import CommitResult
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """One input that was not ingested, and why."""
+
+    source: str
+    item_id: str | None
+    reason: str
+
+    @classmethod
+    def of(cls, error: Exception, source: str, item_id: str | None = None) -> Rejection:
+        """The rejection an error means: the source, item and reason it names (else ``source`` and its message)."""
+        return cls(
+            getattr(error, "source", None) or source,
+            getattr(error, "item_id", None) or item_id,
+            getattr(error, "reason", None) or str(error),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "id": self.item_id, "reason": self.reason}
+
+    def __str__(self) -> str:
+        what = f"item {self.item_id!r} " if self.item_id else ""
+        return f"{self.source}: {what}{self.reason}"
+
+
+@dataclass
+class IngestReport:
+    """What an ingest run did."""
+
+    items_read: int = 0
+    commits: list[CommitResult] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+    skipped: int = 0
+    """Items (and their arrays) that were in the repository already, unchanged."""
+    replaced: int = 0
+    """Items whose row (and arrays, if their rasters changed) replaced an older version."""
+    replans: int = 0
+    """Batches planned again because another writer changed the same items' arrays first."""
+    virtual: int = 0
+    """Granules whose rasters are referenced in place (``--virtual``), not copied."""
+    fallbacks: list[Rejection] = field(default_factory=list)
+    """Granules ``--virtual`` had to copy, and why."""
+    bytes_written: int = 0
+    """Uncompressed pixel bytes copied into arrays."""
+
+    @property
+    def rows_added(self) -> int:
+        return sum(commit.rows_added for commit in self.commits)
+
+    @property
+    def conflicts_retried(self) -> int:
+        return sum(commit.attempts - 1 for commit in self.commits)
+
+    def write_report(self, path: Path) -> None:
+        """The rejections (``"outcome": "rejected"``) and virtual fallbacks (``"copied"``) as JSON lines."""
+        with path.open("w", encoding="utf-8") as stream:
+            for rejection in self.rejected:
+                stream.write(json.dumps({**rejection.to_json(), "outcome": "rejected"}) + "\n")
+            for fallback in self.fallbacks:
+                stream.write(json.dumps({**fallback.to_json(), "outcome": "copied"}) + "\n")
+
+
+ProgressCallback = Callable[[IngestReport], None]
+"""Called with the run's report as it grows (the CLI draws its progress bar from it)."""
+
+
+@dataclass
+class BatchOutcome:
+    """What one batch did."""
+
+    commit: CommitResult | None
+    rejected: list[Rejection] = field(default_factory=list)
+    skipped: int = 0
+    granules: int = 0
+    replaced: int = 0
+    bytes_written: int = 0
+    replans: int = 0
+    virtual: int = 0
+    fallbacks: list[Rejection] = field(default_factory=list)
+
+
+def record(report: IngestReport, outcome: BatchOutcome) -> None:
+    """Add a batch's outcome to the run's report."""
+    report.rejected.extend(outcome.rejected)
+    report.skipped += outcome.skipped
+    report.replaced += outcome.replaced
+    report.replans += outcome.replans
+    report.bytes_written += outcome.bytes_written
+    report.virtual += outcome.virtual
+    report.fallbacks.extend(outcome.fallbacks)
+    if outcome.commit is not None:
+        report.commits.append(outcome.commit)

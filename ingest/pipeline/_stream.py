@@ -1,0 +1,146 @@
+"""The granule stream: every source read, checked and de-duplicated the same way, whichever driver ingests it.
+
+Both drivers (in-process, :func:`~ingest.pipeline.ingest_items`, and Ray,
+:func:`~ingest.pipeline.ingest_with_ray`) consume :func:`granule_stream`, so
+the same input is accepted or rejected, for the same reason, with or without
+Ray. In order:
+
+1. **Read** (:func:`~ingest.pipeline._sources.read_items`): a source that
+   cannot be read or parsed is a rejection naming the file (and line).
+2. **Collections** found in the sources are stored with the repository at
+   once (a small commit of their own, before any writer needs their group);
+   one floe refuses is a rejection.
+3. **Validate** items in chunks: everything but the geometry item by item,
+   then the chunk's geometries in one vectorized parse; an item GEOS refuses
+   is validated again alone so its rejection says why.
+4. **De-duplicate**: an id seen before in this run (same collection) is a
+   rejection naming where it was first seen.
+5. **Assets**: the local rasters of each item that the selection asks for;
+   a selected asset whose file is missing is a rejection naming the file.
+
+Rejections go to the run's report as they happen; granules are yielded in
+input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from ingest.errors import FloeError, InvalidInput
+from ingest.pipeline._granules import Granule, granule_from_item
+from ingest.pipeline._report import IngestReport, Rejection
+from ingest.pipeline._sources import SourcedItem, read_items
+from ingest.repository import Repository
+from ingest.stac import item_as_dict, unparseable_geometries, validate_item
+
+VALIDATION_CHUNK = 2048
+"""Items validated together (their geometries parsed in one vectorized call)."""
+
+METADATA_ONLY: frozenset[str] = frozenset()
+"""An asset selection that selects no raster: items become rows only."""
+
+
+def granule_stream(
+    repository: Repository,
+    sources: Iterable[str | Path],
+    report: IngestReport,
+    *,
+    branch: str,
+    default_collection: str | None = None,
+    assets: set[str] | frozenset[str] | None = METADATA_ONLY,
+    chunk: int = VALIDATION_CHUNK,
+) -> Iterator[Granule]:
+    """Every valid, first-seen granule of ``sources``, in order; rejections are added to ``report``.
+
+    ``assets`` selects the raster assets each granule carries (None: every
+    local raster; empty: none, metadata only). ``chunk`` items are validated
+    at a time (a driver with small batches passes a smaller chunk, so its
+    first batch does not wait for a large one).
+    """
+    seen: dict[tuple[str, str], str] = {}
+    pending: list[SourcedItem] = []
+    for sourced in read_items(sources):
+        if sourced.collection is not None:
+            _store_collection(repository, sourced, report, branch)
+        elif sourced.error is not None:
+            report.rejected.append(Rejection.of(sourced.error, sourced.source))
+        else:
+            report.items_read += 1
+            pending.append(sourced)
+            if len(pending) >= chunk:
+                yield from _granules(pending, report, seen, default_collection, assets)
+                pending = []
+    yield from _granules(pending, report, seen, default_collection, assets)
+
+
+def batched(granules: Iterable[Granule], size: int) -> Iterator[list[Granule]]:
+    """The granules in lists of ``size`` (the last one shorter)."""
+    batch: list[Granule] = []
+    for granule in granules:
+        batch.append(granule)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _store_collection(repository: Repository, sourced: SourcedItem, report: IngestReport, branch: str) -> None:
+    """Keep a STAC Collection found in the sources with the repository; one floe refuses is a rejection."""
+    collection = sourced.collection or {}
+    try:
+        repository.store_collection(collection, branch=branch)
+    except FloeError as error:
+        report.rejected.append(Rejection.of(error, sourced.source, str(collection.get("id"))))
+
+
+def _validated(
+    pending: list[SourcedItem], default_collection: str | None
+) -> list[tuple[SourcedItem, dict[str, object] | InvalidInput]]:
+    """Each pending item validated (or the error that refuses it); geometries parsed in one call."""
+    checked: list[tuple[SourcedItem, dict[str, object] | InvalidInput]] = []
+    for sourced in pending:
+        try:
+            item = validate_item(
+                item_as_dict(sourced.item),
+                source=sourced.source,
+                default_collection=default_collection,
+                check_geometry=False,
+            )
+        except InvalidInput as error:
+            checked.append((sourced, error))
+        else:
+            checked.append((sourced, item))
+    valid = [index for index, (_, outcome) in enumerate(checked) if isinstance(outcome, dict)]
+    for position in unparseable_geometries([checked[index][1] for index in valid]):  # type: ignore[misc]
+        sourced, _ = checked[valid[position]]
+        try:  # the item-by-item parse names the problem
+            validate_item(item_as_dict(sourced.item), source=sourced.source, default_collection=default_collection)
+        except InvalidInput as error:
+            checked[valid[position]] = (sourced, error)
+    return checked
+
+
+def _granules(
+    pending: list[SourcedItem],
+    report: IngestReport,
+    seen: dict[tuple[str, str], str],
+    default_collection: str | None,
+    assets: set[str] | frozenset[str] | None,
+) -> Iterator[Granule]:
+    for sourced, outcome in _validated(pending, default_collection):
+        if isinstance(outcome, InvalidInput):
+            report.rejected.append(Rejection.of(outcome, sourced.source))
+            continue
+        item_id, key = str(outcome["id"]), (str(outcome["collection"]), str(outcome["id"]))
+        if key in seen:
+            report.rejected.append(Rejection(sourced.source, item_id, f"duplicate id (first seen in {seen[key]})"))
+            continue
+        seen[key] = sourced.source
+        granule = granule_from_item(outcome, sourced.source, sourced.path, None if assets is None else set(assets))
+        if granule.missing:
+            asset, path = next(iter(granule.missing.items()))
+            report.rejected.append(Rejection(sourced.source, item_id, f"asset {asset!r} does not exist: {path}"))
+            continue
+        yield granule
