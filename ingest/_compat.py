@@ -93,11 +93,13 @@ def rasterio_attributes(dataset: rasterio.DatasetReader) -> dict[str, Any]:
 
 
 # -- virtualizarr 2.8 / virtual-tiff 0.5 -----------------------------------------------------------
-def manifest_entries(manifest: ChunkManifest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def manifest_entries(manifest: ChunkManifest) -> tuple[Any, np.ndarray, np.ndarray]:
     """A chunk manifest's paths, offsets and lengths as the arrays it keeps (one entry per chunk of the grid).
 
     ``ChunkManifest._paths``, ``._offsets`` and ``._lengths``: the public
-    accessors build a dict per chunk, too slow for thousands of tiles.
+    accessors build a dict per chunk, too slow for thousands of tiles. The
+    paths are a NumPy ``StringDType`` array (typed ``Any`` here: ``from_arrays``
+    wants that dtype, which NumPy's stubs cannot spell for a derived array).
     """
     return manifest._paths, manifest._offsets, manifest._lengths
 

@@ -467,11 +467,12 @@ def check(
 
 # -- lifecycle: gc, replicate (check is above) --------------------------------------------------
 def _human_bytes(count: int) -> str:
+    size = float(count)
     for unit in ("B", "KB", "MB", "GB"):
-        if count < 1024 or unit == "GB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count} B"  # pragma: no cover
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"  # pragma: no cover
 
 
 @app.command("gc")

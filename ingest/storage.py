@@ -24,7 +24,7 @@ from ingest.config import S3Settings, Settings
 from ingest.errors import InvalidRoot
 
 if TYPE_CHECKING:
-    from pyiceberg.io import FileIO
+    from pyiceberg.io.pyarrow import PyArrowFileIO
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Location:
         }
         return {key: value for key, value in properties.items() if value is not None}
 
-    def file_io(self) -> FileIO:
+    def file_io(self) -> PyArrowFileIO:
         """A PyArrow FileIO that reads and writes this root's table files."""
         from pyiceberg.io.pyarrow import PyArrowFileIO
 

@@ -66,7 +66,7 @@ def replacing_file(target: Path, mode: str = "w") -> Iterator[Any]:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as stream:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as stream:
             yield stream
         os.replace(temporary, target)
     except BaseException:

@@ -32,7 +32,15 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from ingest._compat import geoparquet_metadata
 from ingest.export._common import ExportResult, replacing_file
 from ingest.repository import View
-from ingest.stac import OVERFLOW, TIMESTAMP, arrow_to_items, normalize_type, parse_datetime, render_datetime
+from ingest.stac import (
+    OVERFLOW,
+    TIMESTAMP,
+    arrow_to_items,
+    loads_json,
+    normalize_type,
+    parse_datetime,
+    render_datetime,
+)
 
 GEOPARQUET_VERSION = "1.1.0"
 # Properties stac-geoparquet stores (and its reader expects) as timestamps.
@@ -68,7 +76,7 @@ def _timestamps_from_text(column: pa.Array, name: str, overflow: list[str | None
             except ValueError:
                 parsed = None
             if parsed is None or render_datetime(parsed) != text:
-                payload = json.loads(overflow[row]) if overflow[row] else {}
+                payload = loads_json(overflow[row] or "{}")
                 payload.setdefault("properties", {})[name] = text
                 overflow[row] = json.dumps(payload, separators=(",", ":"), allow_nan=True)
         values.append(parsed)

@@ -32,13 +32,13 @@ def export_ndjson(view: View, out: str | os.PathLike[str] | TextIO) -> ExportRes
     """
     if isinstance(out, str) and out == "-":
         out = sys.stdout
-    if hasattr(out, "write"):
-        count, collections = write_ndjson(view, out)  # type: ignore[arg-type]
-        out.flush()  # type: ignore[union-attr]
-        target = "-"
-    else:
-        target_path = Path(out)  # type: ignore[arg-type]
+    if isinstance(out, str | os.PathLike):
+        target_path = Path(out)
         with replacing_file(target_path) as stream:
             count, collections = write_ndjson(view, stream)
         target = str(target_path)
+    else:
+        count, collections = write_ndjson(view, out)
+        out.flush()
+        target = "-"
     return ExportResult("ndjson", count, collections, view.ref, view.snapshot_id, target)

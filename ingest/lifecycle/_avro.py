@@ -18,6 +18,7 @@ from pyiceberg.avro.reader import Reader
 from pyiceberg.avro.resolver import construct_reader, resolve_reader
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
+from pyiceberg.types import NestedField, StructType
 from pyiceberg.utils.schema_conversion import AvroSchemaConversion
 
 AVRO_SCHEMA_KEY = "avro.schema"
@@ -54,7 +55,14 @@ def read_avro(data: bytes) -> tuple[Schema, dict[str, str], list[Record]]:
     return schema, dict(header.meta), records
 
 
-def field_position(fields: tuple, name: str) -> int:
+def struct_fields(field: NestedField) -> tuple[NestedField, ...]:
+    """The fields of a struct-typed field (``data_file`` of a manifest entry)."""
+    if not isinstance(field.field_type, StructType):
+        raise ValueError(f"the Avro field {field.name!r} is not a record")
+    return field.field_type.fields
+
+
+def field_position(fields: tuple[NestedField, ...], name: str) -> int:
     """The position of the field called ``name`` among ``fields``."""
     for position, field in enumerate(fields):
         if field.name == name:

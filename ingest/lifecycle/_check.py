@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
 
 from pyiceberg.manifest import ManifestFile
+from pyiceberg.table import Table
 
 from ingest.errors import FloeError
 from ingest.repository import Repository, View
@@ -94,54 +95,23 @@ def check_ref(repository: Repository, ref: str, *, deep: bool = False) -> list[P
 def _check_table(repository: Repository, ref: str, *, deep: bool = False) -> list[Problem]:
     """Problems with one ref: its pointer, metadata.json, manifest list, manifests and data files.
 
-    ``deep`` also compares recorded sizes, checks every row's array group, and
-    that every local file virtual chunks reference exists.
+    ``deep`` also compares recorded sizes and checks every row's array group.
     """
-    try:
-        snapshot_id = repository.resolve(ref)
-    except FloeError as error:
-        return [Problem(ref, None, str(error))]
-    try:
-        location = repository.metadata_location_of(snapshot_id)
-    except FloeError as error:
-        return [Problem(ref, snapshot_id, str(error))]
-    if not _exists(repository, location):
-        return [Problem(ref, snapshot_id, f"table metadata {location} is missing")]
-    try:
-        table = repository.catalog.load_at(location)
-    except Exception as error:  # noqa: BLE001 - any parse failure is a finding, not a crash
-        return [Problem(ref, snapshot_id, f"table metadata {location} cannot be read: {error}")]
+    loaded = _table_version(repository, ref)
+    if isinstance(loaded, Problem):
+        return [loaded]
+    snapshot_id, table = loaded
     snapshot = table.current_snapshot()
     if snapshot is None:
         return []
-    problems: list[Problem] = []
     if not _exists(repository, snapshot.manifest_list):
         return [Problem(ref, snapshot_id, f"manifest list {snapshot.manifest_list} is missing")]
     try:
         manifests: list[ManifestFile] = snapshot.manifests(repository.io)
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:  # noqa: BLE001 - any parse failure is a finding, not a crash
         return [Problem(ref, snapshot_id, f"manifest list {snapshot.manifest_list} cannot be read: {error}")]
-    readable = True
-    for manifest in manifests:
-        if not _exists(repository, manifest.manifest_path):
-            problems.append(Problem(ref, snapshot_id, f"manifest {manifest.manifest_path} is missing"))
-            readable = False
-            continue
-        if deep and (found := _size_problem(repository, "manifest", manifest.manifest_path, manifest.manifest_length)):
-            problems.append(Problem(ref, snapshot_id, found))
-        try:
-            entries = manifest.fetch_manifest_entry(repository.io, discard_deleted=True)
-        except Exception as error:  # noqa: BLE001
-            problems.append(Problem(ref, snapshot_id, f"manifest {manifest.manifest_path} cannot be read: {error}"))
-            readable = False
-            continue
-        for entry in entries:
-            path = entry.data_file.file_path
-            if not _exists(repository, path):
-                problems.append(Problem(ref, snapshot_id, f"data file {path} is missing"))
-                readable = False
-            elif deep and (found := _size_problem(repository, "data file", path, entry.data_file.file_size_in_bytes)):
-                problems.append(Problem(ref, snapshot_id, found))
+    findings, readable = _check_files(repository, manifests, deep=deep)
+    problems = [Problem(ref, snapshot_id, what) for what in findings]
     if deep and readable:
         try:
             view = View(repository, ref, snapshot_id)
@@ -149,6 +119,54 @@ def _check_table(repository: Repository, ref: str, *, deep: bool = False) -> lis
         except Exception as error:  # noqa: BLE001 - unreadable rows are a finding
             problems.append(Problem(ref, snapshot_id, f"rows cannot be read: {error}"))
     return problems
+
+
+def _table_version(repository: Repository, ref: str) -> tuple[str, Table] | Problem:
+    """The snapshot a ref names and the table version its pointer names, or the problem that stops there."""
+    try:
+        snapshot_id = repository.resolve(ref)
+    except FloeError as error:
+        return Problem(ref, None, str(error))
+    try:
+        location = repository.metadata_location_of(snapshot_id)
+    except FloeError as error:
+        return Problem(ref, snapshot_id, str(error))
+    if not _exists(repository, location):
+        return Problem(ref, snapshot_id, f"table metadata {location} is missing")
+    try:
+        return snapshot_id, repository.catalog.load_at(location)
+    except Exception as error:  # noqa: BLE001 - any parse failure is a finding, not a crash
+        return Problem(ref, snapshot_id, f"table metadata {location} cannot be read: {error}")
+
+
+def _check_files(repository: Repository, manifests: list[ManifestFile], *, deep: bool) -> tuple[list[str], bool]:
+    """What is wrong with the manifests and the data files they list, and whether every row can be read."""
+    findings: list[str] = []
+    readable = True
+    for manifest in manifests:
+        path = manifest.manifest_path
+        if not _exists(repository, path):
+            findings.append(f"manifest {path} is missing")
+            readable = False
+            continue
+        if deep and (found := _size_problem(repository, "manifest", path, manifest.manifest_length)):
+            findings.append(found)
+        try:
+            entries = manifest.fetch_manifest_entry(repository.io, discard_deleted=True)
+        except Exception as error:  # noqa: BLE001
+            findings.append(f"manifest {path} cannot be read: {error}")
+            readable = False
+            continue
+        for entry in entries:
+            data_path = entry.data_file.file_path
+            if not _exists(repository, data_path):
+                findings.append(f"data file {data_path} is missing")
+                readable = False
+            elif deep and (
+                found := _size_problem(repository, "data file", data_path, entry.data_file.file_size_in_bytes)
+            ):
+                findings.append(found)
+    return findings, readable
 
 
 def check(

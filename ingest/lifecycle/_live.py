@@ -24,7 +24,7 @@ import icechunk
 from pyiceberg.io import FileIO
 
 from ingest.errors import UnreadableTableFile
-from ingest.lifecycle._avro import field_position, read_avro
+from ingest.lifecycle._avro import field_position, read_avro, struct_fields
 from ingest.repository import CommitMetadata
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class TableWalker:
         try:
             schema, _, entries = read_avro(data)
             data_file_at = field_position(schema.fields, "data_file")
-            data_file_fields = schema.fields[data_file_at].field_type.fields
+            data_file_fields = struct_fields(schema.fields[data_file_at])
             path_at = field_position(data_file_fields, "file_path")
             size_at = field_position(data_file_fields, "file_size_in_bytes")
         except Exception as error:

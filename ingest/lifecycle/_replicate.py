@@ -115,128 +115,182 @@ def replicate(
     target_location = Location.parse(target_root, settings)
     if source_location.url == target_location.url:
         raise InvalidRoot(f"source and target are the same root {source_location.url}")
-    source, target = RootFiles(source_location), RootFiles(target_location)
-    report = ReplicateReport(source_location.url, target_location.url, dry_run)
+    run = _Replication(source_location, target_location, dry_run)
+    run.capture_refs()  # 1
+    run.plan_copies()  # 2, 3
+    if dry_run:
+        run.count_rewrites()
+        return run.report
+    run.copy()
+    run.rewrite(MANIFEST)
+    run.rewrite(MANIFEST_LIST)
+    run.verify()  # 4
+    run.move_refs()  # 5
+    return run.report
 
-    # 1. The ref set, captured once.
-    if source.stat(REPO_OBJECT) is None:
-        raise RepositoryNotFound(f"no floe repository at {source_location.url}")
-    repo_bytes = source.read(REPO_OBJECT)
-    pointers, report.branches, report.tags = _capture_refs(repo_bytes)
-    report.snapshots = len(pointers)
 
-    # 2. Icechunk objects the target lacks.
-    source_objects = {
-        path: stat
-        for path, stat in source.list(ARRAYS_DIR).items()
-        if path != REPO_OBJECT and not path.startswith(NOT_COPIED)
-    }
-    target_objects = target.list(ARRAYS_DIR)
-    missing_objects = [
-        (path, stat.size)
-        for path, stat in sorted(source_objects.items())
-        if (have := target_objects.get(path)) is None or have.size != stat.size
-    ]
+class _Replication:
+    """One run of the protocol in this module's docstring; each method is one of its steps."""
 
-    # 3. Table files the captured history needs and the target lacks.
-    target_tables = target.list(TABLES_DIR)
-    source_prefix, target_prefix = source_location.tables_url, target_location.tables_url
+    def __init__(self, source_location: Location, target_location: Location, dry_run: bool) -> None:
+        self.source_location, self.target_location = source_location, target_location
+        self.source, self.target = RootFiles(source_location), RootFiles(target_location)
+        self.source_prefix, self.target_prefix = source_location.tables_url, target_location.tables_url
+        self.report = ReplicateReport(source_location.url, target_location.url, dry_run)
+        self.repo_bytes = b""
+        self.metadata_files: set[str] = set()
+        self.source_objects: dict[str, FileStat] = {}
+        self.target_tables: dict[str, FileStat] = {}
+        self.live = LiveFiles()
+        self.by_kind: dict[str, list[str]] = {DATA: [], MANIFEST: [], MANIFEST_LIST: [], METADATA: []}
+        self.written: dict[str, int] = {}
+        """Target path -> bytes of each table file rewritten in this run."""
 
-    def relative(location: str) -> str:
-        path = source.relative(location)
+    def relative(self, location: str) -> str:
+        """A source table file's path relative to the root (the same path at the target)."""
+        path = self.source.relative(location)
         if path is None or not path.startswith(TABLES_DIR + "/"):
-            raise UnreadableTableFile(f"table file {location} lies outside {source_prefix}; cannot replicate it")
+            raise UnreadableTableFile(f"table file {location} lies outside {self.source_prefix}; cannot replicate it")
         return path
 
-    metadata_files = {source_location.join(TABLES_DIR, pointer) for pointer in pointers.values()}
-    live, _ = live_table_files(
-        source_location.file_io(), metadata_files, skip=lambda location: relative(location) in target_tables
-    )
-    by_kind: dict[str, list[str]] = {DATA: [], MANIFEST: [], MANIFEST_LIST: [], METADATA: []}
-    for location, kind in live.kinds.items():
-        by_kind[kind].append(location)
+    def capture_refs(self) -> None:
+        """Step 1: the ref set, captured once (the bytes of ``arrays/repo``), and every pointer of its history."""
+        if self.source.stat(REPO_OBJECT) is None:
+            raise RepositoryNotFound(f"no floe repository at {self.source_location.url}")
+        self.repo_bytes = self.source.read(REPO_OBJECT)
+        pointers, self.report.branches, self.report.tags = _capture_refs(self.repo_bytes)
+        self.report.snapshots = len(pointers)
+        self.metadata_files = {self.source_location.join(TABLES_DIR, pointer) for pointer in pointers.values()}
 
-    def copy(path: str) -> None:
-        try:
-            target.write(path, source.read(path))
-        except OSError as error:  # e.g. a gc of the source removed it meanwhile, or the target refused the write
-            raise ReplicationFailed(f"copying {path} failed: {error}; refs were not moved") from error
+    def plan_copies(self) -> None:
+        """Steps 2 and 3: the Icechunk objects, and the table files the captured history needs, the target lacks."""
+        self.source_objects = {
+            path: stat
+            for path, stat in self.source.list(ARRAYS_DIR).items()
+            if path != REPO_OBJECT and not path.startswith(NOT_COPIED)
+        }
+        target_objects = self.target.list(ARRAYS_DIR)
+        missing_objects = [
+            (path, stat.size)
+            for path, stat in sorted(self.source_objects.items())
+            if (have := target_objects.get(path)) is None or have.size != stat.size
+        ]
+        self.target_tables = self.target.list(TABLES_DIR)
+        self.live, _ = live_table_files(
+            self.source_location.file_io(),
+            self.metadata_files,
+            skip=lambda location: self.relative(location) in self.target_tables,
+        )
+        for location, kind in self.live.kinds.items():
+            self.by_kind[kind].append(location)
+        data_to_copy = []
+        for location in sorted(self.by_kind[DATA]):
+            path = self.relative(location)
+            have = self.target_tables.get(path)
+            if have is None or have.size != self.live.recorded_sizes[location]:
+                data_to_copy.append((path, self.live.recorded_sizes[location]))
+        self.report.copied = missing_objects + data_to_copy
 
-    data_to_copy = []
-    for location in sorted(by_kind[DATA]):
-        path = relative(location)
-        have = target_tables.get(path)
-        if have is None or have.size != live.recorded_sizes[location]:
-            data_to_copy.append((path, live.recorded_sizes[location]))
-    report.copied = missing_objects + data_to_copy
-    if dry_run:
+    def count_rewrites(self) -> None:
+        """A dry run's tally of the table metadata files the target lacks (sizes as at the source)."""
         for kind in (MANIFEST, MANIFEST_LIST, METADATA):
-            for location in sorted(by_kind[kind]):
-                path = relative(location)
-                if path not in target_tables:
-                    stat = source.stat(path)
-                    report.rewritten.append((path, stat.size if stat else 0))
-        return report
+            for location in sorted(self.by_kind[kind]):
+                path = self.relative(location)
+                if path not in self.target_tables:
+                    stat = self.source.stat(path)
+                    self.report.rewritten.append((path, stat.size if stat else 0))
 
-    with ThreadPoolExecutor(COPY_THREADS) as pool:
-        list(pool.map(copy, [path for path, _ in report.copied]))
-    written: dict[str, int] = {}  # target path -> bytes, for the rewritten files
+    def copy(self) -> None:
+        """Steps 2 and 3: copy the objects and data files byte for byte, several at a time."""
 
-    def rewrite(kind: str) -> None:
-        for location in sorted(by_kind[kind]):
-            path = relative(location)
-            if path in target_tables or path in written:
+        def copy_one(path: str) -> None:
+            try:
+                self.target.write(path, self.source.read(path))
+            except OSError as error:  # e.g. a gc of the source removed it meanwhile, or the target refused the write
+                raise ReplicationFailed(f"copying {path} failed: {error}; refs were not moved") from error
+
+        with ThreadPoolExecutor(COPY_THREADS) as pool:
+            list(pool.map(copy_one, [path for path, _ in self.report.copied]))
+
+    def rewrite(self, kind: str) -> None:
+        """Step 3: write the table files of ``kind`` the target lacks, with their locations rewritten for it."""
+        for location in sorted(self.by_kind[kind]):
+            path = self.relative(location)
+            if path in self.target_tables or path in self.written:
                 continue
-            data = source.read(path)
-            target_location_of = target_prefix + location[len(source_prefix) :]
+            data = self.source.read(path)
+            at_target = self.target_prefix + location[len(self.source_prefix) :]
             if kind == MANIFEST:
-                new = rewrite_manifest(target_location_of, data, source_prefix, target_prefix)
+                new = rewrite_manifest(at_target, data, self.source_prefix, self.target_prefix)
             elif kind == MANIFEST_LIST:
-                lengths = {}
-                for manifest in live.manifests_of[location]:
-                    manifest_path = relative(manifest)
-                    size = written.get(manifest_path)
-                    if size is None:
-                        size = target_tables[manifest_path].size
-                    lengths[target_prefix + manifest[len(source_prefix) :]] = size
-                new = rewrite_manifest_list(target_location_of, data, source_prefix, target_prefix, lengths)
+                lengths = self._manifest_lengths(location)
+                new = rewrite_manifest_list(at_target, data, self.source_prefix, self.target_prefix, lengths)
             else:
-                new = rewrite_metadata_json(data, source_prefix, target_prefix)
-            target.write(path, new)
-            written[path] = len(new)
-            report.rewritten.append((path, len(new)))
+                new = rewrite_metadata_json(data, self.source_prefix, self.target_prefix)
+            self.target.write(path, new)
+            self.written[path] = len(new)
+            self.report.rewritten.append((path, len(new)))
 
-    rewrite(MANIFEST)
-    rewrite(MANIFEST_LIST)
+    def _manifest_lengths(self, manifest_list: str) -> dict[str, int]:
+        """Target location -> length of each manifest a manifest list names (rewritten now, or earlier)."""
+        lengths = {}
+        for manifest in self.live.manifests_of[manifest_list]:
+            manifest_path = self.relative(manifest)
+            size = self.written.get(manifest_path)
+            if size is None:
+                size = self.target_tables[manifest_path].size
+            lengths[self.target_prefix + manifest[len(self.source_prefix) :]] = size
+        return lengths
 
-    # 4. Verify before any ref moves. metadata.json files go last, once what they need has verified: a
-    # metadata.json at the target means its files are there, so later runs need not walk it again.
-    def fail_on(problems: list[str]) -> None:
+    def verify(self) -> None:
+        """Step 4: verify before any ref moves, then write the metadata.json files and check they are there.
+
+        metadata.json files go last, once what they need has verified: a
+        metadata.json at the target means its files are there, so later runs
+        need not walk it again.
+        """
+        self._fail_on(
+            _verify(
+                self.source_objects,
+                self.live,
+                self.by_kind,
+                self.written,
+                self.relative,
+                self.target,
+                self.target_prefix,
+            )
+        )
+        self.rewrite(METADATA)
+        present = self.target.list(TABLES_DIR)
+        self._fail_on(
+            [
+                f"{self.relative(location)}: missing"
+                for location in self.metadata_files
+                if self.relative(location) not in present
+            ]
+        )
+
+    def _fail_on(self, problems: list[str]) -> None:
         if problems:
             shown = "; ".join(problems[:10])
             raise ReplicationFailed(
-                f"target {target_location.url} did not verify ({len(problems)} problem(s): {shown}); "
+                f"target {self.target_location.url} did not verify ({len(problems)} problem(s): {shown}); "
                 "refs were not moved"
             )
 
-    fail_on(_verify(source_objects, live, by_kind, written, relative, target, target_prefix))
-    rewrite(METADATA)
-    present = target.list(TABLES_DIR)
-    fail_on([f"{relative(location)}: missing" for location in metadata_files if relative(location) not in present])
-
-    # 5. Refs last, in one atomic write.
-    with target_location.mutation_lock():
-        target.write(REPO_OBJECT, repo_bytes)
-    report.refs_moved = True
-    log.info(
-        "replicated %s -> %s: %d file(s) copied, %d rewritten, %d bytes",
-        source_location.url,
-        target_location.url,
-        len(report.copied),
-        len(report.rewritten),
-        report.bytes_written,
-    )
-    return report
+    def move_refs(self) -> None:
+        """Step 5: the captured ref set, written to the target in one atomic write."""
+        with self.target_location.mutation_lock():
+            self.target.write(REPO_OBJECT, self.repo_bytes)
+        self.report.refs_moved = True
+        log.info(
+            "replicated %s -> %s: %d file(s) copied, %d rewritten, %d bytes",
+            self.source_location.url,
+            self.target_location.url,
+            len(self.report.copied),
+            len(self.report.rewritten),
+            self.report.bytes_written,
+        )
 
 
 def _verify(  # noqa: PLR0917 - the pieces of one replication

@@ -19,7 +19,7 @@ from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.schema import Schema
 from pyiceberg.typedef import Record
 
-from ingest.lifecycle._avro import AVRO_SCHEMA_KEY, field_position, read_avro
+from ingest.lifecycle._avro import AVRO_SCHEMA_KEY, field_position, read_avro, struct_fields
 
 
 class _BytesInput(InputFile):
@@ -34,7 +34,7 @@ class _BytesInput(InputFile):
         return True
 
     def open(self, seekable: bool = True) -> InputStream:
-        return io.BytesIO(self._data)  # type: ignore[return-value]
+        return io.BytesIO(self._data)
 
 
 class _KeptBytes(io.BytesIO):
@@ -63,7 +63,7 @@ class _BytesOutput(OutputFile):
         return _BytesInput(self.location, self.stream.value)
 
     def create(self, overwrite: bool = False) -> OutputStream:
-        return self.stream  # type: ignore[return-value]
+        return self.stream
 
 
 def _rewrite_avro(location: str, data: bytes, change: Callable[[Schema, Record], None], name: str) -> bytes:
@@ -108,7 +108,7 @@ def rewrite_manifest(location: str, data: bytes, source_prefix: str, target_pref
     def change(schema: Schema, entry: Record) -> None:
         data_file_position = field_position(schema.fields, "data_file")
         data_file = entry[data_file_position]
-        path_position = field_position(schema.fields[data_file_position].field_type.fields, "file_path")
+        path_position = field_position(struct_fields(schema.fields[data_file_position]), "file_path")
         data_file[path_position] = rebase_location(data_file[path_position], source_prefix, target_prefix)
 
     return _rewrite_avro(location, data, change, "manifest_entry")

@@ -101,8 +101,8 @@ def granule_from_item(
     rasters: dict[str, str] = {}
     missing: dict[str, str] = {}
     base = item_file.parent if item_file is not None else None
-    entries = item.get("assets") if isinstance(item.get("assets"), dict) else {}
-    for key, asset in entries.items():
+    entries = item.get("assets")
+    for key, asset in (entries if isinstance(entries, dict) else {}).items():
         if not isinstance(asset, dict) or key == ARRAYS_ASSET:
             continue
         if assets is not None and key not in assets:

@@ -77,10 +77,11 @@ def start_ray(workers: int, address: str | None = None) -> bool:
 
 
 def _join_failure(address: str, error: BaseException) -> str:
-    causes = []
-    while error is not None and len(causes) < 4:
-        causes.append(str(error))
-        error = error.__cause__ or error.__context__
+    causes: list[str] = []
+    cause: BaseException | None = error
+    while cause is not None and len(causes) < 4:
+        causes.append(str(cause))
+        cause = cause.__cause__ or cause.__context__
     detail = " ".join(causes)
     if "InvalidAuthToken" in detail or "Authentication" in detail:
         # Ray sends its token only to clusters it finds itself, never to an address it is given.
@@ -111,27 +112,15 @@ def ingest_with_ray(
     chunks) instead of copied; granules that cannot be referenced are copied
     and listed in the report's ``fallbacks``.
     """
-    import ray
-
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
     message = message or "floe ingest"
     report = IngestReport()
     sources = list(sources)
     if virtual:
-        # Actors read the repository config when they open it: the containers must be there first.
-        local = [Path(source).resolve() for source in sources if str(source) != "-" and Path(source).exists()]
-        try:
-            repository.allow_virtual_sources(local)
-        except ValueError as error:  # a path a file:// URL cannot hold: those granules are copied, and say why
-            log.warning("cannot reference rasters in place under every source: %s", error)
+        _allow_virtual_sources(repository, sources)
     started = start_ray(workers, ray_address)
-    actor_class = ray.remote(num_cpus=1)(GranuleWriter)
-    actors = [
-        actor_class.remote(repository.location.url, repository.settings.model_dump(), branch) for _ in range(workers)
-    ]
-    idle = list(actors)
-    in_flight: dict[Any, Any] = {}
+    pool = _ActorPool(repository, branch, workers, report, progress)
     known_collections: set[str] = set()
     granules = granule_stream(
         repository,
@@ -142,38 +131,81 @@ def ingest_with_ray(
         assets=select_assets(assets),
         chunk=min(VALIDATION_CHUNK, batch_size),
     )
+    try:
+        for number, batch in enumerate(batched(granules, batch_size), start=1):
+            # A collection's group is created in a commit of its own before writers stage arrays under it.
+            collections = {granule.item["collection"] for granule in batch} - known_collections
+            if collections:
+                repository.ensure_groups(sorted(collections), branch=branch)
+                known_collections |= collections
+            pool.submit(batch, f"{message} (batch {number})", virtual)
+        pool.drain()
+    finally:
+        pool.close(shutdown=started)
+    return report
 
-    def collect(done: list[Any]) -> None:
+
+def _allow_virtual_sources(repository: Repository, sources: list[str | Path]) -> None:
+    """Actors read the repository config when they open it: the virtual chunk containers must be there first."""
+    local = [Path(source).resolve() for source in sources if str(source) != "-" and Path(source).exists()]
+    try:
+        repository.allow_virtual_sources(local)
+    except ValueError as error:  # a path a file:// URL cannot hold: those granules are copied, and say why
+        log.warning("cannot reference rasters in place under every source: %s", error)
+
+
+class _ActorPool:
+    """``workers`` GranuleWriter actors, each given one batch at a time; outcomes go to the run's report."""
+
+    def __init__(
+        self, repository: Repository, branch: str, workers: int, report: IngestReport, progress: ProgressCallback | None
+    ) -> None:
+        import ray
+
+        actor_class: Any = ray.remote(num_cpus=1)(GranuleWriter)
+        settings = repository.settings.model_dump()
+        self.actors = [actor_class.remote(repository.location.url, settings, branch) for _ in range(workers)]
+        self.idle = list(self.actors)
+        self.in_flight: dict[Any, Any] = {}
+        self.report = report
+        self.progress = progress
+
+    def submit(self, batch: list[Granule], message: str, virtual: bool) -> None:
+        """Give ``batch`` to an idle actor, first waiting for one to finish if none is."""
+        if not self.idle:
+            self._collect_one()
+        actor = self.idle.pop()
+        self.in_flight[actor.ingest.remote(batch, message, virtual)] = actor
+        self._report_progress()
+
+    def drain(self) -> None:
+        """Wait for every batch in flight."""
+        while self.in_flight:
+            self._collect_one()
+
+    def _collect_one(self) -> None:
+        import ray
+
+        done, _ = ray.wait(list(self.in_flight), num_returns=1)
         for reference in done:
-            idle.append(in_flight.pop(reference))
+            self.idle.append(self.in_flight.pop(reference))
             try:
                 outcome: BatchOutcome = ray.get(reference)
             except ray.exceptions.RayTaskError as error:
                 cause = error.cause if isinstance(error.cause, FloeError) else error
                 raise cause from None
-            record(report, outcome)
-            if progress:
-                progress(report)
+            record(self.report, outcome)
+            self._report_progress()
 
-    try:
-        for number, batch in enumerate(batched(granules, batch_size), start=1):
-            collections = {granule.item["collection"] for granule in batch} - known_collections
-            if collections:
-                repository.ensure_groups(sorted(collections), branch=branch)
-                known_collections |= collections
-            if not idle:
-                done, _ = ray.wait(list(in_flight), num_returns=1)
-                collect(done)
-            actor = idle.pop()
-            in_flight[actor.ingest.remote(batch, f"{message} (batch {number})", virtual)] = actor
-            if progress:
-                progress(report)
-        while in_flight:
-            done, _ = ray.wait(list(in_flight), num_returns=1)
-            collect(done)
-    finally:
-        for actor in actors:
+    def _report_progress(self) -> None:
+        if self.progress:
+            self.progress(self.report)
+
+    def close(self, *, shutdown: bool) -> None:
+        """Stop the actors (and, with ``shutdown``, the Ray this run started)."""
+        import ray
+
+        for actor in self.actors:
             ray.kill(actor)
-        if started:
+        if shutdown:
             ray.shutdown()
-    return report

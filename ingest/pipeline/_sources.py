@@ -108,7 +108,7 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
     sources = list(sources)
     named = {Path(source): True for source in sources if str(source) != STDIN and Path(source).is_file()}
     for path in expand_paths(sources):
-        if path == STDIN:
+        if isinstance(path, str):  # only STDIN is named by a string
             yield from _read_ndjson(sys.stdin, "<stdin>")
             continue
         label = str(path)
@@ -153,7 +153,10 @@ def _walk_catalog(path: Path) -> Iterator[SourcedItem]:
     except Exception as error:  # noqa: BLE001 - pystac raises many kinds; all mean "not a readable catalog"
         yield SourcedItem(str(path), error=InvalidSource(f"not a readable STAC catalog ({error})"))
         return
-    collections = [root] if isinstance(root, pystac.Collection) else []
+    if not isinstance(root, pystac.Catalog):  # a Collection is a Catalog too
+        yield SourcedItem(str(path), error=InvalidSource(f"not a STAC catalog or collection ({type(root).__name__})"))
+        return
+    collections: list[pystac.Collection] = [root] if isinstance(root, pystac.Collection) else []
     collections += list(root.get_all_collections())
     for collection in collections:
         yield SourcedItem(collection.self_href or str(path), collection=collection.to_dict(include_self_link=False))

@@ -306,7 +306,7 @@ def _array_metadata(variable: xr.Variable, chunks: tuple[int, ...]) -> ArrayV3Me
         fill_value=np.nan if dtype.kind == "f" else 0,
         codecs=_CODECS,
         attributes={key: encode_zarr_attr_value(value) for key, value in attrs.items()},
-        dimension_names=variable.dims or None,
+        dimension_names=[str(dim) for dim in variable.dims] or None,
         storage_transformers=None,
     )
 

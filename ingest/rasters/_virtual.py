@@ -314,8 +314,8 @@ def _with_band_axis(manifest: ManifestArray) -> ManifestArray:
         return manifest
     metadata = copy_and_replace_metadata(
         manifest.metadata,
-        new_shape=(1, *manifest.shape),
-        new_chunks=(1, *manifest.metadata.chunks),
+        new_shape=[1, *manifest.shape],
+        new_chunks=[1, *manifest.metadata.chunks],
         new_dimension_names=("band", "y", "x"),
     )
     paths, offsets, lengths = manifest_entries(manifest.manifest)
@@ -449,7 +449,7 @@ def _coordinate_documents(path: str, variable: xr.Variable) -> tuple[dict[str, B
         fill_value=np.nan if values.dtype.kind == "f" else 0,
         codecs=(BytesCodec(endian="little"),),
         attributes={key: encode_zarr_attr_value(value) for key, value in variable.attrs.items()},
-        dimension_names=variable.dims or None,
+        dimension_names=[str(dim) for dim in variable.dims] or None,
         storage_transformers=None,
     )
     prototype = default_buffer_prototype()
@@ -471,7 +471,7 @@ def _reference_array_documents(path: str, source: _Source) -> dict[str, Buffer]:
     metadata = dataclasses.replace(
         source.manifest.metadata,
         attributes={key: encode_zarr_attr_value(value) for key, value in attrs.items()},
-        dimension_names=pixels.dims,
+        dimension_names=tuple(str(dim) for dim in pixels.dims),
         chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
     )
     return {f"{path}/{key}": value for key, value in metadata.to_buffer_dict(default_buffer_prototype()).items()}

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DataFile,
@@ -49,7 +50,7 @@ from ingest._compat import transaction_updates
 
 MIN_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
 TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
-AVRO_COMPRESSION = "zstd"
+AVRO_COMPRESSION: AvroCompressionCodec = "zstandard"
 
 
 def _metadata_path(metadata: TableMetadata, name: str) -> str:
@@ -275,6 +276,9 @@ def plan_commit(
             parent_snapshot_id=parent.snapshot_id if parent else None,
             ref_name=MAIN_BRANCH,
             type=SnapshotRefType.BRANCH,
+            max_ref_age_ms=None,
+            max_snapshot_age_ms=None,
+            min_snapshots_to_keep=None,
         ),
     )
     requirement = AssertRefSnapshotId(snapshot_id=parent.snapshot_id if parent else None, ref=MAIN_BRANCH)

@@ -119,19 +119,19 @@ class PointerCatalog(MetastoreCatalog):
     def _unsupported(self, *_: Any, **__: Any) -> NoReturn:
         raise NotImplementedError("floe keeps its table pointer in Icechunk; there is no catalog service")
 
-    create_table = _unsupported  # type: ignore[assignment]
-    load_table = _unsupported  # type: ignore[assignment]
-    register_table = _unsupported  # type: ignore[assignment]
-    drop_table = _unsupported  # type: ignore[assignment]
-    rename_table = _unsupported  # type: ignore[assignment]
-    create_namespace = _unsupported  # type: ignore[assignment]
-    drop_namespace = _unsupported  # type: ignore[assignment]
-    list_tables = _unsupported  # type: ignore[assignment]
-    list_namespaces = _unsupported  # type: ignore[assignment]
-    list_views = _unsupported  # type: ignore[assignment]
-    load_view = _unsupported  # type: ignore[assignment]
-    register_view = _unsupported  # type: ignore[assignment]
-    drop_view = _unsupported  # type: ignore[assignment]
-    view_exists = _unsupported  # type: ignore[assignment]
-    load_namespace_properties = _unsupported  # type: ignore[assignment]
-    update_namespace_properties = _unsupported  # type: ignore[assignment]
+    create_table = _unsupported
+    load_table = _unsupported
+    register_table = _unsupported
+    drop_table = _unsupported
+    rename_table = _unsupported
+    create_namespace = _unsupported
+    drop_namespace = _unsupported
+    list_tables = _unsupported
+    list_namespaces = _unsupported
+    list_views = _unsupported
+    load_view = _unsupported
+    register_view = _unsupported
+    drop_view = _unsupported
+    view_exists = _unsupported
+    load_namespace_properties = _unsupported
+    update_namespace_properties = _unsupported

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from urllib.parse import urlparse
 
 import icechunk
+from icechunk.credentials import AnyCredential
 
 from ingest.storage import FILE_SCHEME
 
@@ -39,7 +40,7 @@ def _prefixes(config: icechunk.RepositoryConfig | None) -> set[str]:
     return set(containers)
 
 
-def local_access(config: icechunk.RepositoryConfig | None) -> dict[str, object] | None:
+def local_access(config: icechunk.RepositoryConfig | None) -> dict[str, AnyCredential | None] | None:
     """Authorizations for every local-file container in ``config`` (None when it has none)."""
     prefixes = sorted(prefix for prefix in _prefixes(config) if prefix.startswith(FILE_SCHEME))
     if not prefixes:

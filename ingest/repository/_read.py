@@ -12,6 +12,7 @@ from pyiceberg.expressions.parser import parse
 from pyiceberg.expressions.visitors import bind, extract_field_ids
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import expression_to_pyarrow, schema_to_pyarrow
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 BATCH_ROWS = 8192
@@ -33,7 +34,7 @@ def read_batches(
         arrow_filter = expression_to_pyarrow(bound, schema)
         table_arrow = schema_to_pyarrow(schema, include_field_ids=False)
         for field_id in extract_field_ids(bound):
-            top = schema.find_column_name(field_id).split(".")[0]
+            top = _top_level(schema, field_id)
             filter_columns[top] = table_arrow.field(top).type
     for task in table.scan(row_filter=expression).plan_files():
         with io.new_input(task.file.file_path).open() as stream:
@@ -56,3 +57,11 @@ def _filtered(
             batch = batch.append_column(name, pa.nulls(batch.num_rows, data_type))
     batch = batch.filter(arrow_filter)
     return batch if wanted is None else batch.select(wanted)
+
+
+def _top_level(schema: Schema, field_id: int) -> str:
+    """The top-level column a (possibly nested) field of ``schema`` belongs to."""
+    name = schema.find_column_name(field_id)
+    if name is None:
+        raise ValueError(f"field {field_id} is not in the table schema")
+    return name.split(".")[0]

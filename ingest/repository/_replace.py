@@ -44,15 +44,15 @@ def candidate_files(cache: ManifestCache, metadata: TableMetadata, keys: Iterabl
     id_field = metadata.schema().find_field("id").field_id
     candidates = []
     for data_file in cache.live_files(metadata).values():
-        ids = by_collection.get(data_file.partition[0])
-        if not ids:
+        wanted = by_collection.get(data_file.partition[0])
+        if not wanted:
             continue
         lower = (data_file.lower_bounds or {}).get(id_field)
         upper = (data_file.upper_bounds or {}).get(id_field)
         if lower is not None and upper is not None:
             low, high = lower.decode("utf-8", "replace"), upper.decode("utf-8", "replace")
-            first = bisect.bisect_left(ids, low)
-            if first == len(ids) or ids[first] > high:
+            first = bisect.bisect_left(wanted, low)
+            if first == len(wanted) or wanted[first] > high:
                 continue
         candidates.append(data_file)
     return candidates

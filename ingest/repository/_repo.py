@@ -326,9 +326,12 @@ class Repository:
     def collections(self, ref: str | None = None) -> dict[str, dict[str, Any]]:
         """The STAC Collections stored at ``ref``, by id."""
         root = self.view(ref).arrays()
-        return {
-            name: dict(group.attrs[COLLECTION_ATTR]) for name, group in root.groups() if COLLECTION_ATTR in group.attrs
-        }
+        found: dict[str, dict[str, Any]] = {}
+        for name, group in root.groups():
+            stored = group.attrs.get(COLLECTION_ATTR)
+            if isinstance(stored, Mapping):
+                found[name] = dict(stored)
+        return found
 
     # -- writing -----------------------------------------------------------------------------
     def writer(self, branch: str | None = None) -> Writer:

@@ -289,31 +289,9 @@ def items_to_arrow(
 def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
     overflows = [_Overflow({}, {}, []) for _ in items]
     columns: dict[str, pa.Array] = {}
-
     for key in ("type", "stac_version"):
-        values = [item.get(key) for item in items]
-        typed = _column_array(values) if key not in untyped else None
-        if typed is None or not pa.types.is_string(typed.type):
-            for row, value in enumerate(values):
-                if key in items[row]:
-                    overflows[row].top[key] = value
-            typed = pa.nulls(len(items), pa.string())
-        columns[key] = typed
-
-    extensions = [item.get("stac_extensions") for item in items]
-    ext_ok = all(
-        value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value)) for value in extensions
-    )
-    if not ext_ok:
-        for row, item in enumerate(items):
-            if "stac_extensions" in item:
-                overflows[row].top["stac_extensions"] = item["stac_extensions"]
-        extensions = [None] * len(items)
-    else:
-        for row, item in enumerate(items):
-            if "stac_extensions" in item and item["stac_extensions"] is None:
-                overflows[row].top["stac_extensions"] = None
-    columns["stac_extensions"] = pa.array(extensions, type=pa.list_(pa.string()))
+        columns[key] = _string_column(items, key, untyped, overflows)
+    columns["stac_extensions"] = _extensions_column(items, overflows)
     columns["id"] = pa.array([item["id"] for item in items], type=pa.string())
     columns["collection"] = pa.array([item["collection"] for item in items], type=pa.string())
     wkb = _geometry_to_wkb([item["geometry"] for item in items], overflows)
@@ -321,14 +299,47 @@ def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
     columns["bbox"] = _bbox_rows(items, wkb, overflows)
     for key in TIME_COLUMNS:
         columns[key] = _time_column(items, key, overflows)
-
     # Foreign top-level members go to the overflow as they are.
     for row, item in enumerate(items):
         for key, value in item.items():
             if key not in RESERVED:
                 overflows[row].top[key] = value
-
     # Nested members and properties: typed where lossless, else per-row overflow.
+    for key, values in _candidate_columns(items, overflows).items():
+        typed = _typed_or_overflow(items, key, values, untyped, overflows)
+        if typed is not None:
+            columns[key] = typed
+    columns[OVERFLOW] = pa.array([overflow.to_json() for overflow in overflows], type=pa.string())
+    table = pa.table(columns)
+    return table.take(spatial_order(table.column("bbox").combine_chunks()))
+
+
+def _string_column(items: list[dict[str, Any]], key: str, untyped: set[str], overflows: list[_Overflow]) -> pa.Array:
+    """A top-level string member (``type``, ``stac_version``); any other value goes to the overflow."""
+    values = [item.get(key) for item in items]
+    typed = _column_array(values) if key not in untyped else None
+    if typed is not None and pa.types.is_string(typed.type):
+        return typed
+    for row, value in enumerate(values):
+        if key in items[row]:
+            overflows[row].top[key] = value
+    return pa.nulls(len(items), pa.string())
+
+
+def _extensions_column(items: list[dict[str, Any]], overflows: list[_Overflow]) -> pa.Array:
+    """``stac_extensions`` as a list of strings; anything else (and explicit nulls) goes to the overflow."""
+    extensions = [item.get("stac_extensions") for item in items]
+    lists_of_strings = all(
+        value is None or (isinstance(value, list) and all(isinstance(v, str) for v in value)) for value in extensions
+    )
+    for row, item in enumerate(items):
+        if "stac_extensions" in item and (not lists_of_strings or item["stac_extensions"] is None):
+            overflows[row].top["stac_extensions"] = item["stac_extensions"]
+    return pa.array(extensions if lists_of_strings else [None] * len(items), type=pa.list_(pa.string()))
+
+
+def _candidate_columns(items: list[dict[str, Any]], overflows: list[_Overflow]) -> dict[str, list[Any]]:
+    """Column name -> one value per row (None where absent) of every nested member and property to type."""
     candidates: dict[str, list[Any]] = {}
     count = len(items)
 
@@ -350,30 +361,30 @@ def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
                 overflows[row].properties[key] = value
                 continue
             column(key)[row] = value
+    return candidates
 
-    for key, values in candidates.items():
-        is_property = key not in NESTED_TOP
-        present_rows = []
-        for row, value in enumerate(values):
-            container = items[row]["properties"] if is_property else items[row]
-            if key not in container:
-                continue
-            # Explicit nulls and empty objects have no typed form.
-            if value is None or value == {}:
-                (overflows[row].properties if is_property else overflows[row].top)[key] = value
-                values[row] = None
-            else:
-                present_rows.append(row)
-        typed = None if key in untyped else _column_array(values)
-        if typed is None:
-            for row in present_rows:
-                (overflows[row].properties if is_property else overflows[row].top)[key] = values[row]
+
+def _typed_or_overflow(
+    items: list[dict[str, Any]], key: str, values: list[Any], untyped: set[str], overflows: list[_Overflow]
+) -> pa.Array | None:
+    """The column of ``key`` if its values type losslessly, else None with every present value in the overflow."""
+    is_property = key not in NESTED_TOP
+    present_rows = []
+    for row, value in enumerate(values):
+        container = items[row]["properties"] if is_property else items[row]
+        if key not in container:
             continue
-        columns[key] = typed
-
-    columns[OVERFLOW] = pa.array([overflow.to_json() for overflow in overflows], type=pa.string())
-    table = pa.table(columns)
-    return table.take(spatial_order(table.column("bbox").combine_chunks()))
+        # Explicit nulls and empty objects have no typed form.
+        if value is None or value == {}:
+            (overflows[row].properties if is_property else overflows[row].top)[key] = value
+            values[row] = None
+        else:
+            present_rows.append(row)
+    typed = None if key in untyped else _column_array(values)
+    if typed is None:
+        for row in present_rows:
+            (overflows[row].properties if is_property else overflows[row].top)[key] = values[row]
+    return typed
 
 
 def _geometries_from_wkb(values: list[bytes | None]) -> list[Any]:
@@ -386,51 +397,56 @@ def arrow_to_items(table: pa.Table) -> Iterator[dict[str, Any]]:
     """Turn rows written by :func:`items_to_arrow` (any schema version) back into STAC items."""
     if table.num_rows == 0:
         return
-    names = table.column_names
-    absent: list[Any] = [None] * table.num_rows
-    data = {name: table.column(name).to_pylist() for name in names if name != "geometry"}
-    for key in (*CORE_COLUMNS, *TIME_COLUMNS, *NESTED_TOP, OVERFLOW):
-        data.setdefault(key, absent)
-    geometries = _geometries_from_wkb(table.column("geometry").to_pylist()) if "geometry" in names else None
-    property_names = [name for name in names if name not in RESERVED]
-    head = [(key, data[key]) for key in ("type", "stac_version", "stac_extensions", "id")]
-    bboxes, collections, overflows = data["bbox"], data["collection"], data[OVERFLOW]
-    times = [(key, data[key]) for key in TIME_COLUMNS]
-    nested = [(key, data[key]) for key in NESTED_TOP]
-    properties_columns = [(key, data[key]) for key in property_names]
+    rows = _RowReader(table)
     for row in range(table.num_rows):
-        item: dict[str, Any] = {}
-        for key, values in head:
-            value = values[row]
-            if value is not None:
-                item[key] = value
-        item["geometry"] = geometries[row] if geometries is not None else None
-        bbox = bboxes[row]
+        yield rows.item(row)
+
+
+class _RowReader:
+    """The columns of one Arrow table as Python lists, and the item each row holds."""
+
+    def __init__(self, table: pa.Table) -> None:
+        names = table.column_names
+        absent: list[Any] = [None] * table.num_rows
+        data = {name: table.column(name).to_pylist() for name in names if name != "geometry"}
+        for key in (*CORE_COLUMNS, *TIME_COLUMNS, *NESTED_TOP, OVERFLOW):
+            data.setdefault(key, absent)
+        self.geometries = _geometries_from_wkb(table.column("geometry").to_pylist()) if "geometry" in names else None
+        self.head = [(key, data[key]) for key in ("type", "stac_version", "stac_extensions", "id")]
+        self.bboxes, self.collections, self.overflows = data["bbox"], data["collection"], data[OVERFLOW]
+        self.times = [(key, data[key]) for key in TIME_COLUMNS]
+        self.nested = [(key, data[key]) for key in NESTED_TOP]
+        self.properties = [(key, data[key]) for key in names if key not in RESERVED]
+
+    def item(self, row: int) -> dict[str, Any]:
+        item: dict[str, Any] = {key: values[row] for key, values in self.head if values[row] is not None}
+        item["geometry"] = self.geometries[row] if self.geometries is not None else None
+        bbox = self.bboxes[row]
         if bbox is not None:
             item["bbox"] = [bbox["xmin"], bbox["ymin"], bbox["xmax"], bbox["ymax"]]
         properties: dict[str, Any] = {}
-        for key, values in times:
+        for key, values in self.times:
             value = values[row]
             if value is not None:
                 properties[key] = render_datetime(value)
             elif key == "datetime":
                 properties[key] = None
-        for key, values in properties_columns:
+        for key, values in self.properties:
             value = values[row]
             if value is not None:
                 properties[key] = strip_nulls(value)
         item["properties"] = properties
-        for key, values in nested:
+        for key, values in self.nested:
             value = values[row]
             if value is not None:
                 item[key] = strip_nulls(value)
-        collection = collections[row]
+        collection = self.collections[row]
         if collection is not None:
             item["collection"] = collection
-        overflow_text = overflows[row]
+        overflow_text = self.overflows[row]
         if overflow_text:
             _apply_overflow(item, loads_json(overflow_text))
-        yield item
+        return item
 
 
 def overflow_keys(text: str | None) -> set[str]:

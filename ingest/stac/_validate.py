@@ -81,68 +81,74 @@ def validate_item(
     if not isinstance(item, dict):
         raise InvalidItem(f"expected a STAC item object, got {type(item).__name__}", source=source)
     raw_id = item.get("id")
-    item_id = raw_id if isinstance(raw_id, str) else None
-
-    def fail(reason: str) -> InvalidItem:
-        return InvalidItem(reason, item_id=item_id if item_id is not None else repr(raw_id), source=source)
-
+    named = raw_id if isinstance(raw_id, str) else repr(raw_id)
     if item.get("type") != "Feature":
-        raise fail(f"type must be 'Feature', got {item.get('type')!r}")
+        raise InvalidItem(f"type must be 'Feature', got {item.get('type')!r}", item_id=named, source=source)
     if "id" not in item:
         raise InvalidItem("item has no id", source=source)
     try:
-        check_name(raw_id, "id")
+        item = _checked_names(item, default_collection)
+        _check_geometry(item, parse=check_geometry)
+        _check_times(item.get("properties"))
+        _check_members(item)
     except ValueError as error:
-        raise fail(str(error)) from None
+        raise InvalidItem(str(error), item_id=named, source=source) from None
+    return item
+
+
+def _checked_names(item: dict[str, Any], default_collection: str | None) -> dict[str, Any]:
+    """The item's id and collection (filled from ``default_collection``), checked as path segments."""
+    check_name(item["id"], "id")
     if item.get("collection") is None:
         if default_collection is None:
-            raise fail("item has no collection (give one with --collection)")
+            raise ValueError("item has no collection (give one with --collection)")
         item = {**item, "collection": default_collection}
-    try:
-        check_name(item["collection"], "collection")
-    except ValueError as error:
-        raise fail(str(error)) from None
+    check_name(item["collection"], "collection")
+    return item
 
+
+def _check_geometry(item: dict[str, Any], *, parse: bool) -> None:
     geometry = item.get("geometry")
     if geometry is None:
-        raise fail("item has no geometry")
+        raise ValueError("item has no geometry")
     if not isinstance(geometry, dict) or not isinstance(geometry.get("type"), str):
-        raise fail("geometry is not a GeoJSON geometry object")
-    if check_geometry:
+        raise ValueError("geometry is not a GeoJSON geometry object")
+    if parse:
         try:
             shapely.from_geojson(orjson.dumps(geometry))
         except (shapely.errors.GEOSException, TypeError, ValueError) as error:
-            raise fail(f"geometry is not valid GeoJSON ({error})") from None
+            raise ValueError(f"geometry is not valid GeoJSON ({error})") from None
     if "bbox" in item:
-        try:
-            _check_bbox(item["bbox"])
-        except ValueError as error:
-            raise fail(str(error)) from None
+        _check_bbox(item["bbox"])
 
-    properties = item.get("properties")
+
+def _check_times(properties: Any) -> None:
+    """``properties`` exists and holds an RFC 3339 ``datetime``, or null with a start/end range."""
     if not isinstance(properties, dict):
-        raise fail("item has no properties object")
+        raise ValueError("item has no properties object")
     if "datetime" not in properties:
-        raise fail("properties.datetime is required (null is allowed with start_datetime and end_datetime)")
+        raise ValueError("properties.datetime is required (null is allowed with start_datetime and end_datetime)")
     if properties["datetime"] is None and (
         properties.get("start_datetime") is None or properties.get("end_datetime") is None
     ):
-        raise fail("item has no datetime (and no start_datetime/end_datetime range)")
+        raise ValueError("item has no datetime (and no start_datetime/end_datetime range)")
     for key in ("datetime", "start_datetime", "end_datetime"):
         value = properties.get(key)
         if value is None:
             continue
         if not isinstance(value, str):
-            raise fail(f"properties.{key} must be an RFC 3339 string, got {value!r}")
+            raise ValueError(f"properties.{key} must be an RFC 3339 string, got {value!r}")
         try:
             parse_datetime(value)
         except ValueError:
-            raise fail(f"properties.{key} {value!r} is not an RFC 3339 timestamp") from None
+            raise ValueError(f"properties.{key} {value!r} is not an RFC 3339 timestamp") from None
+
+
+def _check_members(item: dict[str, Any]) -> None:
     if "assets" in item and not isinstance(item["assets"], dict):
-        raise fail("assets must be an object")
+        raise ValueError("assets must be an object")
     if "links" in item and not isinstance(item["links"], list):
-        raise fail("links must be a list")
-    return item
+        raise ValueError("links must be a list")
 
 
 def unparseable_geometries(items: list[dict[str, Any]]) -> list[int]:
