@@ -10,7 +10,7 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -83,23 +83,18 @@ class LogEntry:
     written_at: datetime
     message: str
     metadata_location: str | None
-    rows_added: int
-    attempts: int
+    rows_added: int = 0
     rows_replaced: int = 0
+    attempts: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
+    """What else floe's record in the commit holds (see ``CommitMetadata.extra``)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "snapshot_id": self.snapshot_id,
-            "parent_id": self.parent_id,
-            "written_at": self.written_at.isoformat(),
-            "message": self.message,
-            "metadata_location": self.metadata_location,
-            "rows_added": self.rows_added,
-            "rows_replaced": self.rows_replaced,
-            "attempts": self.attempts,
-            **({"extra": self.extra} if self.extra else {}),
-        }
+        """The entry as ``floe log --json`` prints it: every field (``extra`` only when it holds something)."""
+        document = {**asdict(self), "written_at": self.written_at.isoformat()}
+        if not self.extra:
+            del document["extra"]
+        return document
 
 
 class _InitialTable(TableChange):
