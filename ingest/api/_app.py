@@ -43,7 +43,8 @@ from stac_fastapi.types.requests import get_base_url
 from stac_fastapi.types.search import BaseSearchGetRequest, BaseSearchPostRequest
 from starlette.responses import Response
 
-from ingest.api._search import SearchEngine, SearchPage, SearchRequest
+from ingest.api._request import SearchPage, SearchRequest
+from ingest.api._search import SearchEngine
 from ingest.errors import (
     CollectionNotFound,
     CorruptRepository,
