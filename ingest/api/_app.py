@@ -46,13 +46,15 @@ from starlette.responses import Response
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._search import SearchEngine
 from ingest.errors import (
-    CollectionNotFound,
-    CorruptRepository,
+    AlreadyExists,
+    Conflict,
+    Corrupt,
     FloeError,
-    InvalidRefName,
-    InvalidSearch,
+    InvalidInput,
     ItemNotFound,
+    NotFound,
     RefNotFound,
+    Unavailable,
 )
 from ingest.repository import Repository
 
@@ -452,22 +454,22 @@ class RefRouter:
                 scope["path"] = path + "/"
                 scope["raw_path"] = scope["path"].encode()
             if not ref:
-                await _error(send, 404, "RefNotFound", "give a ref: /refs/{branch, tag or snapshot id}/")
+                await _send_error(send, RefNotFound("give a ref: /refs/{branch, tag or snapshot id}/"))
                 return
         try:
             scope[SCOPE_SNAPSHOT] = self.engine.resolve(ref)
-        except (RefNotFound, InvalidRefName) as error:
-            await _error(send, 404, "RefNotFound", str(error))
-            return
-        except CorruptRepository as error:
-            await _error(send, 500, "CorruptRepository", str(error))
+        except FloeError as error:
+            await _send_error(send, error)
             return
         scope[SCOPE_REF] = ref
         await self.app(scope, receive, send)
 
 
-async def _error(send: Any, status: int, code: str, description: str) -> None:
-    body = orjson.dumps({"code": code, "description": description})
+async def _send_error(send: Any, error: FloeError) -> None:
+    """Answer ``error`` as the exception handlers do, from the ASGI layer (before any route runs)."""
+    status = status_of(error)
+    _log_error(status, f"ref {error}")
+    body = orjson.dumps(error_body(error))
     await send(
         {
             "type": "http.response.start",
@@ -540,28 +542,54 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
         items_get_request_model=items_model,
         response_class=_JSON,
     )
-    for error_class, status in _ERROR_STATUS.items():
-        api.app.add_exception_handler(error_class, _error_handler(status))
+    add_floe_exception_handlers(api.app)
     return RefRouter(api.app, engine)
 
 
-# What a request did wrong answers 4xx; FloeError last (a broken repository is the server's problem).
-_ERROR_STATUS: dict[type[Exception], int] = {
-    InvalidSearch: 400,
-    InvalidRefName: 404,
-    RefNotFound: 404,
-    CollectionNotFound: 404,
-    ItemNotFound: 404,
+# The status of each group of floe's error tree (ingest.errors), by parent class as stac-fastapi's
+# DEFAULT_STATUS_CODES maps its own errors: an error answers the status of its nearest listed ancestor, so a new
+# error class needs no entry. What a request did wrong answers 4xx; a broken store or a bug is the server's (5xx).
+FLOE_STATUS_CODES: dict[type[FloeError], int] = {
+    NotFound: 404,
+    AlreadyExists: 409,
+    InvalidInput: 400,
+    Conflict: 409,
+    Corrupt: 500,
+    Unavailable: 503,
     FloeError: 500,
 }
 
 
-def _error_handler(status: int) -> Any:
-    def handle(request: Request, error: Exception) -> Response:
-        (log.error if status >= 500 else log.info)("%s %s: %s", request.method, request.url.path, error)
-        return _JSON({"code": type(error).__name__, "description": str(error)}, status_code=status)
+def status_of(error: FloeError) -> int:
+    """The HTTP status that answers ``error``: its nearest ancestor's in :data:`FLOE_STATUS_CODES`."""
+    for error_class in type(error).__mro__:
+        if error_class in FLOE_STATUS_CODES:
+            return FLOE_STATUS_CODES[error_class]
+    return 500  # pragma: no cover - FloeError itself is listed
 
-    return handle
+
+def error_body(error: FloeError) -> dict[str, str]:
+    """The JSON body of an error answer: the error's stable ``kind`` as the code, and its message."""
+    return {"code": error.kind, "description": str(error)}
+
+
+def add_floe_exception_handlers(app: FastAPI) -> None:
+    """Answer floe's errors with their group's status and their kind (as stac-fastapi's add_exception_handlers)."""
+    for error_class in FLOE_STATUS_CODES:
+        app.add_exception_handler(error_class, _floe_error_response)
+
+
+def _floe_error_response(request: Request, error: Exception) -> Response:
+    # Registered for FloeError classes only; Starlette types handlers for any exception.
+    floe_error = error if isinstance(error, FloeError) else FloeError(str(error))
+    status = status_of(floe_error)
+    _log_error(status, f"{request.method} {request.url.path}: {floe_error}")
+    return _JSON(error_body(floe_error), status_code=status)
+
+
+def _log_error(status: int, message: str) -> None:
+    # A client's mistake is routine (info); a server-side failure is worth an operator's attention (error).
+    (log.error if status >= 500 else log.info)("%s", message)
 
 
 def serve(repository: Repository, host: str = "127.0.0.1", port: int = 8080, *, log_level: str = "warning") -> None:
