@@ -9,7 +9,7 @@ from the request scope. Unknown refs answer 404 before any route runs.
 """
 
 import logging
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 from urllib.parse import quote, unquote, urlencode
 
 import attr
@@ -40,8 +40,10 @@ from stac_fastapi.extensions.sort import SortConformanceClasses
 from stac_fastapi.types.config import ApiSettings
 from stac_fastapi.types.core import BaseCoreClient
 from stac_fastapi.types.requests import get_base_url
-from stac_fastapi.types.search import BaseSearchGetRequest, BaseSearchPostRequest
+from stac_fastapi.types.search import APIRequest, BaseSearchGetRequest, BaseSearchPostRequest
+from stac_fastapi.types.stac import LandingPage
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._search import SearchEngine
@@ -109,8 +111,11 @@ class ItemsGetRequest(ItemCollectionUri):
 class FilterPostRequest(FilterExtensionPostRequest):
     """The filter extension's POST fields, accepting cql2-text too (the language is inferred when not given)."""
 
-    filter_expr: dict[str, Any] | str | None = Field(None, alias="filter", description="A CQL2 filter.")
-    filter_lang: Literal["cql2-json", "cql2-text"] | None = Field(
+    # Wider than the base model's types on purpose: the base accepts only cql2-json in POST bodies.
+    filter_expr: dict[str, Any] | str | None = Field(  # type: ignore[assignment]
+        None, alias="filter", description="A CQL2 filter."
+    )
+    filter_lang: Literal["cql2-json", "cql2-text"] | None = Field(  # type: ignore[assignment]
         None, alias="filter-lang", description="cql2-json or cql2-text (default: from the filter's form)."
     )
 
@@ -167,11 +172,12 @@ def _put(target: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 def _drop(target: dict[str, Any], path: list[str]) -> None:
+    parent: Any = target
     for key in path[:-1]:
-        target = target.get(key)
-        if not isinstance(target, dict):
+        parent = parent.get(key)
+        if not isinstance(parent, dict):
             return
-    target.pop(path[-1], None)
+    parent.pop(path[-1], None)
 
 
 def apply_fields(
@@ -277,9 +283,11 @@ class FloeClient(BaseCoreClient):
         return {"rel": "next", "type": GEOJSON, "method": "GET", "href": url}
 
     # -- core endpoints ----------------------------------------------------------------------
-    def landing_page(self, **kwargs: Any) -> dict[str, Any]:
+    # stac-fastapi's base class declares these return its TypedDicts; floe answers with its own orjson Response (the
+    # framework passes a Response through untouched), hence the narrow `override` ignores marked "a Response".
+    def landing_page(self, **kwargs: Any) -> LandingPage:
         request: Request = kwargs["request"]
-        page = dict(super().landing_page(**kwargs))
+        page = super().landing_page(**kwargs)
         base = self._base(request)
         ref = request.scope.get(SCOPE_REF)
         page["id"] = f"floe-{ref}" if ref else "floe"
@@ -299,7 +307,7 @@ class FloeClient(BaseCoreClient):
             )
         return page
 
-    def all_collections(self, **kwargs: Any) -> Response:
+    def all_collections(self, **kwargs: Any) -> Response:  # type: ignore[override]  # a Response
         request: Request = kwargs["request"]
         base = self._base(request)
         collections = [
@@ -317,12 +325,12 @@ class FloeClient(BaseCoreClient):
             }
         )
 
-    def get_collection(self, collection_id: str, **kwargs: Any) -> Response:
+    def get_collection(self, collection_id: str, **kwargs: Any) -> Response:  # type: ignore[override]  # a Response
         request: Request = kwargs["request"]
         collection = self.engine.collection(_snapshot(request), collection_id)
         return _JSON(self._collection_document(self._base(request), collection))
 
-    def item_collection(
+    def item_collection(  # type: ignore[override]  # a Response
         self,
         collection_id: str,
         bbox: Any = None,
@@ -344,7 +352,7 @@ class FloeClient(BaseCoreClient):
         next_link = self._get_next(request, page.next_token) if page.next_token else None
         return self._item_collection(request, page, next_link=next_link)
 
-    def get_item(self, item_id: str, collection_id: str, **kwargs: Any) -> Response:
+    def get_item(self, item_id: str, collection_id: str, **kwargs: Any) -> Response:  # type: ignore[override]  # a Response
         request: Request = kwargs["request"]
         snapshot_id = _snapshot(request)
         self.engine.collection(snapshot_id, collection_id)
@@ -355,12 +363,12 @@ class FloeClient(BaseCoreClient):
             raise ItemNotFound(f"no item {item_id!r} in collection {collection_id!r} at this ref")
         return _GeoJSON(self._item_links(self._base(request), page.items[0]))
 
-    def get_search(  # noqa: PLR0917 - the framework calls it with these keywords
+    def get_search(  # type: ignore[override]  # noqa: PLR0917 - a Response; the framework passes keywords
         self,
         collections: list[str] | None = None,
         ids: list[str] | None = None,
         bbox: Any = None,
-        intersects: str | None = None,
+        intersects: str | None = None,  # type: ignore[override]  # GET passes the geometry as JSON text, not a model
         datetime: str | None = None,
         limit: int | None = 10,
         **kwargs: Any,
@@ -383,7 +391,7 @@ class FloeClient(BaseCoreClient):
         next_link = self._get_next(request, page.next_token) if page.next_token else None
         return self._item_collection(request, page, fields=kwargs.get("fields"), next_link=next_link)
 
-    def post_search(self, search_request: Any, **kwargs: Any) -> Response:
+    def post_search(self, search_request: Any, **kwargs: Any) -> Response:  # type: ignore[override]  # a Response
         request: Request = kwargs["request"]
         intersects = search_request.intersects
         search = SearchRequest(
@@ -432,11 +440,11 @@ class FloeFiltersClient(BaseFiltersClient):
 class RefRouter:
     """ASGI layer: ``/refs/{ref}/...`` -> the same app with ``root_path`` ``/refs/{ref}``; resolves the ref once."""
 
-    def __init__(self, app: FastAPI, engine: SearchEngine) -> None:
+    def __init__(self, app: ASGIApp, engine: SearchEngine) -> None:
         self.app = app
         self.engine = engine
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -465,7 +473,7 @@ class RefRouter:
         await self.app(scope, receive, send)
 
 
-async def _send_error(send: Any, error: FloeError) -> None:
+async def _send_error(send: Send, error: FloeError) -> None:
     """Answer ``error`` as the exception handlers do, from the ASGI layer (before any route runs)."""
     status = status_of(error)
     _log_error(status, f"ref {error}")
@@ -517,11 +525,15 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
         stac_fastapi_description="STAC API over a floe repository (Icechunk arrays + Iceberg items), at any ref",
         stac_fastapi_landing_id="floe",
     )
-    items_model = create_request_model(
-        model_name="ItemCollectionUri",
-        base_model=ItemsGetRequest,
-        extensions=[TokenPaginationExtension()],
-        request_type="GET",
+    # A GET request model is an attrs APIRequest class; the framework's signature covers POST models too.
+    items_model = cast(
+        "type[APIRequest]",
+        create_request_model(
+            model_name="ItemCollectionUri",
+            base_model=ItemsGetRequest,
+            extensions=[TokenPaginationExtension()],
+            request_type="GET",
+        ),
     )
     api = StacApi(
         settings=settings,

@@ -80,6 +80,6 @@ async def _unreachable_app(scope: Any, receive: Any, send: Any) -> None:  # prag
     ],
 )
 def test_the_ref_router_answers_with_the_same_mapping(error: FloeError, path: str, status: int, code: str) -> None:
-    router = RefRouter(_unreachable_app, _Engine(error))  # type: ignore[arg-type]
+    router = RefRouter(_unreachable_app, _Engine(error))  # type: ignore[arg-type]  # a stand-in engine
     answered_status, body = _answer(router, path)
     assert (answered_status, body["code"]) == (status, code)
