@@ -280,7 +280,8 @@ def _literal(value: Any, column_type: PrimitiveType) -> tuple[bool, Any]:
     if isinstance(column_type, StringType):
         return isinstance(value, str), value
     if isinstance(column_type, DoubleType | FloatType):
-        return isinstance(value, int | float) and not isinstance(value, bool), float(value) if value is not None else 0
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        return is_number, float(value) if is_number else None
     if isinstance(column_type, LongType | IntegerType):
         if isinstance(value, float) and value.is_integer():
             return True, int(value)
