@@ -6,9 +6,11 @@ ASGI layer in front moves ``/refs/{ref}`` into the request's ``root_path``
 (so every link the framework and the client build points under the prefix)
 and resolves the ref to a snapshot once per request, which the client reads
 from the request scope. Unknown refs answer 404 before any route runs.
+
+Searching is the engine's (``_search``); how floe's errors answer is
+``_errors``'s, and the fields extension's trimming of items ``_fields``'s.
 """
 
-import logging
 from typing import Annotated, Any, Literal, cast
 from urllib.parse import quote, unquote, urlencode
 
@@ -45,22 +47,12 @@ from stac_fastapi.types.stac import LandingPage
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ingest.api._errors import add_floe_exception_handlers, send_error
+from ingest.api._fields import apply_fields, requested_fields
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._search import SearchEngine
-from ingest.errors import (
-    AlreadyExists,
-    Conflict,
-    Corrupt,
-    FloeError,
-    InvalidInput,
-    ItemNotFound,
-    NotFound,
-    RefNotFound,
-    Unavailable,
-)
+from ingest.errors import FloeError, ItemNotFound, RefNotFound
 from ingest.repository import Repository
-
-log = logging.getLogger(__name__)
 
 REFS_PREFIX = "/refs/"
 SCOPE_REF = "floe.ref"
@@ -129,76 +121,6 @@ def _snapshot(request: Request) -> str:
     return request.scope[SCOPE_SNAPSHOT]
 
 
-def _fields(value: Any) -> tuple[set[str], set[str], bool]:
-    """GET ``fields=id,-properties.x`` or POST ``{"include": [...], "exclude": [...]}``.
-
-    Returns (include, exclude, include_given): an ``include`` member that is
-    present but empty asks for the default field set.
-    """
-    if value is None:
-        return set(), set(), False
-    if isinstance(value, list | tuple | set):
-        include, exclude = set(), set()
-        for entry in value:
-            text = str(entry).strip()
-            if text.startswith("-"):
-                exclude.add(text[1:])
-            elif text:
-                include.add(text.lstrip("+"))
-        return include, exclude, False
-    given = "include" in getattr(value, "model_fields_set", set())
-    return set(getattr(value, "include", None) or ()), set(getattr(value, "exclude", None) or ()), given
-
-
-# What the fields extension always keeps, so a trimmed item is still an identifiable Feature.
-_ALWAYS = ("type", "stac_version", "id", "collection")
-# The default set when ``include`` is given but empty.
-_DEFAULT = (*_ALWAYS, "geometry", "bbox", "links", "assets", "properties.datetime")
-
-
-def _pick(item: dict[str, Any], path: list[str]) -> tuple[bool, Any]:
-    value: Any = item
-    for key in path:
-        if not isinstance(value, dict) or key not in value:
-            return False, None
-        value = value[key]
-    return True, value
-
-
-def _put(target: dict[str, Any], path: list[str], value: Any) -> None:
-    for key in path[:-1]:
-        target = target.setdefault(key, {})
-    target[path[-1]] = value
-
-
-def _drop(target: dict[str, Any], path: list[str]) -> None:
-    parent: Any = target
-    for key in path[:-1]:
-        parent = parent.get(key)
-        if not isinstance(parent, dict):
-            return
-    parent.pop(path[-1], None)
-
-
-def apply_fields(
-    item: dict[str, Any], include: set[str], exclude: set[str], include_given: bool = False
-) -> dict[str, Any]:
-    """The fields extension: keep ``include`` (or the default set), then drop ``exclude`` unless included."""
-    if include or include_given:
-        trimmed: dict[str, Any] = {}
-        for path in [*_ALWAYS, *sorted(include)] if include else _DEFAULT:
-            found, value = _pick(item, path.split("."))
-            if found:
-                _put(trimmed, path.split("."), value)
-        item = trimmed
-    for path in exclude:
-        # An include of the same or a deeper path wins over the exclude.
-        if path in _ALWAYS or any(kept == path or kept.startswith(path + ".") for kept in include):
-            continue
-        _drop(item, path.split("."))
-    return item
-
-
 class FloeClient(BaseCoreClient):
     """floe's STAC core client: every call reads the snapshot its request resolved to."""
 
@@ -259,7 +181,7 @@ class FloeClient(BaseCoreClient):
         next_link: dict[str, Any] | None = None,
     ) -> Response:
         base = self._base(request)
-        include, exclude, include_given = _fields(fields)
+        include, exclude, include_given = requested_fields(fields)
         features = [apply_fields(self._item_links(base, item), include, exclude, include_given) for item in page.items]
         links: list[dict[str, Any]] = [
             {"rel": "root", "type": "application/json", "href": f"{base}/"},
@@ -462,30 +384,15 @@ class RefRouter:
                 scope["path"] = path + "/"
                 scope["raw_path"] = scope["path"].encode()
             if not ref:
-                await _send_error(send, RefNotFound("give a ref: /refs/{branch, tag or snapshot id}/"))
+                await send_error(send, RefNotFound("give a ref: /refs/{branch, tag or snapshot id}/"))
                 return
         try:
             scope[SCOPE_SNAPSHOT] = self.engine.resolve(ref)
         except FloeError as error:
-            await _send_error(send, error)
+            await send_error(send, error)
             return
         scope[SCOPE_REF] = ref
         await self.app(scope, receive, send)
-
-
-async def _send_error(send: Send, error: FloeError) -> None:
-    """Answer ``error`` as the exception handlers do, from the ASGI layer (before any route runs)."""
-    status = status_of(error)
-    _log_error(status, f"ref {error}")
-    body = orjson.dumps(error_body(error))
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb: int | None = None) -> RefRouter:
@@ -556,52 +463,6 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
     )
     add_floe_exception_handlers(api.app)
     return RefRouter(api.app, engine)
-
-
-# The status of each group of floe's error tree (ingest.errors), by parent class as stac-fastapi's
-# DEFAULT_STATUS_CODES maps its own errors: an error answers the status of its nearest listed ancestor, so a new
-# error class needs no entry. What a request did wrong answers 4xx; a broken store or a bug is the server's (5xx).
-FLOE_STATUS_CODES: dict[type[FloeError], int] = {
-    NotFound: 404,
-    AlreadyExists: 409,
-    InvalidInput: 400,
-    Conflict: 409,
-    Corrupt: 500,
-    Unavailable: 503,
-    FloeError: 500,
-}
-
-
-def status_of(error: FloeError) -> int:
-    """The HTTP status that answers ``error``: its nearest ancestor's in :data:`FLOE_STATUS_CODES`."""
-    for error_class in type(error).__mro__:
-        if error_class in FLOE_STATUS_CODES:
-            return FLOE_STATUS_CODES[error_class]
-    return 500  # pragma: no cover - FloeError itself is listed
-
-
-def error_body(error: FloeError) -> dict[str, str]:
-    """The JSON body of an error answer: the error's stable ``kind`` as the code, and its message."""
-    return {"code": error.kind, "description": str(error)}
-
-
-def add_floe_exception_handlers(app: FastAPI) -> None:
-    """Answer floe's errors with their group's status and their kind (as stac-fastapi's add_exception_handlers)."""
-    for error_class in FLOE_STATUS_CODES:
-        app.add_exception_handler(error_class, _floe_error_response)
-
-
-def _floe_error_response(request: Request, error: Exception) -> Response:
-    # Registered for FloeError classes only; Starlette types handlers for any exception.
-    floe_error = error if isinstance(error, FloeError) else FloeError(str(error))
-    status = status_of(floe_error)
-    _log_error(status, f"{request.method} {request.url.path}: {floe_error}")
-    return _JSON(error_body(floe_error), status_code=status)
-
-
-def _log_error(status: int, message: str) -> None:
-    # A client's mistake is routine (info); a server-side failure is worth an operator's attention (error).
-    (log.error if status >= 500 else log.info)("%s", message)
 
 
 def serve(repository: Repository, host: str = "127.0.0.1", port: int = 8080, *, log_level: str = "warning") -> None:

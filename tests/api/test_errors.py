@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from ingest import errors
-from ingest.api._app import FLOE_STATUS_CODES, RefRouter, error_body, status_of
+from ingest.api._app import RefRouter
+from ingest.api._errors import FLOE_STATUS_CODES, error_body, status_of
 from ingest.errors import (
     AlreadyExists,
     Conflict,
