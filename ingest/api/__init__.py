@@ -2,7 +2,8 @@
 
 from typing import Any
 
-from ingest.api._search import MAX_LIMIT, SearchEngine, SearchPage, SearchRequest, SortKey
+from ingest.api._request import MAX_LIMIT, SearchPage, SearchRequest, SortKey
+from ingest.api._search import SearchEngine
 
 __all__ = [
     "MAX_LIMIT",

@@ -6,10 +6,12 @@ ASGI layer in front moves ``/refs/{ref}`` into the request's ``root_path``
 (so every link the framework and the client build points under the prefix)
 and resolves the ref to a snapshot once per request, which the client reads
 from the request scope. Unknown refs answer 404 before any route runs.
+
+Searching is the engine's (``_search``); how floe's errors answer is
+``_errors``'s, and the fields extension's trimming of items ``_fields``'s.
 """
 
-import logging
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 from urllib.parse import quote, unquote, urlencode
 
 import attr
@@ -40,22 +42,17 @@ from stac_fastapi.extensions.sort import SortConformanceClasses
 from stac_fastapi.types.config import ApiSettings
 from stac_fastapi.types.core import BaseCoreClient
 from stac_fastapi.types.requests import get_base_url
-from stac_fastapi.types.search import BaseSearchGetRequest, BaseSearchPostRequest
+from stac_fastapi.types.search import APIRequest, BaseSearchGetRequest, BaseSearchPostRequest
+from stac_fastapi.types.stac import LandingPage
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ingest.api._search import SearchEngine, SearchPage, SearchRequest
-from ingest.errors import (
-    CollectionNotFound,
-    CorruptRepository,
-    FloeError,
-    InvalidRefName,
-    InvalidSearch,
-    ItemNotFound,
-    RefNotFound,
-)
+from ingest.api._errors import add_floe_exception_handlers, send_error
+from ingest.api._fields import apply_fields, requested_fields
+from ingest.api._request import SearchPage, SearchRequest
+from ingest.api._search import SearchEngine
+from ingest.errors import FloeError, ItemNotFound, RefNotFound
 from ingest.repository import Repository
-
-log = logging.getLogger(__name__)
 
 REFS_PREFIX = "/refs/"
 SCOPE_REF = "floe.ref"
@@ -106,8 +103,11 @@ class ItemsGetRequest(ItemCollectionUri):
 class FilterPostRequest(FilterExtensionPostRequest):
     """The filter extension's POST fields, accepting cql2-text too (the language is inferred when not given)."""
 
-    filter_expr: dict[str, Any] | str | None = Field(None, alias="filter", description="A CQL2 filter.")
-    filter_lang: Literal["cql2-json", "cql2-text"] | None = Field(
+    # Wider than the base model's types on purpose: the base accepts only cql2-json in POST bodies.
+    filter_expr: dict[str, Any] | str | None = Field(  # type: ignore[assignment]
+        None, alias="filter", description="A CQL2 filter."
+    )
+    filter_lang: Literal["cql2-json", "cql2-text"] | None = Field(  # type: ignore[assignment]
         None, alias="filter-lang", description="cql2-json or cql2-text (default: from the filter's form)."
     )
 
@@ -119,75 +119,6 @@ class FloeFilterExtension(FilterExtension):
 
 def _snapshot(request: Request) -> str:
     return request.scope[SCOPE_SNAPSHOT]
-
-
-def _fields(value: Any) -> tuple[set[str], set[str], bool]:
-    """GET ``fields=id,-properties.x`` or POST ``{"include": [...], "exclude": [...]}``.
-
-    Returns (include, exclude, include_given): an ``include`` member that is
-    present but empty asks for the default field set.
-    """
-    if value is None:
-        return set(), set(), False
-    if isinstance(value, list | tuple | set):
-        include, exclude = set(), set()
-        for entry in value:
-            text = str(entry).strip()
-            if text.startswith("-"):
-                exclude.add(text[1:])
-            elif text:
-                include.add(text.lstrip("+"))
-        return include, exclude, False
-    given = "include" in getattr(value, "model_fields_set", set())
-    return set(getattr(value, "include", None) or ()), set(getattr(value, "exclude", None) or ()), given
-
-
-# What the fields extension always keeps, so a trimmed item is still an identifiable Feature.
-_ALWAYS = ("type", "stac_version", "id", "collection")
-# The default set when ``include`` is given but empty.
-_DEFAULT = (*_ALWAYS, "geometry", "bbox", "links", "assets", "properties.datetime")
-
-
-def _pick(item: dict[str, Any], path: list[str]) -> tuple[bool, Any]:
-    value: Any = item
-    for key in path:
-        if not isinstance(value, dict) or key not in value:
-            return False, None
-        value = value[key]
-    return True, value
-
-
-def _put(target: dict[str, Any], path: list[str], value: Any) -> None:
-    for key in path[:-1]:
-        target = target.setdefault(key, {})
-    target[path[-1]] = value
-
-
-def _drop(target: dict[str, Any], path: list[str]) -> None:
-    for key in path[:-1]:
-        target = target.get(key)
-        if not isinstance(target, dict):
-            return
-    target.pop(path[-1], None)
-
-
-def apply_fields(
-    item: dict[str, Any], include: set[str], exclude: set[str], include_given: bool = False
-) -> dict[str, Any]:
-    """The fields extension: keep ``include`` (or the default set), then drop ``exclude`` unless included."""
-    if include or include_given:
-        trimmed: dict[str, Any] = {}
-        for path in [*_ALWAYS, *sorted(include)] if include else _DEFAULT:
-            found, value = _pick(item, path.split("."))
-            if found:
-                _put(trimmed, path.split("."), value)
-        item = trimmed
-    for path in exclude:
-        # An include of the same or a deeper path wins over the exclude.
-        if path in _ALWAYS or any(kept == path or kept.startswith(path + ".") for kept in include):
-            continue
-        _drop(item, path.split("."))
-    return item
 
 
 class FloeClient(BaseCoreClient):
@@ -250,7 +181,7 @@ class FloeClient(BaseCoreClient):
         next_link: dict[str, Any] | None = None,
     ) -> Response:
         base = self._base(request)
-        include, exclude, include_given = _fields(fields)
+        include, exclude, include_given = requested_fields(fields)
         features = [apply_fields(self._item_links(base, item), include, exclude, include_given) for item in page.items]
         links: list[dict[str, Any]] = [
             {"rel": "root", "type": "application/json", "href": f"{base}/"},
@@ -274,9 +205,11 @@ class FloeClient(BaseCoreClient):
         return {"rel": "next", "type": GEOJSON, "method": "GET", "href": url}
 
     # -- core endpoints ----------------------------------------------------------------------
-    def landing_page(self, **kwargs: Any) -> dict[str, Any]:
+    # stac-fastapi's base class declares these return its TypedDicts; floe answers with its own orjson Response (the
+    # framework passes a Response through untouched), hence the narrow `override` ignores marked "a Response".
+    def landing_page(self, **kwargs: Any) -> LandingPage:
         request: Request = kwargs["request"]
-        page = dict(super().landing_page(**kwargs))
+        page = super().landing_page(**kwargs)
         base = self._base(request)
         ref = request.scope.get(SCOPE_REF)
         page["id"] = f"floe-{ref}" if ref else "floe"
@@ -296,7 +229,7 @@ class FloeClient(BaseCoreClient):
             )
         return page
 
-    def all_collections(self, **kwargs: Any) -> Response:
+    def all_collections(self, **kwargs: Any) -> Response:  # type: ignore[override]  # a Response
         request: Request = kwargs["request"]
         base = self._base(request)
         collections = [
@@ -314,12 +247,12 @@ class FloeClient(BaseCoreClient):
             }
         )
 
-    def get_collection(self, collection_id: str, **kwargs: Any) -> Response:
+    def get_collection(self, collection_id: str, **kwargs: Any) -> Response:  # type: ignore[override]  # a Response
         request: Request = kwargs["request"]
         collection = self.engine.collection(_snapshot(request), collection_id)
         return _JSON(self._collection_document(self._base(request), collection))
 
-    def item_collection(
+    def item_collection(  # type: ignore[override]  # a Response
         self,
         collection_id: str,
         bbox: Any = None,
@@ -341,7 +274,7 @@ class FloeClient(BaseCoreClient):
         next_link = self._get_next(request, page.next_token) if page.next_token else None
         return self._item_collection(request, page, next_link=next_link)
 
-    def get_item(self, item_id: str, collection_id: str, **kwargs: Any) -> Response:
+    def get_item(self, item_id: str, collection_id: str, **kwargs: Any) -> Response:  # type: ignore[override]  # a Response
         request: Request = kwargs["request"]
         snapshot_id = _snapshot(request)
         self.engine.collection(snapshot_id, collection_id)
@@ -352,12 +285,12 @@ class FloeClient(BaseCoreClient):
             raise ItemNotFound(f"no item {item_id!r} in collection {collection_id!r} at this ref")
         return _GeoJSON(self._item_links(self._base(request), page.items[0]))
 
-    def get_search(  # noqa: PLR0917 - the framework calls it with these keywords
+    def get_search(  # type: ignore[override]  # noqa: PLR0917 - a Response; the framework passes keywords
         self,
         collections: list[str] | None = None,
         ids: list[str] | None = None,
         bbox: Any = None,
-        intersects: str | None = None,
+        intersects: str | None = None,  # type: ignore[override]  # GET passes the geometry as JSON text, not a model
         datetime: str | None = None,
         limit: int | None = 10,
         **kwargs: Any,
@@ -380,7 +313,7 @@ class FloeClient(BaseCoreClient):
         next_link = self._get_next(request, page.next_token) if page.next_token else None
         return self._item_collection(request, page, fields=kwargs.get("fields"), next_link=next_link)
 
-    def post_search(self, search_request: Any, **kwargs: Any) -> Response:
+    def post_search(self, search_request: Any, **kwargs: Any) -> Response:  # type: ignore[override]  # a Response
         request: Request = kwargs["request"]
         intersects = search_request.intersects
         search = SearchRequest(
@@ -429,11 +362,11 @@ class FloeFiltersClient(BaseFiltersClient):
 class RefRouter:
     """ASGI layer: ``/refs/{ref}/...`` -> the same app with ``root_path`` ``/refs/{ref}``; resolves the ref once."""
 
-    def __init__(self, app: FastAPI, engine: SearchEngine) -> None:
+    def __init__(self, app: ASGIApp, engine: SearchEngine) -> None:
         self.app = app
         self.engine = engine
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -451,30 +384,15 @@ class RefRouter:
                 scope["path"] = path + "/"
                 scope["raw_path"] = scope["path"].encode()
             if not ref:
-                await _error(send, 404, "RefNotFound", "give a ref: /refs/{branch, tag or snapshot id}/")
+                await send_error(send, RefNotFound("give a ref: /refs/{branch, tag or snapshot id}/"))
                 return
         try:
             scope[SCOPE_SNAPSHOT] = self.engine.resolve(ref)
-        except (RefNotFound, InvalidRefName) as error:
-            await _error(send, 404, "RefNotFound", str(error))
-            return
-        except CorruptRepository as error:
-            await _error(send, 500, "CorruptRepository", str(error))
+        except FloeError as error:
+            await send_error(send, error)
             return
         scope[SCOPE_REF] = ref
         await self.app(scope, receive, send)
-
-
-async def _error(send: Any, status: int, code: str, description: str) -> None:
-    body = orjson.dumps({"code": code, "description": description})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb: int | None = None) -> RefRouter:
@@ -514,11 +432,15 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
         stac_fastapi_description="STAC API over a floe repository (Icechunk arrays + Iceberg items), at any ref",
         stac_fastapi_landing_id="floe",
     )
-    items_model = create_request_model(
-        model_name="ItemCollectionUri",
-        base_model=ItemsGetRequest,
-        extensions=[TokenPaginationExtension()],
-        request_type="GET",
+    # A GET request model is an attrs APIRequest class; the framework's signature covers POST models too.
+    items_model = cast(
+        "type[APIRequest]",
+        create_request_model(
+            model_name="ItemCollectionUri",
+            base_model=ItemsGetRequest,
+            extensions=[TokenPaginationExtension()],
+            request_type="GET",
+        ),
     )
     api = StacApi(
         settings=settings,
@@ -539,28 +461,8 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
         items_get_request_model=items_model,
         response_class=_JSON,
     )
-    for error_class, status in _ERROR_STATUS.items():
-        api.app.add_exception_handler(error_class, _error_handler(status))
+    add_floe_exception_handlers(api.app)
     return RefRouter(api.app, engine)
-
-
-# What a request did wrong answers 4xx; FloeError last (a broken repository is the server's problem).
-_ERROR_STATUS: dict[type[Exception], int] = {
-    InvalidSearch: 400,
-    InvalidRefName: 404,
-    RefNotFound: 404,
-    CollectionNotFound: 404,
-    ItemNotFound: 404,
-    FloeError: 500,
-}
-
-
-def _error_handler(status: int) -> Any:
-    def handle(request: Request, error: Exception) -> Response:
-        (log.error if status >= 500 else log.info)("%s %s: %s", request.method, request.url.path, error)
-        return _JSON({"code": type(error).__name__, "description": str(error)}, status_code=status)
-
-    return handle
 
 
 def serve(repository: Repository, host: str = "127.0.0.1", port: int = 8080, *, log_level: str = "warning") -> None:

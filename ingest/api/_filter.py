@@ -63,6 +63,8 @@ TOP_LEVEL = ("id", "collection")
 _COMPARISONS = {"=": EqualTo, "<": LessThan, "<=": LessThanOrEqual, ">": GreaterThan, ">=": GreaterThanOrEqual}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _QUERY_OPS = {"eq": "=", "neq": "<>", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
+# The query extension's string operators as LIKE patterns around the (escaped) value.
+_LIKE_PATTERNS = {"startsWith": "{}%", "endsWith": "%{}", "contains": "%{}%"}
 
 
 def parse_filter(value: str | dict[str, Any] | None, lang: str | None = None) -> cql2.Expr | None:
@@ -140,40 +142,42 @@ def query_to_cql2(query: dict[str, Any] | str | None, schema: Schema | None = No
             raise InvalidSearch(f"query {query!r} is not JSON: {error}") from error
     if not isinstance(query, dict):
         raise InvalidSearch("query must be a JSON object of {property: {operator: value}}")
-    parts: list[dict[str, Any]] = []
-    for name, conditions in query.items():
-        if not isinstance(conditions, dict) or not conditions:
-            raise InvalidSearch(f"query on {name!r} must be an object of operators, e.g. {{'lt': 20}}")
-        prop = {"property": name}
-        column = (
-            schema.find_field(column_of(name))
-            if schema is not None and column_of(name) in schema.column_names
-            else None
-        )
-        numeric = column is not None and isinstance(column.field_type, DoubleType | FloatType | LongType | IntegerType)
-        is_list = column is not None and isinstance(column.field_type, ListType)
-        for op, raw in conditions.items():
-            value = _number(raw) if numeric else raw
-            if op == "in" and is_list and isinstance(value, list):
-                parts.append({"op": "a_overlaps", "args": [prop, value]})
-            elif op in _QUERY_OPS:
-                parts.append({"op": _QUERY_OPS[op], "args": [prop, value]})
-            elif op == "in":
-                if not isinstance(value, list):
-                    raise InvalidSearch(f"query {name!r} 'in' needs a list of values")
-                parts.append({"op": "in", "args": [prop, value]})
-            elif op in ("startsWith", "endsWith", "contains"):
-                if not isinstance(value, str):
-                    raise InvalidSearch(f"query {name!r} {op!r} needs a string")
-                escaped = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-                pattern = {"startsWith": f"{escaped}%", "endsWith": f"%{escaped}", "contains": f"%{escaped}%"}[op]
-                parts.append({"op": "like", "args": [prop, pattern]})
-            else:
-                raise InvalidSearch(
-                    f"query operator {op!r} on {name!r} is not supported: use eq, neq, lt, lte, gt, gte, in, "
-                    "startsWith, endsWith, contains"
-                )
+    parts = [part for name, conditions in query.items() for part in _query_conditions(name, conditions, schema)]
     return parts[0] if len(parts) == 1 else {"op": "and", "args": parts}
+
+
+def _query_conditions(name: str, conditions: Any, schema: Schema | None) -> list[dict[str, Any]]:
+    """The cql2-json conditions of one property's ``{operator: value}`` object."""
+    if not isinstance(conditions, dict) or not conditions:
+        raise InvalidSearch(f"query on {name!r} must be an object of operators, e.g. {{'lt': 20}}")
+    column = (
+        schema.find_field(column_of(name)) if schema is not None and column_of(name) in schema.column_names else None
+    )
+    numeric = column is not None and isinstance(column.field_type, DoubleType | FloatType | LongType | IntegerType)
+    is_list = column is not None and isinstance(column.field_type, ListType)
+    return [_query_condition(name, op, _number(raw) if numeric else raw, is_list) for op, raw in conditions.items()]
+
+
+def _query_condition(name: str, op: str, value: Any, is_list: bool) -> dict[str, Any]:
+    """One query-extension condition as cql2-json (``in`` on a list-valued column: shares a value with)."""
+    prop = {"property": name}
+    if op == "in" and is_list and isinstance(value, list):
+        return {"op": "a_overlaps", "args": [prop, value]}
+    if op in _QUERY_OPS:
+        return {"op": _QUERY_OPS[op], "args": [prop, value]}
+    if op == "in":
+        if not isinstance(value, list):
+            raise InvalidSearch(f"query {name!r} 'in' needs a list of values")
+        return {"op": "in", "args": [prop, value]}
+    if op in _LIKE_PATTERNS:
+        if not isinstance(value, str):
+            raise InvalidSearch(f"query {name!r} {op!r} needs a string")
+        escaped = value.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        return {"op": "like", "args": [prop, _LIKE_PATTERNS[op].format(escaped)]}
+    raise InvalidSearch(
+        f"query operator {op!r} on {name!r} is not supported: use eq, neq, lt, lte, gt, gte, in, "
+        "startsWith, endsWith, contains"
+    )
 
 
 def _number(value: Any) -> Any:
@@ -276,7 +280,8 @@ def _literal(value: Any, column_type: PrimitiveType) -> tuple[bool, Any]:
     if isinstance(column_type, StringType):
         return isinstance(value, str), value
     if isinstance(column_type, DoubleType | FloatType):
-        return isinstance(value, int | float) and not isinstance(value, bool), float(value) if value is not None else 0
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        return is_number, float(value) if is_number else None
     if isinstance(column_type, LongType | IntegerType):
         if isinstance(value, float) and value.is_integer():
             return True, int(value)
@@ -321,43 +326,40 @@ def _exact(node: Any, schema: Schema) -> BooleanExpression | None:
         return None
     op = node.get("op")
     args = node.get("args") or []
-    if op == "or":
-        parts = [_exact(argument, schema) for argument in args]
-        if not parts or any(part is None for part in parts):
-            return None
-        combined = parts[0]
-        for part in parts[1:]:
-            combined = Or(combined, part)
-        return combined
-    if op == "and":
-        parts = [_exact(argument, schema) for argument in args]
-        if not parts or any(part is None for part in parts):
-            return None
-        combined = parts[0]
-        for part in parts[1:]:
-            combined = And(combined, part)
-        return combined
+    if op in ("and", "or"):
+        return _exact_junction(And if op == "and" else Or, args, schema)
     if not args or not isinstance(args[0], dict) or "property" not in args[0]:
         return None
     typed = _column_type(str(args[0]["property"]), schema)
     if typed is None:
         return None
-    column, column_type = typed
-    if op in _COMPARISONS and len(args) == 2:
-        ok, value = _literal(args[1], column_type)
+    return _exact_predicate(op, typed[0], typed[1], args[1:])
+
+
+def _exact_junction(junction: type[And] | type[Or], args: list[Any], schema: Schema) -> BooleanExpression | None:
+    """``and``/``or`` of exactly translated arguments (None if any argument has no exact translation)."""
+    parts = [_exact(argument, schema) for argument in args]
+    if not parts or any(part is None for part in parts):
+        return None
+    combined = parts[0]
+    for part in parts[1:]:
+        combined = junction(combined, part)
+    return combined
+
+
+def _exact_predicate(op: Any, column: str, column_type: PrimitiveType, operands: list[Any]) -> BooleanExpression | None:
+    """A comparison, ``between``, prefix ``like`` or ``in`` of a typed column with literals of its own type."""
+    if op in _COMPARISONS and len(operands) == 1:
+        ok, value = _literal(operands[0], column_type)
         return _COMPARISONS[op](column, value) if ok else None
-    if op == "between" and len(args) == 3:
-        low_ok, low = _literal(args[1], column_type)
-        high_ok, high = _literal(args[2], column_type)
-        if low_ok and high_ok:
-            return And(GreaterThanOrEqual(column, low), LessThanOrEqual(column, high))
-        return None
-    if op == "like" and len(args) == 2 and isinstance(column_type, StringType) and isinstance(args[1], str):
-        prefix = _like_prefix(args[1])
+    if op == "between" and len(operands) == 2:
+        low_ok, low = _literal(operands[0], column_type)
+        high_ok, high = _literal(operands[1], column_type)
+        return And(GreaterThanOrEqual(column, low), LessThanOrEqual(column, high)) if low_ok and high_ok else None
+    if op == "like" and len(operands) == 1 and isinstance(column_type, StringType) and isinstance(operands[0], str):
+        prefix = _like_prefix(operands[0])
         return StartsWith(column, prefix) if prefix is not None else None
-    if op == "in" and len(args) == 2 and isinstance(args[1], list) and args[1]:
-        values = [_literal(value, column_type) for value in args[1]]
-        if all(ok for ok, _ in values):
-            return In(column, [value for _, value in values])
-        return None
+    if op == "in" and len(operands) == 1 and isinstance(operands[0], list) and operands[0]:
+        values = [_literal(value, column_type) for value in operands[0]]
+        return In(column, [value for _, value in values]) if all(ok for ok, _ in values) else None
     return None

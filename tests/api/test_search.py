@@ -257,6 +257,29 @@ def test_bad_requests_answer_4xx_with_a_message(
     assert words.lower() in raised.value.read().decode().lower()
 
 
+@pytest.mark.parametrize(
+    ("path", "status", "code"),
+    [
+        ("/collections/nope", 404, "collection-not-found"),
+        ("/search?collections=nope", 404, "collection-not-found"),
+        ("/collections/alpha/items/nope", 404, "item-not-found"),
+        ("/refs/no-such-ref/search", 404, "ref-not-found"),
+        ("/refs//search", 404, "ref-not-found"),
+        ("/search?bbox=0,50,10,10", 400, "invalid-search"),  # south of north: the framework checks only the count
+        ("/search?token=not-a-token", 400, "invalid-search"),
+    ],
+)
+def test_errors_answer_their_groups_status_and_their_kind_as_code(
+    world: dict, path: str, status: int, code: str
+) -> None:
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(world["server"].url + path)
+    assert raised.value.code == status
+    body = json.loads(raised.value.read())
+    assert body["code"] == code
+    assert body["description"]
+
+
 def test_limit_beyond_the_maximum_is_refused_when_configured(tmp_path: Path) -> None:
     from ingest.api import SearchEngine, SearchRequest
     from ingest.errors import InvalidSearch

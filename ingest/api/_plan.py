@@ -1,0 +1,361 @@
+"""Search planning: a request and a table schema in, the Iceberg expressions and row tests of the search out.
+
+:func:`plan_search` is a pure function of the table's schema, the collections
+known at the snapshot and the request; it reads no file. What it returns, a
+:class:`SearchPlan`, says
+
+- what Iceberg prunes data files with (partition values and column bounds),
+- what decides rows exactly on typed columns (the same expression as an Arrow filter),
+- which geometries rows must intersect (tested with shapely),
+- what is left for cql2 to match item by item (the *residual*), and
+- how results are sorted.
+
+A filtered property may also sit in ``floe:overflow`` in some rows (its value
+had a type conflicting with the column when it was written); the typed column
+is null there, so files holding such rows are tested without the translated
+filter, matching every row against the whole filter instead. The plan carries
+both forms; :func:`row_tests` compiles them into the two tests
+(:class:`RowTest`) a search applies file by file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cql2
+import pyarrow as pa
+import pyarrow.compute as pc
+import shapely
+from pyiceberg.expressions import (
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Or,
+)
+from pyiceberg.expressions.visitors import bind, extract_field_ids
+from pyiceberg.io.pyarrow import expression_to_pyarrow
+from pyiceberg.schema import Schema
+from pyiceberg.types import PrimitiveType
+
+from ingest._compat import FileTest, may_match, must_match
+from ingest.api._filter import TOP_LEVEL, and_expressions, parse_filter, query_to_cql2, translate
+from ingest.api._request import (
+    MAX_LIMIT,
+    SearchRequest,
+    SortEntry,
+    SortKey,
+    bbox_geometry,
+    checked_limit,
+    parse_bbox,
+    parse_intersects,
+    parse_interval,
+    parse_sortby,
+)
+from ingest.errors import CollectionNotFound, InvalidSearch
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """A validated search: what Iceberg prunes with, what decides rows, what is left for shapely and cql2."""
+
+    limit: int
+    """Items per page (the request's, or the maximum when it asked for more and that is allowed)."""
+    prune: BooleanExpression
+    """What rules data files out by their column bounds: ``exact`` and every geometry's bbox overlap."""
+    exact: BooleanExpression
+    """What decides rows on typed columns: collections, ids, datetime and the translated filter."""
+    geometries: tuple[Any, ...]
+    """Shapely geometries every matching row's geometry intersects (bbox, intersects, s_intersects conjuncts)."""
+    residual: cql2.Expr | None
+    """The whole filter, when some of it did not translate: matched item by item with cql2."""
+    sortby: tuple[SortKey, ...]
+    collections: tuple[str, ...] | None
+    prune_without_filter: BooleanExpression
+    """``prune`` without the translated filter: for files where a row keeps a filtered property in floe:overflow."""
+    exact_without_filter: BooleanExpression
+    """``exact`` without the translated filter, for the same files (their rows are matched against ``full_filter``)."""
+    full_filter: cql2.Expr | None
+    """The request's filter and query as one cql2 expression (None without either)."""
+    filtered_properties: frozenset[str]
+    """Property columns the translated filter reads: a file keeping one in floe:overflow is tested without it."""
+
+
+def plan_search(
+    schema: Schema,
+    request: SearchRequest,
+    known_collections: Collection[str],
+    *,
+    max_limit: int = MAX_LIMIT,
+    refuse_over_limit: bool = False,
+) -> SearchPlan:
+    """Check ``request`` against ``schema`` and the collections at the snapshot, and plan it.
+
+    ``known_collections`` only needs to hold the collections the request
+    names; an unknown one raises CollectionNotFound. Raises InvalidSearch for
+    anything else wrong with the request, naming it.
+    """
+    limit = checked_limit(request.limit, max_limit, refuse_over_limit)
+    if request.bbox is not None and request.intersects is not None:
+        raise InvalidSearch("bbox and intersects are mutually exclusive: give one of them")
+    collections = _checked_collections(request.collections, known_collections)
+    exact = _combine(_one_of("collection", collections), _one_of("id", request.ids))
+    interval = parse_interval(request.datetime)
+    if interval is not None:
+        exact = _combine(exact, datetime_expression(schema, *interval))
+    geometries = _request_geometries(request)
+    full_filter = _full_filter(request, schema)
+    translation = translate(full_filter, schema)
+    geometries.extend(translation.geometries)
+    exact_with_filter = _combine(exact, translation.expression)
+    prune = _with_overlaps(exact_with_filter, geometries)
+    sortby = _sort_keys(request.sortby, schema)
+    try:
+        bind(schema, prune, case_sensitive=True)
+    except ValueError as error:  # pragma: no cover - translation only emits bindable expressions
+        raise InvalidSearch(f"cannot apply this search to the table: {error}") from error
+    return SearchPlan(
+        limit=limit,
+        prune=prune,
+        exact=exact_with_filter,
+        geometries=tuple(geometries),
+        residual=full_filter if translation.residual else None,
+        sortby=tuple(sortby),
+        collections=tuple(collections) if collections else None,
+        prune_without_filter=_with_overlaps(exact, geometries),
+        exact_without_filter=exact,
+        full_filter=full_filter,
+        filtered_properties=frozenset(columns_of(translation.expression, schema) - set(TOP_LEVEL)),
+    )
+
+
+def _checked_collections(requested: list[str] | None, known: Collection[str]) -> list[str] | None:
+    """The requested collections without repeats, each checked to exist (None: any collection)."""
+    if not requested:
+        return None
+    collections = list(dict.fromkeys(requested))
+    unknown = [collection for collection in collections if collection not in known]
+    if unknown:
+        raise CollectionNotFound(f"no collection {', '.join(map(repr, unknown))} at this ref (see /collections)")
+    return collections
+
+
+def _one_of(column: str, values: list[str] | None) -> BooleanExpression:
+    """Rows whose ``column`` is one of ``values`` (every row when None or empty)."""
+    if not values:
+        return AlwaysTrue()
+    distinct = list(dict.fromkeys(values))
+    return EqualTo(column, distinct[0]) if len(distinct) == 1 else In(column, distinct)
+
+
+def _request_geometries(request: SearchRequest) -> list[Any]:
+    """The geometries the request's bbox or intersects asks rows to intersect."""
+    geometries = []
+    bbox = parse_bbox(request.bbox)
+    if bbox is not None:
+        geometries.append(bbox_geometry(bbox))
+    intersects = parse_intersects(request.intersects)
+    if intersects is not None:
+        geometries.append(intersects)
+    return geometries
+
+
+def _full_filter(request: SearchRequest, schema: Schema) -> cql2.Expr | None:
+    """The request's CQL2 filter and query-extension conditions as one expression (None without either)."""
+    filters = [parse_filter(request.filter, request.filter_lang)]
+    query = query_to_cql2(request.query, schema)
+    if query is not None:
+        filters.append(parse_filter(query, "cql2-json"))
+    return and_expressions([part for part in filters if part is not None])
+
+
+def _sort_keys(sortby: str | Sequence[SortEntry] | None, schema: Schema) -> list[SortKey]:
+    """The request's sort keys, each a top-level column of a primitive type."""
+    keys = parse_sortby(sortby)
+    for key in keys:
+        found = schema.find_field(key.column) if key.column in schema.column_names else None
+        if found is None or not isinstance(found.field_type, PrimitiveType) or "." in key.column:
+            raise InvalidSearch(
+                f"cannot sort by {key.column!r}: sortable fields are id, collection, datetime and the "
+                "items' typed properties (see /queryables)"
+            )
+    return keys
+
+
+def columns_of(expression: BooleanExpression, schema: Schema) -> set[str]:
+    """The top-level columns an expression reads (``bbox`` for ``bbox.xmin``)."""
+    if isinstance(expression, AlwaysTrue):
+        return set()
+    bound = bind(schema, expression, case_sensitive=True)
+    names = (schema.find_column_name(field_id) for field_id in extract_field_ids(bound))
+    return {name.split(".")[0] for name in names if name is not None}
+
+
+# -- Iceberg expressions ---------------------------------------------------------------------------
+def _combine(left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
+    """``left AND right``, leaving out a side that is always true (pruning skips work on AlwaysTrue)."""
+    if isinstance(left, AlwaysTrue):
+        return right
+    if isinstance(right, AlwaysTrue):
+        return left
+    return And(left, right)
+
+
+def _any_of(expressions: list[BooleanExpression]) -> BooleanExpression:
+    combined = expressions[0]
+    for expression in expressions[1:]:
+        combined = Or(combined, expression)
+    return combined
+
+
+def _with_overlaps(expression: BooleanExpression, geometries: Sequence[Any]) -> BooleanExpression:
+    """``expression`` and, for each geometry, rows whose bbox overlaps it."""
+    for geometry in geometries:
+        expression = _combine(expression, bounds_overlap(geometry))
+    return expression
+
+
+def bounds_overlap(geometry: Any) -> BooleanExpression:
+    """Rows whose bbox overlaps the geometry's bounds (per part for multi-part geometries across the antimeridian).
+
+    An item crossing the antimeridian has a bbox with xmin > xmax (STAC, RFC 7946
+    §5.2), i.e. it covers [xmin, 180] and [-180, xmax]. Iceberg cannot compare two
+    columns, so such rows are recognised as xmin > 0 > xmax (the only way a
+    crossing box of less than 360° can be written) and kept when either side
+    reaches the query.
+    """
+    parts = list(geometry.geoms) if isinstance(geometry, shapely.MultiPolygon) else [geometry]
+    overlaps: list[BooleanExpression] = []
+    for part in parts:
+        xmin, ymin, xmax, ymax = (float(value) for value in part.bounds)
+        plain = And(LessThanOrEqual("bbox.xmin", xmax), GreaterThanOrEqual("bbox.xmax", xmin))
+        crossing = And(
+            And(GreaterThan("bbox.xmin", 0.0), LessThan("bbox.xmax", 0.0)),
+            Or(LessThanOrEqual("bbox.xmin", xmax), GreaterThanOrEqual("bbox.xmax", xmin)),
+        )
+        overlaps.append(
+            And(Or(plain, crossing), And(LessThanOrEqual("bbox.ymin", ymax), GreaterThanOrEqual("bbox.ymax", ymin)))
+        )
+    return _any_of(overlaps)
+
+
+def datetime_expression(schema: Schema, start: int | None, end: int | None) -> BooleanExpression:
+    """Items whose datetime lies in [start, end], or whose start/end_datetime range overlaps it (epoch µs)."""
+    instant: list[BooleanExpression] = []
+    if start is not None:
+        instant.append(GreaterThanOrEqual("datetime", start))
+    if end is not None:
+        instant.append(LessThanOrEqual("datetime", end))
+    point = instant[0] if len(instant) == 1 else And(instant[0], instant[1])
+    if "start_datetime" not in schema.column_names or "end_datetime" not in schema.column_names:
+        return point
+    ranged: list[BooleanExpression] = [IsNull("datetime")]
+    if end is not None:
+        ranged.append(LessThanOrEqual("start_datetime", end))
+    if start is not None:
+        ranged.append(GreaterThanOrEqual("end_datetime", start))
+    overlap = ranged[0]
+    for part in ranged[1:]:
+        overlap = And(overlap, part)
+    return Or(point, overlap)
+
+
+# -- row tests -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RowTest:
+    """How the rows of one data file are tested: what prunes it, the Arrow filter, the geometries, what cql2 matches."""
+
+    prune: BooleanExpression
+    exact: BooleanExpression
+    residual: cql2.Expr | None
+    geometries: tuple[Any, ...]
+    may_match: FileTest | None
+    """False for a file no row of which can match, from its column bounds (None: every file may)."""
+    arrow_filter: pc.Expression | None
+    """``prune`` as an Arrow filter over ``filter_columns`` (None: column values rule no row out)."""
+    filter_columns: dict[str, pa.DataType]
+    all_rows_match: FileTest | None
+    """True for a file every row of which matches, from its column bounds (None: never known without reading)."""
+
+    @property
+    def needs_rows_test(self) -> bool:
+        """Whether rows must be read to know which match (else every row of a file that may match does)."""
+        return _needs_rows_test(self.prune, self.residual, self.geometries)
+
+
+def _needs_rows_test(prune: BooleanExpression, residual: cql2.Expr | None, geometries: tuple[Any, ...]) -> bool:
+    return not isinstance(prune, AlwaysTrue) or bool(geometries) or residual is not None
+
+
+@dataclass(frozen=True)
+class RowTests:
+    """The two ways a plan tests a file's rows (see the module docstring)."""
+
+    translated: RowTest
+    """The usual test: the translated filter prunes files and decides rows."""
+    without_filter: RowTest
+    """For files where a row keeps a filtered property in floe:overflow: rows are matched against the whole filter.
+
+    It prunes a superset of what ``translated`` prunes, so a file it rules out is out either way.
+    """
+
+
+def row_tests(plan: SearchPlan, schema: Schema, arrow_schema: pa.Schema) -> RowTests:
+    """Compile a plan's expressions into the tests applied to each data file and its rows."""
+    translated = _row_test(
+        schema, arrow_schema, prune=plan.prune, exact=plan.exact, residual=plan.residual, geometries=plan.geometries
+    )
+    without_filter = _row_test(
+        schema,
+        arrow_schema,
+        prune=plan.prune_without_filter,
+        exact=plan.exact_without_filter,
+        residual=plan.full_filter,
+        geometries=plan.geometries,
+    )
+    return RowTests(translated, without_filter)
+
+
+def _row_test(
+    schema: Schema,
+    arrow_schema: pa.Schema,
+    *,
+    prune: BooleanExpression,
+    exact: BooleanExpression,
+    residual: cql2.Expr | None,
+    geometries: tuple[Any, ...],
+) -> RowTest:
+    arrow_filter, filter_columns = arrow_filter_of(prune, schema, arrow_schema)
+    all_rows_match = None
+    if _needs_rows_test(prune, residual, geometries) and not geometries and residual is None:
+        # Files whose column bounds prove every row matches need no row test (e.g. a collection's partition).
+        all_rows_match = must_match(schema, exact)
+    return RowTest(
+        prune=prune,
+        exact=exact,
+        residual=residual,
+        geometries=geometries,
+        may_match=None if isinstance(prune, AlwaysTrue) else may_match(schema, prune),
+        arrow_filter=arrow_filter,
+        filter_columns=filter_columns,
+        all_rows_match=all_rows_match,
+    )
+
+
+def arrow_filter_of(
+    expression: BooleanExpression, schema: Schema, arrow_schema: pa.Schema
+) -> tuple[pc.Expression | None, dict[str, pa.DataType]]:
+    """``expression`` as an Arrow filter, and the top-level columns (with their Arrow types) it reads."""
+    if isinstance(expression, AlwaysTrue):
+        return None, {}
+    bound = bind(schema, expression, case_sensitive=True)
+    columns = {name: arrow_schema.field(name).type for name in columns_of(expression, schema)}
+    return expression_to_pyarrow(bound, schema), columns

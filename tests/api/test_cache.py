@@ -1,0 +1,80 @@
+"""The search caches: decoded columns stay within their byte budget, least recently used first out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import InputFile
+from pyiceberg.io.pyarrow import PyArrowFileIO
+
+from ingest.api._cache import ROW_NUMBER, ColumnCache, SnapshotCache, SnapshotState
+
+
+def _write(path: Path, rows: int) -> str:
+    pq.write_table(pa.table({"a": np.arange(rows, dtype=np.int64), "b": np.ones(rows)}), path)
+    return str(path)
+
+
+class _CountingIO(PyArrowFileIO):
+    """Local files, counting how many times each is opened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened: list[str] = []
+
+    def new_input(self, location: str) -> InputFile:
+        self.opened.append(location)
+        return super().new_input(location)
+
+
+def test_columns_are_decoded_once_and_only_those_asked_for(tmp_path: Path) -> None:
+    io = _CountingIO()
+    cache = ColumnCache(io, max_bytes=10_000_000)
+    path = _write(tmp_path / "one.parquet", 100)
+    assert cache.read(path, ["a", "missing"]).column_names == ["a"]
+    assert cache.read(path, ["a"]).column("a").to_pylist() == list(range(100))
+    assert io.opened == [path]  # the second read came from the cache
+    assert cache.read(path, []).column(ROW_NUMBER).to_pylist() == list(range(100))
+    assert cache.read(path).column_names == ["a", "b"]
+    assert io.opened == [path, path]  # only "b" was still to decode
+
+
+def test_the_least_recently_used_file_goes_once_over_budget(tmp_path: Path) -> None:
+    io = _CountingIO()
+    paths = [_write(tmp_path / f"{n}.parquet", 1000) for n in range(3)]
+    one_file = ColumnCache(io, max_bytes=10_000_000)
+    one_file.read(paths[0], ["a"])
+    budget = 2 * one_file.cached_bytes  # room for two files' column "a", not three
+    cache = ColumnCache(io, max_bytes=budget)
+    for path in paths[:2]:
+        cache.read(path, ["a"])
+    cache.read(paths[0], ["a"])  # paths[0] is now the most recently used
+    cache.read(paths[2], ["a"])  # over budget: paths[1] goes
+    assert cache.cached_bytes <= budget
+    io.opened.clear()
+    cache.read(paths[0], ["a"])
+    cache.read(paths[2], ["a"])
+    assert io.opened == []
+    cache.read(paths[1], ["a"])
+    assert io.opened == [paths[1]]
+
+
+def test_snapshot_states_are_loaded_once_and_the_oldest_dropped() -> None:
+    loaded: list[str] = []
+
+    def load(snapshot_id: str) -> SnapshotState:
+        loaded.append(snapshot_id)
+        # Only the id matters to the cache; a real state's table and schema are left out.
+        return SnapshotState(snapshot_id, table=None, schema=None, arrow_schema=pa.schema([]), files=[])  # type: ignore[arg-type]
+
+    cache = SnapshotCache(load, size=2)
+    assert cache.get("a") is cache.get("a")
+    cache.get("b")
+    cache.get("a")
+    cache.get("c")  # "b" is the least recently used
+    cache.get("a")
+    cache.get("b")
+    assert loaded == ["a", "b", "c", "b"]

@@ -1,0 +1,27 @@
+"""`floe search` loads the engine without the web stack, and the web app loads without the ingest pipeline.
+
+Each check runs in a fresh interpreter: this test session has imported everything already.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.api._servers import WORKTREE
+
+
+@pytest.mark.parametrize(
+    ("statement", "not_loaded"),
+    [
+        ("from ingest.api import SearchEngine, SearchRequest", "fastapi"),
+        ("from ingest.api import SearchEngine, SearchRequest", "stac_fastapi"),
+        ("from ingest.api import create_app", "ingest.pipeline"),
+    ],
+)
+def test_importing_loads_only_what_it_needs(statement: str, not_loaded: str) -> None:
+    check = f"import sys\n{statement}\nassert {not_loaded!r} not in sys.modules, 'loaded'"
+    result = subprocess.run([sys.executable, "-c", check], cwd=WORKTREE, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, f"{statement!r} loaded {not_loaded}: {result.stderr[-2000:]}"
