@@ -1,0 +1,28 @@
+"""The ``floe`` command: parse arguments, call the library, render the result.
+
+Exit status: 0 success, 1 error, 2 usage error, 3 some input was rejected
+(the rest was committed), 4 ``check`` found problems.
+
+Modules (each command is a thin shell over library calls):
+
+- ``_app``: the Typer application, global options, shared error rendering and consoles;
+- ``_ingest``: ``init``, ``ingest``, ``demo``;
+- ``_read``: ``export``, ``log``, ``tag``, ``branch``, ``refs``;
+- ``_lifecycle``: ``check``, ``gc``, ``replicate``;
+- ``_api``: ``serve``, ``search``.
+
+Importing them registers their commands, in the order ``floe --help`` lists them.
+"""
+
+import importlib
+
+from ingest.cli._app import EXIT_ERROR, EXIT_PROBLEMS, EXIT_REJECTED, app
+
+# In the order `floe --help` lists them (Typer lists commands as they are registered).
+for _module in ("_ingest", "_read", "_lifecycle", "_api"):
+    importlib.import_module(f"ingest.cli.{_module}")
+
+__all__ = ["EXIT_ERROR", "EXIT_PROBLEMS", "EXIT_REJECTED", "app"]
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,95 @@
+"""The STAC API from the command line: ``floe serve`` and ``floe search``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ingest.cli._app import app, fail, floe_errors, open_repository, settings_of, stderr
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host", help="Address to listen on (default 127.0.0.1: loopback only; api.host in the settings)."
+        ),
+    ] = None,
+    port: Annotated[
+        int | None,
+        typer.Option("--port", "-p", min=0, max=65535, help="Port (default 8080; api.port in the settings)."),
+    ] = None,
+) -> None:
+    """Serve the STAC API: the default branch at /, every branch, tag and snapshot at /refs/{ref}/."""
+    from ingest.api import serve as run_server
+
+    settings = settings_of(ctx)
+    with floe_errors():
+        repository = open_repository(ctx)
+    host = host or settings.api.host
+    port = settings.api.port if port is None else port
+    stderr.print(f"serving {repository.location.url} at http://{host}:{port}/ (Ctrl-C stops)", highlight=False)
+    run_server(repository, host, port)
+
+
+@app.command()
+def search(  # noqa: PLR0917 - typer maps parameters to options
+    ctx: typer.Context,
+    ref: Annotated[
+        str | None, typer.Option("--ref", help="Branch, tag or snapshot id (default: the configured branch, main).")
+    ] = None,
+    bbox: Annotated[
+        str | None, typer.Option("--bbox", help="xmin,ymin,xmax,ymax (or 6 numbers), degrees CRS84.")
+    ] = None,
+    intersects: Annotated[
+        str | None, typer.Option("--intersects", help="A GeoJSON geometry (text, or @file.json).")
+    ] = None,
+    datetime: Annotated[
+        str | None, typer.Option("--datetime", help="An RFC 3339 instant or interval start/end (.. for open).")
+    ] = None,
+    collections: Annotated[str | None, typer.Option("--collections", help="Comma-separated collection ids.")] = None,
+    ids: Annotated[str | None, typer.Option("--ids", help="Comma-separated item ids.")] = None,
+    filter_text: Annotated[str | None, typer.Option("--filter", help="A CQL2 filter.")] = None,
+    filter_lang: Annotated[str, typer.Option("--filter-lang", help="cql2-text or cql2-json.")] = "cql2-text",
+    sortby: Annotated[
+        str | None, typer.Option("--sortby", help="Comma-separated fields, - for descending: -datetime,id.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Items read per page.")] = 100,
+    max_items: Annotated[
+        int | None, typer.Option("--max-items", min=1, help="Stop after this many items (default: all of them).")
+    ] = None,
+) -> None:
+    """Search items at a ref (the API's search engine, in-process) and print them as NDJSON on stdout."""
+    from ingest.api import SearchEngine, SearchRequest
+
+    if intersects is not None and intersects.startswith("@"):
+        path = Path(intersects[1:])
+        if not path.is_file():
+            fail(f"--intersects file {path} does not exist", code=2)
+        intersects = path.read_text()
+    request = SearchRequest(
+        collections=[value for value in collections.split(",") if value] if collections else None,
+        ids=[value for value in ids.split(",") if value] if ids else None,
+        bbox=bbox,
+        intersects=intersects,
+        datetime=datetime,
+        filter=filter_text,
+        filter_lang=filter_lang,
+        sortby=sortby,
+        limit=limit,
+    )
+    count = 0
+    with floe_errors():
+        repository = open_repository(ctx)
+        engine = SearchEngine(repository, max_limit=repository.settings.api.max_limit, refuse_over_limit=True)
+        for item in engine.iter_items(request, ref, max_items=max_items):
+            sys.stdout.write(json.dumps(item, separators=(",", ":")) + "\n")
+            count += 1
+    sys.stdout.flush()
+    stderr.print(f"{count} items", highlight=False)

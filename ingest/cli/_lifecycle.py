@@ -1,0 +1,138 @@
+"""Lifecycle commands: ``floe check``, ``floe gc``, ``floe replicate``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ingest.cli._app import EXIT_PROBLEMS, app, fail, floe_errors, open_repository, settings_of, stderr, stdout
+
+
+@app.command()
+def check(
+    ctx: typer.Context,
+    ref: Annotated[str | None, typer.Option("--ref", help="The ref to check (default: main).")] = None,
+    all_refs: Annotated[bool, typer.Option("--all", help="Check every branch and tag.")] = False,
+    deep: Annotated[
+        bool,
+        typer.Option(
+            "--deep",
+            help="Also compare data file and manifest sizes with the sizes the table records, "
+            "and check that every row's array group exists at that snapshot.",
+        ),
+    ] = False,
+) -> None:
+    """Verify that a ref's (or every ref's) table pointer resolves and every file it references exists.
+
+    Exits with status 4 and lists the problems if anything is wrong.
+    """
+    from ingest.lifecycle import check as run_check
+
+    if ref is not None and all_refs:
+        fail("give --ref or --all, not both", code=2)
+    with floe_errors():
+        problems = run_check(open_repository(ctx), ref, all_refs=all_refs, deep=deep)
+    for problem in problems:
+        stdout.print(f"[red]problem[/] {problem}", highlight=False, soft_wrap=True)
+    if problems:
+        stderr.print(f"{len(problems)} problem(s) found")
+        raise typer.Exit(EXIT_PROBLEMS)
+    stderr.print(
+        "ok: every pointer resolves and every referenced file exists"
+        + (" with its recorded size, and every row's arrays exist" if deep else "")
+    )
+
+
+def _human_bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"  # pragma: no cover
+
+
+@app.command("gc")
+def gc_command(
+    ctx: typer.Context,
+    grace: Annotated[
+        str,
+        typer.Option(
+            "--grace",
+            help="Keep unreferenced table files younger than this (writers in flight own them): 0s, 30m, 24h, 90d.",
+        ),
+    ] = "24h",
+    expire_older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--expire-older-than",
+            help="First expire Icechunk snapshots older than this (branch tips and tags stay), e.g. 90d.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be deleted and how many bytes.")] = False,
+) -> None:
+    """Delete table files no version needs, after Icechunk's own garbage collection.
+
+    The live set is every metadata.json, manifest list, manifest and data file
+    reachable from the pointer of any snapshot in the history of any branch or
+    tag. Only files outside it AND older than --grace are deleted: a writer
+    writes its files before its commit lands, so keep --grace longer than any
+    commit takes (the default, 24h, is safe next to running writers; use 0s
+    only when nothing writes).
+    """
+    from ingest.lifecycle import gc, parse_duration
+
+    with floe_errors():
+        grace_period = parse_duration(grace)
+        expire = parse_duration(expire_older_than) if expire_older_than is not None else None
+        report = gc(open_repository(ctx), grace=grace_period, expire_older_than=expire, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    if dry_run:
+        for path, size in report.deleted:
+            typer.echo(f"{path}\t{size}")  # plain tab-separated lines, for scripts
+    if expire is not None:
+        stderr.print(
+            "expiry skipped in a dry run (the live set leaves out what it would drop)"
+            if dry_run
+            else f"expired {report.expired_snapshots} Icechunk snapshot(s)",
+            highlight=False,
+        )
+    stderr.print(
+        f"icechunk: {verb} {report.icechunk_objects_deleted} object(s), {_human_bytes(report.icechunk_bytes_deleted)}\n"
+        f"tables: {verb} {len(report.deleted)} unreferenced file(s), {_human_bytes(report.bytes_deleted)}; "
+        f"kept {len(report.kept_young)} younger than {grace}; {report.live_files} live file(s) "
+        f"in {report.snapshots_in_history} snapshot(s) of history",
+        highlight=False,
+    )
+
+
+@app.command("replicate")
+def replicate_command(
+    ctx: typer.Context,
+    source: Annotated[str, typer.Argument(help="The repository to copy: a path or s3://bucket/prefix.")],
+    target: Annotated[str, typer.Argument(help="Where the copy lives: a path or s3://bucket/prefix.")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be copied; write nothing.")] = False,
+) -> None:
+    """Copy a repository to another root (local or S3, either direction); later runs copy only what is new.
+
+    The source's refs are captured once, so a source being written is copied
+    at one consistent version. Icechunk objects are copied byte for byte,
+    Iceberg metadata is rewritten for the target root, the target is verified,
+    and the refs move last: a reader of the target never sees a half-copied
+    version. Both roots use the same S3 settings (FLOE_S3__*). The target is a
+    replica: commits made to it are overwritten by the next run.
+    """
+    from ingest.lifecycle import replicate
+
+    with floe_errors():
+        report = replicate(source, target, settings_of(ctx), dry_run=dry_run)
+    verb = "would copy" if dry_run else "copied"
+    stderr.print(
+        f"{verb} {len(report.copied)} file(s) and {'would rewrite' if dry_run else 'rewrote'} "
+        f"{len(report.rewritten)} table metadata file(s), {_human_bytes(report.bytes_written)}; "
+        f"{report.branches} branch(es), {report.tags} tag(s), {report.snapshots} snapshot(s) "
+        + ("(dry run: nothing written)" if dry_run else f"now at {report.target}"),
+        highlight=False,
+    )

@@ -1,0 +1,122 @@
+"""Commands that read and name versions: ``floe export``, ``floe log``, ``floe tag``, ``floe branch``, ``floe refs``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table as RichTable
+
+from ingest.cli._app import app, fail, floe_errors, open_repository, stderr, stdout
+
+
+@app.command()
+def export(
+    ctx: typer.Context,
+    out: Annotated[
+        str,
+        typer.Argument(
+            help="Output: a file (ndjson, stac-geoparquet), a folder (catalog), or - for stdout (ndjson only)."
+        ),
+    ] = "-",
+    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id (default: main).")] = None,
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help=(
+                "ndjson: one item per line, exactly as ingested. "
+                "stac-geoparquet: one GeoParquet file (geopandas, DuckDB, stac-geoparquet read it). "
+                "catalog: a static STAC catalog folder (catalog.json, collection.json per collection, item files)."
+            ),
+        ),
+    ] = "ndjson",
+) -> None:
+    """Export every item at a ref as NDJSON, one stac-geoparquet file, or a static STAC catalog.
+
+    Streams the table batch by batch; the same ref gives the same output, which appears only once complete.
+    """
+    from ingest.export import FORMATS, export_catalog, export_geoparquet, export_ndjson
+
+    if format not in FORMATS:
+        fail(f"unknown format {format!r}: supported formats are {', '.join(FORMATS)}", code=2)
+    if out == "-" and format != "ndjson":
+        fail(f"--format {format} writes files: give an output path instead of -", code=2)
+    exporters = {"ndjson": export_ndjson, "stac-geoparquet": export_geoparquet, "catalog": export_catalog}
+    with floe_errors():
+        view = open_repository(ctx).view(ref)
+        result = exporters[format](view, out)
+    where = "" if result.target == "-" else f" to {result.target}"
+    stderr.print(
+        f"exported {result.items} items of {result.collections} collections from {view.ref} "
+        f"({view.snapshot_id}) as {format}{where}",
+        highlight=False,
+    )
+
+
+@app.command("log")
+def log_command(
+    ctx: typer.Context,
+    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id (default: main).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON array, one object per commit, newest first.")] = False,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Show at most this many commits.")] = None,
+) -> None:
+    """Show the history of a ref: message, time, rows added, attempts, table pointer."""
+    with floe_errors():
+        entries = open_repository(ctx).log(ref, limit=limit)
+    if as_json:
+        stdout.print_json(json.dumps([entry.to_json() for entry in entries]))
+        return
+    table = RichTable("snapshot", "written at (UTC)", "rows", "attempts", "message", box=None)
+    for entry in entries:
+        table.add_row(
+            entry.snapshot_id,
+            entry.written_at.strftime("%Y-%m-%d %H:%M:%S"),
+            f"{entry.rows_added} ({entry.rows_replaced} replaced)" if entry.rows_replaced else str(entry.rows_added),
+            str(entry.attempts),
+            entry.message,
+        )
+    stdout.print(table)
+
+
+@app.command()
+def tag(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The new tag's name.")],
+    ref: Annotated[str | None, typer.Option("--ref", help="What to tag (default: main).")] = None,
+) -> None:
+    """Tag a version: arrays and table together, for good (tags never move)."""
+    with floe_errors():
+        snapshot_id = open_repository(ctx).tag(name, ref)
+    stderr.print(f"tagged {snapshot_id} as [bold]{name}[/]")
+
+
+@app.command()
+def branch(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The new branch's name.")],
+    from_ref: Annotated[str | None, typer.Option("--from", help="Where it starts (default: main).")] = None,
+) -> None:
+    """Create a branch at a version."""
+    with floe_errors():
+        snapshot_id = open_repository(ctx).branch(name, from_ref)
+    stderr.print(f"created branch [bold]{name}[/] at {snapshot_id}")
+
+
+@app.command()
+def refs(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON output.")] = False,
+) -> None:
+    """List branches and tags with the snapshot each points at."""
+    with floe_errors():
+        found = open_repository(ctx).refs()
+    if as_json:
+        stdout.print_json(json.dumps([{"name": r.name, "kind": r.kind, "snapshot_id": r.snapshot_id} for r in found]))
+        return
+    table = RichTable("kind", "name", "snapshot", box=None)
+    for ref in found:
+        table.add_row(ref.kind, ref.name, ref.snapshot_id)
+    stdout.print(table)
