@@ -22,6 +22,9 @@ import zarr.errors
 from ingest import Repository, Settings
 from ingest.config import S3Settings
 
+# The shared invariants assert outside test modules: let pytest explain their failures too.
+pytest.register_assert_rewrite("tests.invariants")
+
 DATA = Path(__file__).parent / "data"
 REAL_ITEMS = DATA / "real-items"
 

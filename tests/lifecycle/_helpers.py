@@ -1,12 +1,16 @@
-"""What the lifecycle tests compare: exports per ref, file listings, the live set computed through pyiceberg."""
+"""What the lifecycle tests compare: exports per ref and per version, file listings, the live set computed
+through pyiceberg, the files one table version names."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 from ingest import Repository
 from ingest.errors import CorruptRepository
 from ingest.lifecycle._store import RootFiles
+from ingest.repository import CommitMetadata
+from ingest.stac import read_arrays_asset
 
 
 def export(repository: Repository, ref: str) -> list[str]:
@@ -16,6 +20,43 @@ def export(repository: Repository, ref: str) -> list[str]:
 
 def exports(repository: Repository) -> dict[str, list[str]]:
     return {f"{ref.kind}:{ref.name}": export(repository, ref.snapshot_id) for ref in repository.refs()}
+
+
+def every_version(repository: Repository) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Every version in the history of every ref: snapshot id -> (its items as canonical JSON, sorted;
+    a digest of each array its items' ``floe:arrays`` assets name)."""
+    versions: dict[str, tuple[list[str], dict[str, str]]] = {}
+    for ref in repository.refs():
+        for info in repository.icechunk.ancestry(snapshot_id=ref.snapshot_id):
+            record = CommitMetadata.decode(info.metadata)
+            if info.id in versions or record is None or record.items is None:
+                continue  # seen, or Icechunk's root snapshot (no table yet)
+            view = repository.view(info.id)
+            items = list(view.items())
+            arrays: dict[str, str] = {}
+            for item in items:
+                asset = read_arrays_asset(item)
+                for variable in asset.variables if asset is not None else []:
+                    data = view.arrays(asset.group)[variable][:]
+                    arrays[f"{asset.group}/{variable}"] = hashlib.sha256(data.tobytes()).hexdigest()
+            versions[info.id] = (sorted(json.dumps(item, sort_keys=True) for item in items), arrays)
+    return versions
+
+
+def files_of_version(repository: Repository, pointer: str) -> set[str]:
+    """The table files one table version names (paths relative to the root): its metadata.json (``pointer``, as a
+    commit carries it), and its current snapshot's manifest list, manifests and data files."""
+    location = repository.absolute_location(pointer)
+    table = repository.catalog.load_at(location)
+    found = {location}
+    snapshot = table.current_snapshot()
+    if snapshot is not None:
+        found.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(repository.io):
+            found.add(manifest.manifest_path)
+            found.update(entry.data_file.file_path for entry in manifest.fetch_manifest_entry(repository.io))
+    files = RootFiles(repository.location)
+    return {path for path in (files.relative(location) for location in found) if path is not None}
 
 
 def table_files(repository: Repository) -> dict[str, int]:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ingest import Repository, Settings
+from ingest.repository import CommitMetadata
 from ingest.repository import _commit as commit_module
 from ingest.stac import arrays_asset
 from tests.conftest import make_item
@@ -27,12 +29,18 @@ def commit_with_arrays(repository: Repository, item_id: str, value: int, collect
     return writer.commit(f"add {item_id}").snapshot_id
 
 
-def killed_mid_commit(root: str, settings: dict[str, Any], item_id: str) -> None:
-    """Write an item's data file, manifest, manifest list and metadata.json, then die before the Icechunk commit."""
+def killed_mid_commit(root: str, settings: dict[str, Any], item_id: str, pointer_file: str) -> None:
+    """Write an item's data file, manifest, manifest list and metadata.json, then die before the Icechunk commit.
+
+    Before dying it writes the pointer its commit would have carried (its metadata.json, relative to
+    ``<root>/tables/``) to ``pointer_file``, so the test knows which files it left.
+    """
     repository = Repository.open(root, Settings.model_validate(settings))
 
     def die_before_swap(*args: Any, **kwargs: Any) -> str:
         # The protocol's compare-and-swap is the next step: every table file of the commit is written.
+        record = CommitMetadata.decode(args[-1])
+        Path(pointer_file).write_text(record.items if record is not None and record.items is not None else "")
         os.kill(os.getpid(), signal.SIGKILL)
         raise AssertionError("unreachable")
 

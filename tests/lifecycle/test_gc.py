@@ -6,6 +6,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,11 +17,22 @@ from ingest import Repository, Settings
 from ingest.cli import app
 from ingest.errors import InvalidDuration
 from ingest.lifecycle import gc, parse_duration
+from ingest.lifecycle._store import RootFiles
 from ingest.repository import _commit as commit_module
+from tests import invariants
 from tests.conftest import make_item
-from tests.lifecycle._helpers import expected_live, exports, table_files
+from tests.lifecycle._helpers import every_version, expected_live, exports, files_of_version, table_files
 from tests.lifecycle._writers import commit_with_arrays, killed_mid_commit
-from tests.repository._writers import commit_worker
+from tests.repository._writers import (
+    GO,
+    LOSER_WAITING,
+    Meeting,
+    Race,
+    commit_worker,
+    forced_loss,
+    snapshot_ids,
+    wait_while_writing,
+)
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -30,11 +44,28 @@ def floe(root: str, *args: str, settings: Settings | None = None):
     return CliRunner().invoke(app, ["--root", root, *args], env=env, catch_exceptions=False)
 
 
-def kill_a_writer(root: str, settings: Settings, item_id: str) -> None:
-    process = SPAWN.Process(target=killed_mid_commit, args=(root, settings.model_dump(), item_id))
+def kill_a_writer(root: str, settings: Settings, item_id: str, directory: Path) -> str:
+    """Run a writer that dies by SIGKILL right before its compare-and-swap; returns the pointer it never committed."""
+    pointer_file = directory / f"{item_id}.pointer"
+    process = SPAWN.Process(target=killed_mid_commit, args=(root, settings.model_dump(), item_id, str(pointer_file)))
     process.start()
     process.join(120)
     assert process.exitcode == -9, "the writer was meant to die by SIGKILL mid-commit"
+    return pointer_file.read_text()
+
+
+def race_writers(
+    root: str, settings: Settings, directory: Path, *, writers: int, commits: int, rows: int, race_at: int, held: bool
+) -> tuple[Meeting, list[tuple]]:
+    """Arguments of ``commit_worker`` processes that start together, writer 0's commit ``race_at`` losing a forced
+    race to writer 1 (which, if ``held``, waits for the test's ``GO``); and where they meet."""
+    meeting = Meeting(str(directory))
+    directory.mkdir()
+    race = Race(meeting, loser=0, winner=1, at=race_at, held=held)
+    arguments = [
+        (root, settings.model_dump(), worker, commits, rows, meeting, writers, race) for worker in range(writers)
+    ]
+    return meeting, arguments
 
 
 class Crash(Exception):
@@ -57,30 +88,41 @@ def crash_mid_commit(repository: Repository, item_id: str, monkeypatch) -> None:
 
 @pytest.mark.slow
 def test_gc_after_racing_and_killed_writers_removes_every_orphan_and_keeps_every_version(tmp_path):
+    """Conflict orphans (forced: writer 0's first commit must lose its compare-and-swap to writer 1) and a killed
+    writer's files are exactly the unreferenced files; gc removes all of them and nothing any version reads."""
     settings = Settings()
     root = str(tmp_path / "repo")
     repository = Repository.create(root, settings)
     commit_with_arrays(repository, "first", 1)
     repository.tag("v1")
     repository.ensure_groups(["c"])
-    start_at = time.time() + 3.0
+    _, arguments = race_writers(
+        root, settings, tmp_path / "meeting", writers=3, commits=3, rows=2, race_at=0, held=False
+    )
     with SPAWN.Pool(3) as pool:
-        commits = pool.starmap(commit_worker, [(root, settings.model_dump(), w, 3, 2, start_at) for w in range(3)])
-    assert any(c["attempts"] > 1 for worker in commits for c in worker), "no race happened: no conflict orphans"
+        results = pool.starmap(commit_worker, arguments)
+    commits = [commit for worker in results for commit in worker]
+    forced_loss(results)
+    lost = [pointer for commit in commits for pointer in commit["lost"]]  # the forced loss, and any natural one
     repository.tag("v2")
-    kill_a_writer(root, settings, "killed")
+    killed = kill_a_writer(root, settings, "killed", tmp_path)
     repository.branch("dev")
     commit_with_arrays(repository, "on-main", 2)
+    invariants.assert_history_holds(repository, "main", *snapshot_ids(results))
 
     before = exports(repository)
+    versions = every_version(repository)
     listed = table_files(repository)
     live = expected_live(repository)
     orphans = set(listed) - live
     assert live <= set(listed)
-    assert any(path.endswith(".parquet") for path in orphans), "the killed writer left no data file"
-    # The killed writer's metadata.json is an orphan. A lost race adds one only when the tip moved between the
-    # writer's look at it and its commit (it looks before writing one), so their count is not a given.
-    assert any(path.endswith(".metadata.json") for path in orphans), "the killed writer left no metadata.json"
+    # Every orphan is accounted for: what the lost attempts and the killed writer wrote and no version uses.
+    left_by = {pointer: files_of_version(repository, pointer) - live for pointer in [*lost, killed]}
+    assert orphans == set().union(*left_by.values()), "an orphan nobody left, or a lost attempt's file is live"
+    for pointer in lost:  # a lost attempt's data files are re-used by its retry; its table version is not
+        assert {f"tables/{pointer}", manifest_list_of(repository, pointer)} <= left_by[pointer], pointer
+    assert any(path.endswith(".parquet") for path in left_by[killed]), "the killed writer left no data file"
+    assert f"tables/{killed}" in left_by[killed], "the killed writer left no metadata.json"
 
     dry = floe(root, "gc", "--grace", "0s", "--dry-run")
     assert dry.exit_code == 0, dry.output
@@ -95,7 +137,16 @@ def test_gc_after_racing_and_killed_writers_removes_every_orphan_and_keeps_every
     assert checked.exit_code == 0, checked.output
     reopened = Repository.open(root, settings)
     assert exports(reopened) == before
+    assert every_version(reopened) == versions, "a version in some ref's history reads differently after gc"
     assert "killed" not in str(before)
+
+
+def manifest_list_of(repository: Repository, pointer: str) -> str:
+    snapshot = repository.catalog.load_at(repository.absolute_location(pointer)).current_snapshot()
+    assert snapshot is not None
+    relative = RootFiles(repository.location).relative(snapshot.manifest_list)
+    assert relative is not None
+    return relative
 
 
 def test_files_younger_than_the_grace_survive(tmp_path, monkeypatch):
@@ -228,37 +279,74 @@ def test_gc_after_replacements_keeps_old_versions_and_drops_orphaned_rewrites(tm
     assert result.exit_code == 0, result.output
     assert set(table_files(repository)) == expected_live(repository)
     assert exports(repository) == before
-    assert [item["properties"]["version"] for item in repository.view("v1").items() if item["id"] == "y"] == [0]
-    assert [item["properties"]["version"] for item in repository.view().items() if item["id"] == "y"] == [2]
+    invariants.assert_newest_versions(repository.view("v1"), {"y": 0})
+    invariants.assert_newest_versions(repository.view(), {"y": 2})
     assert floe(root, "check", "--all", "--deep").exit_code == 0
 
 
 @pytest.mark.slow
-def test_gc_while_writers_commit_deletes_nothing_they_need(tmp_path):
-    """gc runs in a loop while two writer processes race: every commit lands whole and every version reads."""
-    from datetime import timedelta
-
+def test_gc_while_writers_commit_deletes_nothing_they_need(tmp_path, monkeypatch):
+    """gc sweeps while a commit is in flight, for certain: writer 0 has written its data file, manifest and
+    metadata.json and waits before its compare-and-swap, and writer 1 is held, while the test runs gc. Old orphans
+    go; the in-flight files, unreferenced but younger than the grace, stay; the commit then loses its race, retries
+    with the same data files and lands whole. More sweeps run while the two writers race on."""
     settings = Settings()
     root = str(tmp_path / "repo")
     repository = Repository.create(root, settings)
     repository.ensure_groups(["c"])
-    start_at = time.time() + 3.0
-    sweeps = 0
+    crash_mid_commit(repository, "old-orphan", monkeypatch)
+    old = set(table_files(repository)) - expected_live(repository)
+    assert old
+    two_hours_ago = time.time() - 7200
+    for path in old:
+        os.utime(os.path.join(root, path), (two_hours_ago, two_hours_ago))
+    grace = timedelta(hours=1)
+
+    meeting, arguments = race_writers(
+        root, settings, tmp_path / "meeting", writers=2, commits=8, rows=3, race_at=3, held=True
+    )
     with SPAWN.Pool(2) as pool:
-        arguments = [(root, settings.model_dump(), worker, 8, 3, start_at) for worker in range(2)]
         pending = pool.starmap_async(commit_worker, arguments)
-        while not pending.ready() or sweeps == 0:
-            gc(repository, grace=timedelta(seconds=30))
-            sweeps += 1
-        commits = pending.get()
-    assert sweeps >= 2
-    committed = [commit for worker in commits for commit in worker]
+
+        wait_while_writing(meeting, LOSER_WAITING, pending)
+        in_flight = gc(repository, grace=grace)
+        meeting.arrive(GO)
+        later = []
+        while not pending.ready():
+            later.append(gc(repository, grace=grace))
+        results = pending.get()
+
+    assert {path for path, _ in in_flight.deleted} == old, "gc did not remove exactly the old orphans"
+    assert not any(sweep.deleted for sweep in later), "a later sweep deleted a file younger than the grace"
+    commits = [commit for worker in results for commit in worker]
+    forced = forced_loss(results)
+    # The files the in-flight commit landed with existed, unreferenced, when gc swept; gc kept them for the grace.
+    landed_with = data_files_added(repository, forced["snapshot_id"])
+    assert landed_with and landed_with <= {path for path, _ in in_flight.kept_young}
+
     tip = Repository.open(root, settings)
-    ids = [item["id"] for item in tip.view().items()]
-    assert sorted(ids) == sorted(item_id for commit in committed for item_id in commit["ids"])
-    for commit in committed:  # every commit's own version still reads, with its arrays
+    rows = invariants.Rows()
+    invariants.assert_history_holds(tip, "main", *snapshot_ids(results))
+    invariants.assert_items_exactly(
+        tip.view(), Counter(item_id for commit in commits for item_id in commit["ids"]), rows
+    )
+    committed = {commit["snapshot_id"]: commit["ids"] for commit in commits}
+    for commit in commits:  # every commit's own version still reads, with its arrays
+        invariants.assert_committed_rows_readable(tip, committed, commit["snapshot_id"], rows)
         view = tip.view(commit["snapshot_id"])
-        assert set(commit["ids"]) <= {item["id"] for item in view.items()}
-        assert (view.arrays(f"c/{commit['group']}")["band"][:] == commit["value"]).all()
+        invariants.assert_arrays_hold(view, {f"c/{commit['group']}": commit["value"]})
+        invariants.assert_rows_have_their_arrays(view, rows)
     checked = floe(root, "check", "--all", "--deep")
     assert checked.exit_code == 0, checked.output
+
+
+def data_files_added(repository: Repository, snapshot_id: str) -> set[str]:
+    """The data files the table at ``snapshot_id`` has and the table at its parent has not (relative to the root)."""
+    parent = repository.icechunk.lookup_snapshot(snapshot_id).parent_id
+    assert parent is not None
+
+    def data_files(snapshot: str) -> set[str]:
+        return {task.file.file_path for task in repository.view(snapshot).table.scan().plan_files()}
+
+    files = RootFiles(repository.location)
+    return {files.relative(path) or path for path in data_files(snapshot_id) - data_files(parent)}

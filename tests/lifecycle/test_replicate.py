@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from typer.testing import CliRunner
 from ingest import Repository, Settings
 from ingest.cli import app
 from ingest.errors import ReplicationFailed, RepositoryNotFound
+from ingest.lifecycle import _replicate as replicate_module
 from ingest.lifecycle import check, replicate
 from ingest.lifecycle._store import RootFiles
 from tests.lifecycle._helpers import export, exports
@@ -98,38 +101,55 @@ def test_dry_run_writes_nothing_and_a_missing_source_is_named(tmp_path):
         replicate(str(tmp_path / "nowhere"), str(tmp_path / "copy"), settings)
 
 
+def wait_until(condition: Callable[[], bool], what: str, writer: BaseProcess) -> None:
+    """Wait for ``condition`` while the writer lives: an event, not a time (the limit only ends a stuck test)."""
+    stuck_at = time.monotonic() + 300
+    while not condition():
+        assert writer.is_alive(), f"the writer died before {what}"
+        assert time.monotonic() < stuck_at, f"waited 300s for {what}"
+        time.sleep(0.05)
+
+
 @pytest.mark.s3
 @pytest.mark.slow
-def test_replicate_while_the_source_is_written_copies_a_consistent_version(tmp_path, s3_root, s3_settings):
+def test_replicate_while_the_source_is_written_copies_a_consistent_version(tmp_path, s3_root, s3_settings, monkeypatch):
+    """A commit lands on the source while each replication runs, for certain: replication captures the source's
+    refs, then waits until the writer has committed, then copies. The target holds the captured version, whole."""
     settings = Settings(s3=s3_settings.s3)
     local = str(tmp_path / "source")
     source = Repository.create(local, settings)
     commit_with_arrays(source, "seed", 0)
     source.tag("v0")
     stop = tmp_path / "stop-writing"
-    # The writer commits until told to stop, so replication provably runs while commits land.
     writer = SPAWN.Process(target=steady_writer, args=(local, settings.model_dump(), str(stop), "live"))
+    capture_refs = replicate_module._capture_refs
+
+    def capture_then_let_a_commit_land(repo_bytes: bytes) -> tuple[dict[str, str], int, int]:
+        # The refs are read (repo_bytes) before this runs: a tip that moves past the one seen now moved after them.
+        seen = source.resolve("main")
+        captured = capture_refs(repo_bytes)
+        wait_until(lambda: source.resolve("main") != seen, "a commit landed during replication", writer)
+        return captured
+
+    monkeypatch.setattr(replicate_module, "_capture_refs", capture_then_let_a_commit_land)
     writer.start()
     try:
-        deadline = time.time() + 60
-        while len(source.log()) < 4 and time.time() < deadline:
-            time.sleep(0.2)
-        assert writer.is_alive(), "the writer died before replication ran"
+        wait_until(lambda: len(source.log()) >= 4, "the writer made its first commits", writer)
         for _ in range(2):
-            before = len(source.log())
             report = replicate(local, s3_root, settings)
             assert report.refs_moved
             target = Repository.open(s3_root, settings)
+            assert target.resolve("main") != source.resolve("main"), "the source did not move during replication"
             assert check(target, all_refs=True, deep=True) == []
             for ref in target.refs():  # the target's version of each ref is one the source had
                 assert export(target, ref.snapshot_id) == export(source, ref.snapshot_id)
-        assert writer.is_alive() and len(source.log()) > before, "no commit landed while replicating"
     finally:
         stop.touch()
         writer.join(120)
         if writer.is_alive():
             writer.kill()
     assert writer.exitcode == 0
+    monkeypatch.setattr(replicate_module, "_capture_refs", capture_refs)
     replicate(local, s3_root, settings)
     assert_same_repository(source, Repository.open(s3_root, settings))
 

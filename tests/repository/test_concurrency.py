@@ -1,72 +1,81 @@
 """Uncoordinated writers in separate OS processes, on local disk and on a real S3 server.
 
-Invariants checked afterwards: the branch history is linear and holds every
-commit; at every snapshot the table holds exactly the rows of that snapshot's
-ancestry (none lost, none twice) and the arrays of those commits; every tag
-taken during the run shows exactly the moment it was taken.
+The writers start together (they wait at a start line until all are up), and
+one race is forced: writer 0's middle commit has written its table version and
+waits before its compare-and-swap until writer 1 has committed, so it must
+lose, rebase and retry. While it waits the test tags the tip, so one tag is
+taken mid-run for certain; more are taken while the writers run.
+
+Invariants checked afterwards (:mod:`tests.invariants`): the branch history is
+linear and holds every commit, each writer's in its order; at every snapshot
+the table holds exactly the rows of that snapshot's ancestry (none lost, none
+twice), the groups of those commits and no other, and no row names a group the
+snapshot lacks; the tip's arrays hold what each commit wrote, and every
+committed row is readable there; every tag shows exactly the moment it was taken.
 """
 
 from __future__ import annotations
 
-import itertools
 import multiprocessing
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
-import zarr
 
 from ingest import Repository, Settings
-from tests.repository._writers import commit_worker
+from ingest.repository import CommitMetadata
+from tests import invariants
+from tests.repository._writers import (
+    GO,
+    LOSER_WAITING,
+    Meeting,
+    Race,
+    commit_worker,
+    forced_loss,
+    snapshot_ids,
+    wait_while_writing,
+)
 
 WRITERS = 4
 COMMITS = 25
 ROWS = 10
+TAGS = 8
 
 
-def run_writers(root: str, settings: Settings) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """Run the writer processes; meanwhile take tags of the tip. Returns commits and {tag: snapshot}."""
+def run_writers(root: str, settings: Settings, meeting: Meeting) -> tuple[list[list[dict[str, Any]]], dict[str, str]]:
+    """Run the writer processes; meanwhile take tags of the tip. Returns each writer's commits and {tag: snapshot}."""
     repository = Repository.open(root, settings)
     repository.ensure_groups(["c"])
+    race = Race(meeting, loser=0, winner=1, at=COMMITS // 2, held=True)
     context = multiprocessing.get_context("spawn")
-    start_at = time.time() + 4.0  # every child is up before the first commit
     tags: dict[str, str] = {}
     with context.Pool(WRITERS) as pool:
-        pending = pool.starmap_async(
-            commit_worker, [(root, settings.model_dump(), worker, COMMITS, ROWS, start_at) for worker in range(WRITERS)]
-        )
-        while not pending.ready():
-            time.sleep(1.0)
-            if time.time() > start_at and len(tags) < 8:
-                name = f"t{len(tags)}"
-                tags[name] = repository.tag(name, "main")
+        arguments = [
+            (root, settings.model_dump(), worker, COMMITS, ROWS, meeting, WRITERS, race) for worker in range(WRITERS)
+        ]
+        pending = pool.starmap_async(commit_worker, arguments)
+
+        # Writer 0 waits with a commit in flight and writer 1 is held: the tip is mid-run now, for certain.
+        wait_while_writing(meeting, LOSER_WAITING, pending)
+        tags["t0"] = repository.tag("t0", "main")
+        meeting.arrive(GO)
+        while not pending.ready() and len(tags) < TAGS:
+            time.sleep(0.5)
+            name = f"t{len(tags)}"
+            tags[name] = repository.tag(name, "main")
         results = pending.get(timeout=600)
-    return [commit for worker in results for commit in worker], tags
+    return results, tags
 
 
-_FILE_IDS: dict[str, list[str]] = {}
-
-
-def ids_in(repository: Repository, path: str) -> list[str]:
-    if path not in _FILE_IDS:
-        with repository.io.new_input(path).open() as stream:
-            _FILE_IDS[path] = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
-    return _FILE_IDS[path]
-
-
-def verify(root: str, settings: Settings, commits: list[dict[str, Any]], tags: dict[str, str]) -> None:
+def verify(root: str, settings: Settings, results: list[list[dict[str, Any]]], tags: dict[str, str]) -> None:
     repository = Repository.open(root, settings)
-    history = list(repository.icechunk.ancestry(branch="main"))
-    # Linear: each snapshot's parent is the next one down.
-    for newer, older in itertools.pairwise(history):
-        assert newer.parent_id == older.id
-    by_snapshot = {commit["snapshot_id"]: commit for commit in commits}
-    assert len(by_snapshot) == WRITERS * COMMITS, "two writers reported the same snapshot"
-    assert set(by_snapshot) <= {info.id for info in history}, "a commit a writer saw succeed is not in the history"
-    assert any(commit["attempts"] > 1 for commit in commits), "no race happened: the test proved nothing"
+    commits = [commit for worker in results for commit in worker]
+    history = invariants.assert_history_holds(repository, "main", *snapshot_ids(results))
+    forced_loss(results)
 
+    by_snapshot = {commit["snapshot_id"]: commit for commit in commits}
     expected_ids: Counter[str] = Counter()
     expected_groups: set[str] = set()
     expected_at: dict[str, tuple[Counter[str], set[str]]] = {}
@@ -77,30 +86,27 @@ def verify(root: str, settings: Settings, commits: list[dict[str, Any]], tags: d
             expected_groups.add(commit["group"])
         expected_at[info.id] = (Counter(expected_ids), set(expected_groups))
 
+    rows = invariants.Rows()  # nothing is deleted here: each data file is read once
     for info in history:
-        if "floe" not in (info.metadata or {}):
-            continue
+        if CommitMetadata.decode(info.metadata) is None:
+            continue  # Icechunk's root snapshot predates the table
         ids, groups = expected_at[info.id]
         view = repository.view(info.id)
-        # Plan the snapshot's scan through Iceberg; data files are immutable, so each is read once.
-        found = Counter()
-        for task in view.table.scan().plan_files():
-            found.update(ids_in(repository, task.file.file_path))
-        assert found == ids, f"table at {info.id} ({info.message}) differs from its ancestry"
-        if groups:
-            assert set(view.arrays("c").group_keys()) == groups, f"arrays at {info.id} differ from its ancestry"
+        invariants.assert_items_exactly(view, ids, rows)
+        invariants.assert_groups_exactly(view, "c", groups)
+        invariants.assert_rows_have_their_arrays(view, rows)
 
     tip = repository.view("main")
-    for commit in commits:
-        band = zarr.open_array(tip.session.store, path=f"c/{commit['group']}/band", mode="r")
-        assert (band[:] == commit["value"]).all()
+    invariants.assert_arrays_hold(tip, {f"c/{commit['group']}": commit["value"] for commit in commits})
+    invariants.assert_committed_rows_readable(
+        repository, {commit["snapshot_id"]: commit["ids"] for commit in commits}, "main", rows
+    )
 
-    assert tags, "no tag was taken during the run"
+    assert "t0" in tags, "no tag was taken while the writers ran"
     for name, snapshot_id in tags.items():
-        assert repository.resolve(f"tag:{name}") == snapshot_id
-        ids, _ = expected_at[snapshot_id]
-        found = Counter(i["id"] for i in repository.view(f"tag:{name}").items())
-        assert found == ids, f"tag {name} does not show exactly its moment"
+        invariants.assert_tag_unchanged(repository, name, snapshot_id, expected_at[snapshot_id][0], rows)
+    mid_run = expected_at[tags["t0"]][0]
+    assert 0 < sum(mid_run.values()) < sum(expected_ids.values()), "tag t0 was not taken mid-run"
 
 
 @pytest.mark.slow
@@ -108,13 +114,18 @@ def test_uncoordinated_writers_local(tmp_path):
     settings = Settings()
     root = str(tmp_path / "repo")
     Repository.create(root, settings)
-    commits, tags = run_writers(root, settings)
-    verify(root, settings, commits, tags)
+    results, tags = run_writers(root, settings, meeting_in(tmp_path))
+    verify(root, settings, results, tags)
 
 
 @pytest.mark.slow
 @pytest.mark.s3
-def test_uncoordinated_writers_s3(s3_root, s3_settings):
+def test_uncoordinated_writers_s3(s3_root, s3_settings, tmp_path):
     Repository.create(s3_root, s3_settings)
-    commits, tags = run_writers(s3_root, s3_settings)
-    verify(s3_root, s3_settings, commits, tags)
+    results, tags = run_writers(s3_root, s3_settings, meeting_in(tmp_path))
+    verify(s3_root, s3_settings, results, tags)
+
+
+def meeting_in(directory: Path) -> Meeting:
+    (directory / "meeting").mkdir()
+    return Meeting(str(directory / "meeting"))
