@@ -23,6 +23,3 @@ for _module in ("_ingest", "_read", "_lifecycle", "_api"):
     importlib.import_module(f"ingest.cli.{_module}")
 
 __all__ = ["EXIT_ERROR", "EXIT_PROBLEMS", "EXIT_REJECTED", "app"]
-
-if __name__ == "__main__":  # pragma: no cover
-    app()
