@@ -36,6 +36,7 @@ The tree::
     ├── Corrupt                       (the store is damaged) 500
     │   ├── CorruptRepository
     │   ├── UnreadableTableFile
+    │   ├── RepositoryMoved
     │   └── ReplicationFailed
     └── Unavailable                   (a service to reach)  503
         └── RayUnavailable
@@ -246,6 +247,21 @@ class UnreadableTableFile(Corrupt):
     """A table file that a live version needs is missing or cannot be parsed; gc and replicate stop."""
 
     kind = "unreadable-table-file"
+
+
+class RepositoryMoved(Corrupt):
+    """A repository copied or moved to another root whose table metadata still names the old one.
+
+    Until ``floe relocate`` rewrites it, floe neither reads nor writes it: reads would read the old
+    root's files, writes would write there, and gc would take this root's files for unreferenced ones.
+    """
+
+    kind = "repository-moved"
+
+    def __init__(self, message: str, *, recorded_root: str | None = None, root: str | None = None) -> None:
+        self.recorded_root = recorded_root
+        self.root = root
+        super().__init__(message)
 
 
 class ReplicationFailed(Corrupt):

@@ -136,3 +136,38 @@ def replicate_command(
         + ("(dry run: nothing written)" if dry_run else f"now at {report.target}"),
         highlight=False,
     )
+
+
+@app.command("relocate")
+def relocate_command(
+    ctx: typer.Context,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the files that would be rewritten.")] = False,
+) -> None:
+    """Make a copied or moved repository work where it is now (after cp -a, mv or a bucket sync).
+
+    Iceberg's metadata records absolute locations, which still name the old
+    root after a copy; until they are rewritten floe refuses the repository
+    (reads would read the old root, gc would delete this root's files). This
+    rewrites the table metadata of every version in place, for this root: the
+    manifests, manifest lists and metadata.json files (data files and
+    Icechunk objects are not touched, nor is the old root). Safe to run again
+    after an interruption; a repository already at home is left as it is.
+    """
+    from ingest.lifecycle import relocate
+    from ingest.repository import Repository
+
+    with floe_errors():
+        repository = Repository.open(settings=settings_of(ctx), moved_ok=True)
+        report = relocate(repository, dry_run=dry_run)
+    if report.old_root is None:
+        stderr.print(f"nothing to do: the table metadata already names {report.root}", highlight=False)
+        return
+    if dry_run:
+        for path, _ in report.rewritten:
+            typer.echo(path)
+    verb = "would rewrite" if dry_run else "rewrote"
+    stderr.print(
+        f"{verb} {len(report.rewritten)} table metadata file(s) from {report.old_root} to {report.root}"
+        + ("" if dry_run else "; every ref checks"),
+        highlight=False,
+    )

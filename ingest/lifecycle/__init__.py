@@ -1,14 +1,16 @@
-"""Lifecycle tools that read through the repository: garbage collection, integrity checks, replication."""
+"""Lifecycle tools that read through the repository: garbage collection, integrity checks, replication, relocation."""
 
 from ingest.lifecycle._check import Problem, check, check_ref
 from ingest.lifecycle._gc import GcReport, gc, parse_duration
 from ingest.lifecycle._live import LiveFiles, history_pointers, live_table_files
+from ingest.lifecycle._relocate import RelocateReport, relocate
 from ingest.lifecycle._replicate import ReplicateReport, replicate
 
 __all__ = [
     "GcReport",
     "LiveFiles",
     "Problem",
+    "RelocateReport",
     "ReplicateReport",
     "check",
     "check_ref",
@@ -16,5 +18,6 @@ __all__ = [
     "history_pointers",
     "live_table_files",
     "parse_duration",
+    "relocate",
     "replicate",
 ]

@@ -101,6 +101,9 @@ def _check_table(repository: Repository, ref: str, *, deep: bool = False) -> lis
     if isinstance(loaded, Problem):
         return [loaded]
     snapshot_id, table = loaded
+    if table.location().rstrip("/") != repository.table_location:
+        # A copy not relocated: its files would be read from the other root.
+        return [Problem(ref, snapshot_id, f"the table names {table.location()}, not this root (run `floe relocate`)")]
     snapshot = table.current_snapshot()
     if snapshot is None:
         return []
@@ -143,8 +146,11 @@ def _check_files(repository: Repository, manifests: list[ManifestFile], *, deep:
     """What is wrong with the manifests and the data files they list, and whether every row can be read."""
     findings: list[str] = []
     readable = True
+    root = repository.location.tables_url + "/"
     for manifest in manifests:
         path = manifest.manifest_path
+        if not path.startswith(root):
+            findings.append(f"manifest {path} lies outside this repository ({repository.location.url})")
         if not _exists(repository, path):
             findings.append(f"manifest {path} is missing")
             readable = False
@@ -159,6 +165,8 @@ def _check_files(repository: Repository, manifests: list[ManifestFile], *, deep:
             continue
         for entry in entries:
             data_path = entry.data_file.file_path
+            if not data_path.startswith(root):
+                findings.append(f"data file {data_path} lies outside this repository ({repository.location.url})")
             if not _exists(repository, data_path):
                 findings.append(f"data file {data_path} is missing")
                 readable = False

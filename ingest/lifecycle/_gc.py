@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from ingest.errors import InvalidDuration, UnreadableTableFile
+from ingest.errors import InvalidDuration, RepositoryMoved, UnreadableTableFile
 from ingest.lifecycle._live import history_pointers, live_table_files
 from ingest.lifecycle._store import RootFiles
 from ingest.repository import Repository
@@ -84,6 +84,8 @@ def gc(
     dry_run: bool = False,
 ) -> GcReport:
     """Expire (optionally), collect Icechunk garbage, then sweep ``tables/`` of files no version needs."""
+    # A copy whose metadata names another root would make every file here look unreferenced: touch nothing.
+    repository.check_rooted()
     now = datetime.now(UTC)
     cutoff = now - grace
     report = GcReport(dry_run=dry_run, cutoff=cutoff)
@@ -120,6 +122,15 @@ def gc(
         raise UnreadableTableFile(
             f"{error}; gc deleted no table file (run `floe check --all` to see which versions are broken)"
         ) from error
+    outside = sorted(location for location in live.kinds if files.relative(location) is None)
+    if outside:
+        # Metadata naming another root (a copy not relocated): this root's files would all look unreferenced.
+        raise RepositoryMoved(
+            f"{len(outside)} table file(s) a version needs lie outside {repository.location.url} (e.g. "
+            f"{outside[0]}); gc deleted no table file. Run `floe --root {repository.location.url} relocate`",
+            recorded_root=outside[0],
+            root=repository.location.url,
+        )
     live_paths = {path for path in (files.relative(location) for location in live.kinds) if path is not None}
     report.live_files = len(live_paths)
 

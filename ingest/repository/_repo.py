@@ -26,6 +26,7 @@ from ingest.errors import (
     RefExists,
     RefNotFound,
     RepositoryExists,
+    RepositoryMoved,
     RepositoryNotFound,
 )
 from ingest.repository._catalog import PointerCatalog
@@ -148,8 +149,15 @@ class Repository:
         return self
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> Repository:
-        """Open the repository at ``root`` (default: the configured root)."""
+    def open(
+        cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None, *, moved_ok: bool = False
+    ) -> Repository:
+        """Open the repository at ``root`` (default: the configured root).
+
+        Raises ``RepositoryMoved`` when the repository was copied or moved here
+        and its table metadata still names the root it came from (``floe
+        relocate`` fixes that; it opens with ``moved_ok``).
+        """
         settings = settings or load_settings()
         location = Location.parse(root if root is not None else settings.root, settings)
         quiet_icechunk_logs()
@@ -161,7 +169,10 @@ class Repository:
         if access:
             # Virtual references to local files read only through authorized containers.
             repo = repo.reopen(authorize_virtual_chunk_access=access)
-        return cls(location, settings, repo)
+        repository = cls(location, settings, repo)
+        if not moved_ok:
+            repository.check_rooted()
+        return repository
 
     @classmethod
     def open_or_create(cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> Repository:
@@ -172,6 +183,41 @@ class Repository:
                 return cls.create(root, settings)
             except RepositoryExists:
                 return cls.open(root, settings)
+
+    # -- where the table lives --------------------------------------------------------------------
+    @property
+    def table_location(self) -> str:
+        """Where this root's items table lives: what its metadata records as ``location``."""
+        return self.location.join(TABLES_DIR, ITEMS_TABLE_DIR)
+
+    def recorded_table_location(self) -> str:
+        """The table location the metadata of the sentinel branch's tip records (see :meth:`check_rooted`)."""
+        branches = self.icechunk.list_branches()
+        sentinel = "main" if "main" in branches else sorted(branches)[0]
+        return self.table_at(self.icechunk.lookup_branch(sentinel)).location().rstrip("/")
+
+    def check_rooted(self) -> None:
+        """Raise ``RepositoryMoved`` if the table metadata names another root than this one.
+
+        Iceberg metadata holds absolute locations; Icechunk's objects and floe's
+        pointers do not. So after ``cp -a``, ``mv`` or a bucket sync the
+        repository opens fine but its table metadata names the old root: reads
+        would read there, and gc would delete this root's files as unreferenced.
+        One metadata.json tells: the tip of ``main`` (or of the first branch),
+        which ``floe relocate`` rewrites last of all.
+        """
+        recorded = self.recorded_table_location()
+        if recorded == self.table_location:
+            return
+        suffix = f"/{TABLES_DIR}/{ITEMS_TABLE_DIR}"
+        old_root = recorded[: -len(suffix)] if recorded.endswith(suffix) else recorded
+        raise RepositoryMoved(
+            f"the repository at {self.location.url} was copied or moved from {old_root}: its table metadata "
+            f"still names that root. Run `floe --root {self.location.url} relocate` to rewrite it for this root; "
+            "until then floe neither reads nor writes it here",
+            recorded_root=old_root,
+            root=self.location.url,
+        )
 
     # -- virtual references -------------------------------------------------------------------
     def allow_virtual_sources(self, paths: Sequence[str | os.PathLike[str]]) -> list[str]:

@@ -20,6 +20,7 @@ import xarray as xr
 from rasterio.transform import from_origin
 
 from ingest.errors import FloeError, InvalidRaster
+from ingest.lifecycle import relocate
 from ingest.rasters import (
     GranuleArrays,
     NotVirtualizable,
@@ -252,8 +253,10 @@ def test_missing_source_after_ingest_gives_an_error_naming_the_file(tmp_path):
     repository = Repository.create(tmp_path / "repo")
     repository.allow_virtual_sources([dem])
     ingest(repository, {"dem": {"data": dem}}, virtual=True)
-    # A replica elsewhere carries the containers in its config and reads the same files...
+    # A copy elsewhere (relocated, as every copy must be) carries the containers in its config and reads the
+    # same files...
     shutil.copytree(tmp_path / "repo", tmp_path / "replica")
+    relocate(Repository.open(tmp_path / "replica", moved_ok=True))
     replica = Repository.open(tmp_path / "replica")
     expected = rioxarray.open_rasterio(dem, mask_and_scale=False).values
     np.testing.assert_array_equal(open_group(replica, "c/dem", mask_and_scale=False)["data"].values, expected)
