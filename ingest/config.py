@@ -57,6 +57,8 @@ class ApiSettings(BaseModel):
     refuse_over_limit: bool = False
     # Decoded columns of data files kept in memory across requests (data files never change).
     cache_mb: int = Field(default=256, ge=0)
+    # Largest request body (a POST search) read; a larger one is answered 413 before it is parsed.
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
 
 
 class Settings(BaseSettings):

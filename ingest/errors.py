@@ -27,6 +27,7 @@ The tree::
     │   ├── InvalidRaster
     │   ├── NotVirtualizable
     │   ├── InvalidSearch
+    │   │   └── RequestTooLarge
     │   ├── InvalidDuration
     │   └── InvalidExportTarget
     ├── Conflict                      (retry or re-plan)    409
@@ -182,6 +183,12 @@ class InvalidSearch(InvalidInput):
     """A search (or API request) that floe refuses: malformed bbox, datetime, CQL2, sortby, token or limit."""
 
     kind = "invalid-search"
+
+
+class RequestTooLarge(InvalidSearch):
+    """An API request whose body is larger than the server reads (``api.max_body_bytes``)."""
+
+    kind = "request-too-large"
 
 
 class InvalidDuration(InvalidInput):

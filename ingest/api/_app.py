@@ -51,7 +51,7 @@ from ingest.api._errors import add_floe_exception_handlers, send_error
 from ingest.api._fields import apply_fields, requested_fields
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._search import SearchEngine
-from ingest.errors import FloeError, ItemNotFound, RefNotFound
+from ingest.errors import FloeError, ItemNotFound, RefNotFound, RequestTooLarge
 from ingest.repository import Repository
 
 REFS_PREFIX = "/refs/"
@@ -84,7 +84,11 @@ class SearchPostRequest(BaseSearchPostRequest):
     @model_validator(mode="before")
     @classmethod
     def _fields_not_null(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "fields" in data and data["fields"] is None:
+        # A body that is not a JSON object (an array, a number, form fields) would reach stac-pydantic's own
+        # validators, which call .get on it and fail with a 500: refuse it here, as a 4xx, with the reason.
+        if not isinstance(data, dict):
+            raise ValueError(f"the search body must be a JSON object, not {type(data).__name__}")
+        if "fields" in data and data["fields"] is None:
             raise ValueError("fields must be an object {include: [...], exclude: [...]}, not null")
         return data
 
@@ -362,14 +366,21 @@ class FloeFiltersClient(BaseFiltersClient):
 class RefRouter:
     """ASGI layer: ``/refs/{ref}/...`` -> the same app with ``root_path`` ``/refs/{ref}``; resolves the ref once."""
 
-    def __init__(self, app: ASGIApp, engine: SearchEngine) -> None:
+    def __init__(self, app: ASGIApp, engine: SearchEngine, *, max_body_bytes: int) -> None:
         self.app = app
         self.engine = engine
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_body_bytes:
+            await _drain(receive, limit=_DRAIN_AT_MOST)
+            await send_error(send, _too_large(declared, self.max_body_bytes))
+            return
+        receive = _bounded(receive, self.max_body_bytes)
         scope = dict(scope)
         root = scope.get("root_path", "")
         path = scope["path"]
@@ -393,6 +404,47 @@ class RefRouter:
             return
         scope[SCOPE_REF] = ref
         await self.app(scope, receive, send)
+
+
+_DRAIN_AT_MOST = 64 * 1024 * 1024
+"""A refused body is read and dropped up to this size, so the client reads the 413; beyond it the connection closes."""
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _too_large(size: int, limit: int) -> RequestTooLarge:
+    return RequestTooLarge(f"the request body has {size:,} bytes; this server reads at most {limit:,}")
+
+
+async def _drain(receive: Receive, *, limit: int) -> None:
+    received, more = 0, True
+    while more and received <= limit:
+        message = await receive()
+        received += len(message.get("body", b""))
+        more = message.get("more_body", False)
+
+
+def _bounded(receive: Receive, limit: int) -> Receive:
+    """``receive`` that fails once a body without a Content-Length (chunked) grows beyond ``limit``."""
+    received = 0
+
+    async def bounded() -> Any:
+        nonlocal received
+        message = await receive()
+        received += len(message.get("body", b""))
+        if received > limit:
+            raise _too_large(received, limit)
+        return message
+
+    return bounded
 
 
 def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb: int | None = None) -> RefRouter:
@@ -462,7 +514,7 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
         response_class=_JSON,
     )
     add_floe_exception_handlers(api.app)
-    return RefRouter(api.app, engine)
+    return RefRouter(api.app, engine, max_body_bytes=api_settings.max_body_bytes)
 
 
 def serve(repository: Repository, host: str = "127.0.0.1", port: int = 8080, *, log_level: str = "warning") -> None:

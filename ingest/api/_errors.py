@@ -18,7 +18,16 @@ from fastapi import FastAPI, Request
 from starlette.responses import Response
 from starlette.types import Send
 
-from ingest.errors import AlreadyExists, Conflict, Corrupt, FloeError, InvalidInput, NotFound, Unavailable
+from ingest.errors import (
+    AlreadyExists,
+    Conflict,
+    Corrupt,
+    FloeError,
+    InvalidInput,
+    NotFound,
+    RequestTooLarge,
+    Unavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +37,7 @@ FLOE_STATUS_CODES: dict[type[FloeError], int] = {
     NotFound: 404,
     AlreadyExists: 409,
     InvalidInput: 400,
+    RequestTooLarge: 413,
     Conflict: 409,
     Corrupt: 500,
     Unavailable: 503,

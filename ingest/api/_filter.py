@@ -18,6 +18,7 @@ typed cell is null), and only the residual match sees those values.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -75,6 +76,7 @@ def parse_filter(value: str | dict[str, Any] | None, lang: str | None = None) ->
         raise InvalidSearch(f"filter-lang {lang!r} is not supported: use cql2-text or cql2-json")
     if lang is None:
         lang = "cql2-json" if isinstance(value, dict) else "cql2-text"
+    check_filter_bounds(value)
     try:
         if lang == "cql2-json":
             document = json.loads(value) if isinstance(value, str) else value
@@ -94,6 +96,66 @@ def parse_filter(value: str | dict[str, Any] | None, lang: str | None = None) ->
         text = " ".join(str(error).split())
         raise InvalidSearch(f"invalid {lang} filter {_short(value)}: {text}") from error
     return expression
+
+
+MAX_FILTER_CHARS = 65_536
+"""The longest filter accepted (as text; a cql2-json object is measured as its nesting, below)."""
+MAX_FILTER_NESTING = 64
+"""The deepest filter accepted: parentheses and NOTs in cql2-text; twice that (objects and their args) in JSON."""
+_QUOTED_TEXT = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
+_QUOTED_JSON = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT = re.compile(r"\bnot\b", re.IGNORECASE)
+
+
+def check_filter_bounds(value: str | dict[str, Any]) -> None:
+    """Refuse a filter too long or too deeply nested, before any parser sees it.
+
+    The cql2 parser recurses on the native stack: a filter nested about two
+    thousand deep (parentheses, NOTs, JSON objects) overflows it and kills the
+    process, taking every client's service with it. Real filters nest a few
+    levels; the limits are far above them and far below the crash.
+    """
+    if isinstance(value, str):
+        if len(value) > MAX_FILTER_CHARS:
+            raise InvalidSearch(f"the filter has {len(value):,} characters; at most {MAX_FILTER_CHARS:,} are accepted")
+        if value.lstrip().startswith(("{", "[")):
+            depth = _bracket_depth(_QUOTED_JSON.sub('""', value), "{[", "}]") // 2
+        else:
+            unquoted = _QUOTED_TEXT.sub("''", value)
+            depth = _bracket_depth(unquoted, "(", ")") + len(_NOT.findall(unquoted))
+    else:
+        depth = _object_depth(value) // 2
+    if depth > MAX_FILTER_NESTING:
+        raise InvalidSearch(f"the filter nests {depth} deep; at most {MAX_FILTER_NESTING} levels are accepted")
+
+
+def _bracket_depth(text: str, opening: str, closing: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        if char in opening:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in closing:
+            depth -= 1
+    return deepest
+
+
+def _object_depth(value: Any) -> int:
+    """How deep JSON objects and arrays nest in ``value`` (iteratively: the input may be deeper than the stack)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if deepest > 2 * MAX_FILTER_NESTING + 2:
+            return deepest  # deep enough to refuse: no need to walk the rest
+        pending.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 # Every operator and function of CQL2 that the cql2 package evaluates. Checking names here is enough:
@@ -223,6 +285,7 @@ def translate(expression: cql2.Expr | None, schema: Schema) -> Translation:
     result = Translation()
     if expression is None:
         return result
+    translated: list[BooleanExpression] = []
     for conjunct in _conjuncts(expression.to_json()):
         geometry = _spatial(conjunct)
         if geometry is not None:
@@ -232,7 +295,9 @@ def translate(expression: cql2.Expr | None, schema: Schema) -> Translation:
         if exact is None:
             result.residual = True
         else:
-            result.expression = exact if isinstance(result.expression, AlwaysTrue) else And(result.expression, exact)
+            translated.append(exact)
+    if translated:
+        result.expression = balanced(And, translated)
     return result
 
 
@@ -341,10 +406,25 @@ def _exact_junction(junction: type[And] | type[Or], args: list[Any], schema: Sch
     parts = [_exact(argument, schema) for argument in args]
     if not parts or any(part is None for part in parts):
         return None
-    combined = parts[0]
-    for part in parts[1:]:
-        combined = junction(combined, part)
-    return combined
+    exact = [part for part in parts if part is not None]
+    if junction is Or and len(exact) > 1 and all(isinstance(part, EqualTo) for part in exact):
+        terms = {str(part.term) for part in exact}
+        if len(terms) == 1:  # x = a OR x = b OR ...: one In, which prunes by bounds like each equality would
+            return In(exact[0].term, [part.literal for part in exact])
+    return balanced(junction, exact)
+
+
+def balanced(junction: type[And] | type[Or], parts: list[BooleanExpression]) -> BooleanExpression:
+    """``parts`` joined by ``junction`` as a balanced tree.
+
+    A filter of thousands of ORed (or ANDed) terms would otherwise become a
+    chain thousands deep, which pyiceberg's recursive visitors (bind, pruning,
+    the Arrow translation) cannot walk; balanced, it is a dozen levels deep.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    middle = len(parts) // 2
+    return junction(balanced(junction, parts[:middle]), balanced(junction, parts[middle:]))
 
 
 def _exact_predicate(op: Any, column: str, column_type: PrimitiveType, operands: list[Any]) -> BooleanExpression | None:
