@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import orjson
 
+# An integer literal of 20 digits or more (not part of a float): orjson reads those beyond 64 bits as floats.
+_LONG_INTEGER_TEXT = re.compile(r"(?<![\d.eE])\d{20,}(?![\d.eE])")
+_LONG_INTEGER_BYTES = re.compile(rb"(?<![\d.eE])\d{20,}(?![\d.eE])")
+
 
 def loads_json(text: str | bytes) -> Any:
-    """Parse JSON fast (orjson), falling back to the standard parser for what orjson refuses.
+    """Parse JSON exactly: fast (orjson) where that is exact, the standard parser where it is not.
 
     Real STAC items hold NaN and Infinity (which floe writes back with
-    ``allow_nan``) and integers beyond 64 bits; the standard parser takes
-    those, and gives the error (``json.JSONDecodeError``, a ``ValueError``)
-    for input that is not JSON at all.
+    ``allow_nan``) and integers beyond 64 bits, which orjson refuses or, worse,
+    reads as floats (2**70 + 1 becomes 1.1805916207174113e+21); the standard
+    parser takes those exactly, and gives the error (``json.JSONDecodeError``,
+    a ``ValueError``) for input that is not JSON at all.
     """
+    pattern = _LONG_INTEGER_BYTES if isinstance(text, bytes) else _LONG_INTEGER_TEXT
+    if pattern.search(text):  # type: ignore[arg-type]  # the pattern matches the text's type
+        return json.loads(text)
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
