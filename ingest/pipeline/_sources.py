@@ -88,11 +88,18 @@ def _from_document(document: Any, source: str, path: Path | None = None) -> Iter
         yield SourcedItem(source, item=document, path=path)
 
 
-def _read_ndjson(lines: Iterable[str], label: str, path: Path | None = None) -> Iterator[SourcedItem]:
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+def _read_ndjson(lines: Iterable[bytes], label: str, path: Path | None = None) -> Iterator[SourcedItem]:
+    """Each line on its own: a line that is not UTF-8 or not JSON is rejected alone, by its number."""
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
         source = f"{label}:{number}"
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            reason = f"not UTF-8 (byte {raw[error.start]:#04x} at column {error.start + 1})"
+            yield SourcedItem(source, error=InvalidItem(reason, source=source))
+            continue
         try:
             document = loads_json(line)
         except json.JSONDecodeError as error:
@@ -109,7 +116,7 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
     named = {Path(source): True for source in sources if str(source) != STDIN and Path(source).is_file()}
     for path in expand_paths(sources):
         if isinstance(path, str):  # only STDIN is named by a string
-            yield from _read_ndjson(sys.stdin, "<stdin>")
+            yield from _read_ndjson(sys.stdin.buffer, "<stdin>")
             continue
         label = str(path)
         if not path.exists():
@@ -124,7 +131,7 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
             continue
         try:
             if suffix in NDJSON_SUFFIXES:
-                with path.open(encoding="utf-8") as stream:
+                with path.open("rb") as stream:
                     yield from _read_ndjson(stream, label, path)
                 continue
             text = path.read_text(encoding="utf-8")

@@ -135,8 +135,15 @@ def _scalar_type(values: list[Any]) -> pa.DataType | None:
     return None
 
 
-def _storable(data_type: pa.DataType) -> bool:
+MAX_TYPED_DEPTH = 32
+"""Values nested deeper than this are kept in the overflow as JSON: Parquet refuses schemas 100 levels deep
+(a list takes three), and no real property nests that far."""
+
+
+def _storable(data_type: pa.DataType, depth: int = 0) -> bool:
     """Whether a nested Arrow type can live in Parquet and Iceberg unambiguously."""
+    if depth > MAX_TYPED_DEPTH:
+        return False
     if pa.types.is_null(data_type):
         return False
     if pa.types.is_struct(data_type):
@@ -145,9 +152,9 @@ def _storable(data_type: pa.DataType) -> bool:
         names = [data_type.field(i).name for i in range(data_type.num_fields)]
         if len(set(names)) != len(names) or any("." in name or not name for name in names):
             return False
-        return all(_storable(data_type.field(i).type) for i in range(data_type.num_fields))
+        return all(_storable(data_type.field(i).type, depth + 1) for i in range(data_type.num_fields))
     if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
-        return _storable(data_type.value_type)
+        return _storable(data_type.value_type, depth + 1)
     return not (pa.types.is_map(data_type) or pa.types.is_union(data_type) or pa.types.is_dictionary(data_type))
 
 

@@ -149,6 +149,34 @@ def _check_members(item: dict[str, Any]) -> None:
         raise ValueError("assets must be an object")
     if "links" in item and not isinstance(item["links"], list):
         raise ValueError("links must be a list")
+    _check_nesting(item)
+
+
+MAX_NESTING = 255
+"""The deepest an item may nest (orjson's own limit; real items nest under ten levels)."""
+
+
+def _check_nesting(item: dict[str, Any]) -> None:
+    """Refuse an item nested so deep that converting or reading it would exhaust Python's stack.
+
+    orjson serializes at C speed and stops at 255 levels, which is the check;
+    an item orjson cannot serialize for another reason (an integer beyond 64
+    bits) is measured by walking it instead.
+    """
+    try:
+        orjson.dumps(item)
+        return
+    except orjson.JSONEncodeError as error:
+        if "ecursion" in str(error):
+            raise ValueError(f"the item nests more than {MAX_NESTING} levels deep") from None
+    deepest, pending = 0, [(item, 1)]
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_NESTING:
+            raise ValueError(f"the item nests more than {MAX_NESTING} levels deep")
+        children = node.values() if isinstance(node, dict) else node
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
 
 
 def unparseable_geometries(items: list[dict[str, Any]]) -> list[int]:
