@@ -169,7 +169,8 @@ def _check_nesting(item: dict[str, Any]) -> None:
     except orjson.JSONEncodeError as error:
         if "ecursion" in str(error):
             raise ValueError(f"the item nests more than {MAX_NESTING} levels deep") from None
-    deepest, pending = 0, [(item, 1)]
+    deepest = 0
+    pending: list[tuple[dict[str, Any] | list[Any], int]] = [(item, 1)]
     while pending:
         node, depth = pending.pop()
         deepest = max(deepest, depth)

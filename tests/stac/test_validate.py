@@ -83,3 +83,14 @@ def test_default_collection_fills_missing_collection():
 def test_malformed_geometry_is_refused_at_validation(geometry):
     with pytest.raises(InvalidItem, match="geometry is not valid GeoJSON"):
         validate_item(make_item("bad-geometry") | {"geometry": geometry})
+
+
+def test_an_item_nested_beyond_the_limit_is_refused_even_when_orjson_cannot_serialize_it():
+    deep: object = 1
+    for _ in range(300):
+        deep = {"a": deep}
+    for extra in ({}, {"huge": 2**70}):  # orjson refuses integers beyond 64 bits: the walk decides instead
+        item = make_item("deep", "c", deep=deep, **extra)
+        with pytest.raises(InvalidItem, match="nests more than 255 levels"):
+            validate_item(item)
+    assert validate_item(make_item("shallow", "c", huge=2**70, nested={"a": {"b": [1, 2]}}))["id"] == "shallow"
