@@ -49,9 +49,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ingest.api._errors import add_floe_exception_handlers, send_error
 from ingest.api._fields import apply_fields, requested_fields
+from ingest.api._limits import bounded_receive, refuse_large_body
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._search import SearchEngine
-from ingest.errors import FloeError, ItemNotFound, RefNotFound, RequestTooLarge
+from ingest.errors import FloeError, ItemNotFound, RefNotFound
 from ingest.repository import Repository
 
 REFS_PREFIX = "/refs/"
@@ -375,12 +376,11 @@ class RefRouter:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
-        if declared is not None and declared > self.max_body_bytes:
-            await _drain(receive, limit=_DRAIN_AT_MOST)
-            await send_error(send, _too_large(declared, self.max_body_bytes))
+        refused = await refuse_large_body(scope, receive, self.max_body_bytes)
+        if refused is not None:
+            await send_error(send, refused)
             return
-        receive = _bounded(receive, self.max_body_bytes)
+        receive = bounded_receive(receive, self.max_body_bytes)
         scope = dict(scope)
         root = scope.get("root_path", "")
         path = scope["path"]
@@ -404,47 +404,6 @@ class RefRouter:
             return
         scope[SCOPE_REF] = ref
         await self.app(scope, receive, send)
-
-
-_DRAIN_AT_MOST = 64 * 1024 * 1024
-"""A refused body is read and dropped up to this size, so the client reads the 413; beyond it the connection closes."""
-
-
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", ()):
-        if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
-
-
-def _too_large(size: int, limit: int) -> RequestTooLarge:
-    return RequestTooLarge(f"the request body has {size:,} bytes; this server reads at most {limit:,}")
-
-
-async def _drain(receive: Receive, *, limit: int) -> None:
-    received, more = 0, True
-    while more and received <= limit:
-        message = await receive()
-        received += len(message.get("body", b""))
-        more = message.get("more_body", False)
-
-
-def _bounded(receive: Receive, limit: int) -> Receive:
-    """``receive`` that fails once a body without a Content-Length (chunked) grows beyond ``limit``."""
-    received = 0
-
-    async def bounded() -> Any:
-        nonlocal received
-        message = await receive()
-        received += len(message.get("body", b""))
-        if received > limit:
-            raise _too_large(received, limit)
-        return message
-
-    return bounded
 
 
 def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb: int | None = None) -> RefRouter:
