@@ -126,3 +126,21 @@ def test_a_body_beyond_the_limit_is_refused_unread(server: FloeServer) -> None:
     status, body = answer(server, "/search", huge)
     assert status == 413, body
     assert body["code"] == "request-too-large"
+
+
+def test_a_chunked_body_beyond_the_limit_is_cut_off(server: FloeServer) -> None:
+    import http.client
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"ids": ['
+        for _ in range(200):
+            yield b'"x",' * 10_000  # 8 MB in all, with no Content-Length to refuse it by
+        yield b'"x"]}'
+
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    connection.request(
+        "POST", "/search", body=chunks(), headers={"Content-Type": "application/json"}, encode_chunked=True
+    )
+    response = connection.getresponse()
+    assert 400 <= response.status < 500, response.read()
+    assert answer(server, "/conformance")[0] == 200
