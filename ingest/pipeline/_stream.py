@@ -138,6 +138,9 @@ def _granules(
             report.rejected.append(Rejection(sourced.source, item_id, f"duplicate id (first seen in {seen[key]})"))
             continue
         seen[key] = sourced.source
+        if assets is not None and not assets:  # metadata only: no asset to look for
+            yield Granule(outcome, sourced.source)
+            continue
         granule = granule_from_item(outcome, sourced.source, sourced.path, None if assets is None else set(assets))
         if granule.missing:
             asset, path = next(iter(granule.missing.items()))

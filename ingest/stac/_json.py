@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import orjson
 
-# An integer literal of 20 digits or more (not part of a float): orjson reads those beyond 64 bits as floats.
-_LONG_INTEGER_TEXT = re.compile(r"(?<![\d.eE])\d{20,}(?![\d.eE])")
-_LONG_INTEGER_BYTES = re.compile(rb"(?<![\d.eE])\d{20,}(?![\d.eE])")
+# orjson reads integers beyond 64 bits as floats. A run of 20 digits anywhere (an integer that long, or a long
+# fraction, or digits in a string) sends a document to the exact parser instead. Found by mapping every digit to
+# a zero byte and looking for 20 in a row: two C-speed passes, about 1 us for a typical item (a regular
+# expression took 10-19 us, several times the parse itself).
+_DIGITS_TO_ZERO = bytes(0 if 0x30 <= byte <= 0x39 else 1 for byte in range(256))
+_TWENTY_DIGITS = bytes(20)
 
 
 def loads_json(text: str | bytes) -> Any:
@@ -23,9 +25,9 @@ def loads_json(text: str | bytes) -> Any:
     a ``ValueError``) for input that is not JSON at all, or nests deeper than
     Python can follow.
     """
-    pattern = _LONG_INTEGER_BYTES if isinstance(text, bytes) else _LONG_INTEGER_TEXT
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
     try:
-        if pattern.search(text):  # type: ignore[arg-type]  # the pattern matches the text's type
+        if _TWENTY_DIGITS in raw.translate(_DIGITS_TO_ZERO):
             return json.loads(text)
         try:
             return orjson.loads(text)
