@@ -174,9 +174,8 @@ class _Relocation:
 
 def _tips_last(repository: Repository, files: RootFiles, paths: list[str]) -> list[str]:
     """``paths`` with the branch tips' metadata.json at the end, the sentinel tip's (main, or the first) last."""
-    branches = sorted(repository.icechunk.list_branches())
-    sentinel = "main" if "main" in branches else branches[0]
-    order = [name for name in branches if name != sentinel] + [sentinel]
+    sentinel = repository.sentinel_branch()
+    order = [name for name in sorted(repository.icechunk.list_branches()) if name != sentinel] + [sentinel]
     tips = [files.relative(repository.metadata_location_of(repository.icechunk.lookup_branch(name))) for name in order]
     # Each tip once, at its last place in ``order`` (so the sentinel's stays last even if another branch shares it).
     last = list(reversed(dict.fromkeys(tip for tip in reversed(tips) if tip is not None)))

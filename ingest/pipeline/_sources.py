@@ -95,13 +95,12 @@ def _read_ndjson(lines: Iterable[bytes], label: str, path: Path | None = None) -
             continue
         source = f"{label}:{number}"
         try:
-            line = raw.decode("utf-8")
+            # The bytes as they are: orjson checks UTF-8 while it parses (the standard parser, on its way, decodes).
+            document = loads_json(raw)
         except UnicodeDecodeError as error:
             reason = f"not UTF-8 (byte {raw[error.start]:#04x} at column {error.start + 1})"
             yield SourcedItem(source, error=InvalidItem(reason, source=source))
             continue
-        try:
-            document = loads_json(line)
         except json.JSONDecodeError as error:
             yield SourcedItem(
                 source, error=InvalidItem(f"not valid JSON ({error.msg} at column {error.colno})", source=source)

@@ -190,11 +190,17 @@ class Repository:
         """Where this root's items table lives: what its metadata records as ``location``."""
         return self.location.join(TABLES_DIR, ITEMS_TABLE_DIR)
 
+    def sentinel_branch(self) -> str:
+        """The branch whose tip tells where the table lives: ``main``, or the first branch by name.
+
+        :meth:`check_rooted` reads its tip; ``floe relocate`` rewrites that tip last of all.
+        """
+        branches = sorted(self.icechunk.list_branches())
+        return "main" if "main" in branches else branches[0]
+
     def recorded_table_location(self) -> str:
         """The table location the metadata of the sentinel branch's tip records (see :meth:`check_rooted`)."""
-        branches = self.icechunk.list_branches()
-        sentinel = "main" if "main" in branches else sorted(branches)[0]
-        return self.table_at(self.icechunk.lookup_branch(sentinel)).location().rstrip("/")
+        return self.table_at(self.icechunk.lookup_branch(self.sentinel_branch())).location().rstrip("/")
 
     def check_rooted(self) -> None:
         """Raise ``RepositoryMoved`` if the table metadata names another root than this one.

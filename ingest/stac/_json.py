@@ -23,7 +23,7 @@ def loads_json(text: str | bytes) -> Any:
     reads as floats (2**70 + 1 becomes 1.1805916207174113e+21); the standard
     parser takes those exactly, and gives the error (``json.JSONDecodeError``,
     a ``ValueError``) for input that is not JSON at all, or nests deeper than
-    Python can follow.
+    Python can follow; bytes that are not UTF-8 raise ``UnicodeDecodeError``.
     """
     raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
     try:
