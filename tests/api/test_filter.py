@@ -78,3 +78,23 @@ def test_a_partly_translated_conjunction_keeps_the_translated_part() -> None:
     translation = translate(cql2.parse_text("eo:cloud_cover < 3 AND platform LIKE '%-1'"), SCHEMA)
     assert translation.residual
     assert str(translation.expression) == str(translate(cql2.parse_text("eo:cloud_cover < 3"), SCHEMA).expression)
+
+
+def test_filter_bounds_count_nesting_outside_quotes_and_stop_at_the_limit():
+    from ingest.api._filter import MAX_FILTER_NESTING, check_filter_bounds
+    from ingest.errors import InvalidSearch
+
+    at_limit = "(" * MAX_FILTER_NESTING + "id = 'x'" + ")" * MAX_FILTER_NESTING
+    check_filter_bounds(at_limit)
+    check_filter_bounds("id = '" + "(" * 500 + '\' AND title = "(((("')  # parentheses in literals do not nest
+    check_filter_bounds({"op": "=", "args": [{"property": "id"}, "(" * 500]})
+    for refused in (
+        "(" + at_limit + ")",
+        "NOT " * (MAX_FILTER_NESTING + 1) + "id = 'x'",
+        '{"op":"not","args":[' * (MAX_FILTER_NESTING + 1)
+        + '{"op":"=","args":[{"property":"id"},"x"]}'
+        + "]}" * (MAX_FILTER_NESTING + 1),
+        "id = 'x' OR " * 6000 + "id = 'y'",
+    ):
+        with pytest.raises(InvalidSearch):
+            check_filter_bounds(refused)
