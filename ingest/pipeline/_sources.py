@@ -8,8 +8,10 @@ the rest goes on.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -55,9 +57,17 @@ def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:
             continue
         path = Path(source)
         if path.is_dir():
-            files = [child for child in sorted(path.rglob("*")) if child.is_file()]
+            children = sorted(path.rglob("*"))
+            files = [child for child in children if child.is_file()]
             metadata = [child for child in files if child.suffix.lower() in METADATA_SUFFIXES]
             yield from metadata or [child for child in files if child.suffix.lower() in TIFF_SUFFIXES]
+            # A link that leads nowhere (a loop, a missing target) named like an input is reported, not skipped.
+            suffixes = METADATA_SUFFIXES | TIFF_SUFFIXES
+            yield from (
+                child
+                for child in children
+                if child.suffix.lower() in suffixes and child.is_symlink() and not child.exists()
+            )
         else:
             yield path
 
@@ -119,7 +129,7 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
             continue
         label = str(path)
         if not path.exists():
-            yield SourcedItem(label, error=InvalidSource("no such file or folder"))
+            yield SourcedItem(label, error=InvalidSource(_missing(path)))
             continue
         suffix = path.suffix.lower()
         if suffix in PARQUET_SUFFIXES:
@@ -148,6 +158,18 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
             yield from _walk_catalog(path)
             continue
         yield from _from_document(document, label, path)
+
+
+def _missing(path: Path) -> str:
+    """Why a path named as a source cannot be opened: a symbolic link loop, a broken link, or nothing there."""
+    if not path.is_symlink():
+        return "no such file or folder"
+    try:
+        path.stat()
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "is a symbolic link loop (it never reaches a file)"
+    return f"is a broken symbolic link (to {os.readlink(path)!r}, which does not exist)"
 
 
 def _walk_catalog(path: Path) -> Iterator[SourcedItem]:
