@@ -182,10 +182,15 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     virtual=virtual,
                 )
     for fallback in result.fallbacks:
-        stderr.print(f"[cyan]copied instead of referenced[/] {escape(str(fallback))}", highlight=False, soft_wrap=True)
+        stderr.print(
+            f"[cyan]copied instead of referenced[/] {escape(str(fallback))}",
+            highlight=False,
+            soft_wrap=True,
+            emoji=False,
+        )
     for rejection in result.rejected:
-        # Ids and file names are the user's text: rich must not read "[/x]" in them as markup.
-        stderr.print(f"[yellow]rejected[/] {escape(str(rejection))}", highlight=False, soft_wrap=True)
+        # Ids and file names are the user's text: rich must not read "[/x]" as markup nor ":x:" as an emoji.
+        stderr.print(f"[yellow]rejected[/] {escape(str(rejection))}", highlight=False, soft_wrap=True, emoji=False)
     if report is not None:
         result.write_report(report)
     stderr.print(_summary(result), highlight=False)

@@ -106,17 +106,22 @@ def _read_ndjson(lines: Iterable[bytes], label: str, path: Path | None = None) -
         source = f"{label}:{number}"
         try:
             # The bytes as they are: orjson checks UTF-8 while it parses (the standard parser, on its way, decodes).
-            document = loads_json(raw)
+            document = loads_json(raw.rstrip(b"\r\n"))
         except UnicodeDecodeError as error:
             reason = f"not UTF-8 (byte {raw[error.start]:#04x} at column {error.start + 1})"
             yield SourcedItem(source, error=InvalidItem(reason, source=source))
             continue
         except json.JSONDecodeError as error:
             yield SourcedItem(
-                source, error=InvalidItem(f"not valid JSON ({error.msg} at column {error.colno})", source=source)
+                source, error=InvalidItem(f"not valid JSON ({_what(error)} column {error.colno})", source=source)
             )
             continue
         yield from _from_document(document, source, path)
+
+
+def _what(error: json.JSONDecodeError) -> str:
+    """The parser's message, ready for "at column N" ("Unterminated string starting at" ends with "at" already)."""
+    return error.msg if error.msg.endswith(" at") else f"{error.msg} at"
 
 
 def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
@@ -151,7 +156,7 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
             document = loads_json(text)
         except json.JSONDecodeError as error:
             yield SourcedItem(
-                label, error=InvalidSource(f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})")
+                label, error=InvalidSource(f"not valid JSON ({_what(error)} line {error.lineno}, column {error.colno})")
             )
             continue
         if named.get(path) and isinstance(document, dict) and document.get("type") in ("Catalog", "Collection"):

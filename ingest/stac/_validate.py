@@ -20,7 +20,7 @@ import orjson
 
 from ingest.errors import InvalidItem
 from ingest.stac._geometry import bbox_problem, geometry_problem
-from ingest.stac._text import one_line, shorten, shown
+from ingest.stac._text import shorten, shown
 
 MAX_NAME_LENGTH = 255
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -114,8 +114,8 @@ def validate_item(
     if not isinstance(item, dict):
         raise InvalidItem(f"expected a STAC item object, got {type(item).__name__}", source=source)
     raw_id = item.get("id")
-    # The id as messages and reports name it: on one line, a huge one cut short (with its length).
-    named = one_line(shorten(raw_id)) if isinstance(raw_id, str) else shown(raw_id)
+    # The id as messages and reports name it: a huge one cut short (with its length).
+    named = shorten(raw_id) if isinstance(raw_id, str) else shown(raw_id)
     if item.get("type") != "Feature":
         raise InvalidItem(f"type must be 'Feature', got {shown(item.get('type'))}", item_id=named, source=source)
     if "id" not in item:
