@@ -32,7 +32,7 @@ from ingest.pipeline._granules import Granule, granule_from_item
 from ingest.pipeline._report import IngestReport, Rejection
 from ingest.pipeline._sources import SourcedItem, read_items
 from ingest.repository import Repository
-from ingest.stac import item_as_dict, refused_geometries, validate_item
+from ingest.stac import item_as_dict, refused_geometries, shorten, validate_item
 
 VALIDATION_CHUNK = 2048
 """Items validated together (their geometries parsed in one vectorized call)."""
@@ -92,7 +92,7 @@ def _store_collection(repository: Repository, sourced: SourcedItem, report: Inge
     try:
         repository.store_collection(collection, branch=branch)
     except FloeError as error:
-        report.rejected.append(Rejection.of(error, sourced.source, str(collection.get("id"))))
+        report.rejected.append(Rejection.of(error, sourced.source, shorten(str(collection.get("id")))))
 
 
 def _validated(

@@ -301,6 +301,22 @@ CASES = [
         item_id=":thumbs_up:/x",
     ),
     Case(
+        "stac-collection-percent-dot-dot",
+        file="collection.json",
+        content=json.dumps({"type": "Collection", "id": "%2e%2e", "description": "x", "links": []}).encode(),
+        reason="STAC Collection refused: collection id '%2e%2e' percent-decodes to '..'",
+        item_id="%2e%2e",
+        source_suffix="",
+    ),
+    Case(
+        "stac-collection-huge-id",
+        file="collection-huge.json",
+        content=json.dumps({"type": "Collection", "id": HUGE_ID, "description": "x", "links": []}).encode(),
+        reason="(10,000 characters) is longer than 255 characters",
+        item_id=shorten(HUGE_ID),
+        source_suffix="",
+    ),
+    Case(
         "duplicate-id-in-batch",
         line=line_of(make_item("hostile-duplicate", "hostile")),
         reason="duplicate id (first seen in",
