@@ -100,8 +100,10 @@ def bbox_problem(bbox: Any) -> str | None:
     if not isinstance(bbox, list) or len(bbox) not in (4, 6):
         return f"bbox must be a list of 4 or 6 numbers, got {shown(bbox)}"
     for number in bbox:
-        if not _is_number(number) or not math.isfinite(number):
+        if not _is_number(number):
             return f"bbox holds a non-number {shown(number)}"
+        if not math.isfinite(number):
+            return f"bbox value {number!r} is not a finite number"
     half = len(bbox) // 2
     west, south, east, north = bbox[0], bbox[1], bbox[half], bbox[half + 1]
     if half == 3 and bbox[2] > bbox[5]:

@@ -230,6 +230,18 @@ CASES = [
         reason="bbox must be a list of 4 or 6 numbers",
         item_id="three-number-bbox",
     ),
+    Case(
+        "bbox-nan",
+        line=line_of(item_with("nan-bbox", bbox=[0.0, float("nan"), 1.0, 1.0])),
+        reason="bbox value nan is not a finite number",
+        item_id="nan-bbox",
+    ),
+    Case(
+        "bbox-bottom-above-top",
+        line=line_of(item_with("upside-down", geometry=square(0, 0, 1, 1), bbox=[0, 0, 10, 1, 1, 5])),
+        reason="bbox [0, 0, 10, 1, 1, 5] has bottom 10 above top 5",
+        item_id="upside-down",
+    ),
     Case("bbox-antimeridian", line=line_of(ANTIMERIDIAN), accepted=(ANTIMERIDIAN,)),
     # -- ids and collections
     Case("id-slash", line=line_of(item_with("a/b")), reason="id 'a/b' contains a path separator", item_id="a/b"),

@@ -154,7 +154,7 @@ def test_positions_outside_the_spec_are_refused(geometry, reason):
         ([1, 2, 3], r"bbox must be a list of 4 or 6 numbers, got \[1, 2, 3\]"),
         ([1, 2, 3, 4, 5], "bbox must be a list of 4 or 6 numbers"),
         ([0, 0, "1", 1], "bbox holds a non-number '1'"),
-        ([0, float("nan"), 1, 1], "bbox holds a non-number nan"),
+        ([0, float("nan"), 1, 1], "bbox value nan is not a finite number"),
         ([0, 1, 1, 0], "has south 1 north of north 0"),
         ([0, 0, 10, 1, 1, 5], "has bottom 10 above top 5"),
         ([0, 0, 1, 200], r"latitude outside \[-90, 90\]"),
