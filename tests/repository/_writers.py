@@ -5,6 +5,14 @@ meet at marker files in a directory (:class:`Meeting`): a start line every
 writer waits at until all are up, and a forced race (:class:`Race`) whose loser
 cannot win its compare-and-swap. Waiting is for an event, never for a time:
 the timeout only turns a stuck test into a failure that names what it waited for.
+
+Two workloads: :func:`commit_worker` (each commit one array and the items
+naming it) and the mixed one of :func:`mixed_worker` (fresh items, replaced
+shared items, properties that widen the schema, arrays), shared by
+``test_mixed_writers_s3`` and ``scripts/bench_many_writers.py``. A mixed
+commit's content is a pure function of (writer, sequence)
+(:func:`plan_commit`), so each writer reports only which commit landed where,
+and :func:`verify_mixed` computes what the tip must hold from ``floe log``.
 """
 
 from __future__ import annotations
