@@ -312,7 +312,7 @@ class InterleavedWriters(RuleBasedStateMachine):
                 # Icechunk keeps tips and tagged snapshots; a ref's history is now its tip alone.
                 contents.commits = [contents.tip] if contents.tip in self.made_on else []
             gone = [snapshot_id for snapshot_id in self.snapshots if snapshot_id not in kept]
-            self.snapshots = {snapshot_id: self.snapshots[snapshot_id] for snapshot_id in kept & set(self.snapshots)}
+            self.snapshots = {snapshot_id: held for snapshot_id, held in self.snapshots.items() if snapshot_id in kept}
             for state in self.writers.values():
                 state.base_expired = state.base_expired or state.base not in kept
             for snapshot_id in gone[-SNAPSHOTS_CHECKED:]:
