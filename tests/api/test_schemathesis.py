@@ -107,6 +107,6 @@ def test_no_generated_request_gets_a_server_error(served: tuple[FloeServer, str]
         server_errors = [line for line in lines if line.startswith("5")]
         assert not server_errors, server_errors[:20]
         # The run did make its requests, at the base it was given (and mostly invalid ones: 4xx).
-        assert len(lines) >= 50, (base, statuses, text[-2000:])
+        assert len(lines) >= 30, (base, statuses, text[-2000:])
         assert all(f"{server.url}{base}/" in line for line in lines), lines[:5]
         assert server.process.poll() is None
