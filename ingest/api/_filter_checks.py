@@ -82,7 +82,7 @@ def _object_depth(value: Any) -> int:
 # ``{"op": "=", "args": [{"property": "id"}]}`` and then matches nothing: a search that looks answered but is not.
 _ARITY: dict[str, tuple[int, int | None]] = {
     "and": (2, None), "or": (2, None), "not": (1, 1), "isNull": (1, 1), "casei": (1, 1), "accenti": (1, 1),
-    "between": (3, 3),
+    "between": (2, 3),  # (value, low, high), or the older (value, [low, high])
     **{op: (2, 2) for op in ("=", "<>", "<", "<=", ">", ">=", "like", "in", "+", "-", "*", "/", "%", "^", "div")},
     **{
         op: (2, 2)
@@ -124,7 +124,7 @@ def check_expression(node: Any) -> None:
         raise InvalidSearch(f"CQL2 {op!r} needs its arguments as a list (args)")
     least, most = _ARITY[op]
     if len(args) < least or (most is not None and len(args) > most):
-        wanted = f"{least}" if least == most else f"at least {least}"
+        wanted = f"{least}" if least == most else f"at least {least}" if most is None else f"{least} to {most}"
         raise InvalidSearch(f"CQL2 {op!r} takes {wanted} arguments, not {len(args)}: {short(node)}")
     for value in args:
         check_expression(value)
