@@ -7,8 +7,13 @@ ASGI layer in front moves ``/refs/{ref}`` into the request's ``root_path``
 and resolves the ref to a snapshot once per request, which the client reads
 from the request scope. Unknown refs answer 404 before any route runs.
 
+Every page of items names the snapshot it was read at in the
+``Floe-Snapshot`` header; a next-page token pins that snapshot (a token of
+another snapshot is refused at a tag or snapshot id, followed on a branch).
+
 Searching is the engine's (``_search``); how floe's errors answer is
-``_errors``'s, and the fields extension's trimming of items ``_fields``'s.
+``_errors``'s, the request models ``_models``'s, and the fields extension's
+trimming of items ``_fields``'s.
 """
 
 from typing import Any, cast
