@@ -8,7 +8,6 @@ wrong or empty results; :func:`checked_geometry` refuses it with the reason.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import shapely
@@ -16,19 +15,8 @@ import shapely.errors
 import shapely.geometry
 
 from ingest.errors import InvalidSearch
+from ingest.stac import GEOMETRY_TYPES, coordinates_problem
 
-GEOMETRY_TYPES = frozenset(
-    ("Point", "MultiPoint", "LineString", "MultiLineString", "Polygon", "MultiPolygon", "GeometryCollection")
-)
-# How deep each type's coordinates nest (positions are depth 0).
-_COORDINATE_DEPTH = {
-    "Point": 0,
-    "MultiPoint": 1,
-    "LineString": 1,
-    "MultiLineString": 2,
-    "Polygon": 2,
-    "MultiPolygon": 3,
-}
 _MAX_COLLECTION_NESTING = 8
 
 
@@ -40,12 +28,17 @@ def is_geometry_literal(value: Any) -> bool:
 def checked_geometry(document: Any, what: str) -> shapely.Geometry:
     """``document`` (a GeoJSON geometry object) as a valid, non-empty shapely geometry; InvalidSearch naming ``what``.
 
-    Refused: anything that is not a GeoJSON geometry, positions that are not 2
-    or 3 finite numbers inside longitude [-180, 180] and latitude [-90, 90],
-    rings that are not closed or have fewer than four positions, and
-    geometries that are not valid (self-intersecting rings, ...).
+    Refused: what items may not hold either (:func:`ingest.stac.coordinates_problem`: unknown types,
+    positions that are not 2 or 3 finite numbers inside longitude [-180, 180] and latitude [-90, 90]),
+    and, stricter than for items, rings that are not closed or have fewer than four positions,
+    GeometryCollections nested more than 8 deep, and geometries that are not valid (self-intersecting
+    rings, ...): an item's footprint is data to keep, a search's geometry is a question to answer right.
     """
-    _check_structure(document, what, nesting=0)
+    if not isinstance(document, dict):
+        raise InvalidSearch(f"{what} must be a GeoJSON geometry object, not {type(document).__name__}")
+    problem = coordinates_problem(document) or _ring_or_nesting_problem(document)
+    if problem is not None:
+        raise InvalidSearch(f"{what}: {problem}")
     try:
         geometry = shapely.geometry.shape(document)
     except (shapely.errors.ShapelyError, ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
@@ -58,51 +51,20 @@ def checked_geometry(document: Any, what: str) -> shapely.Geometry:
     return geometry
 
 
-def _check_structure(document: Any, what: str, nesting: int) -> None:
-    if not isinstance(document, dict):
-        raise InvalidSearch(f"{what} must be a GeoJSON geometry object, not {type(document).__name__}")
-    kind = document.get("type")
-    if kind not in GEOMETRY_TYPES:
-        raise InvalidSearch(
-            f"{what} has type {str(kind)[:40]!r}: a GeoJSON geometry is one of {', '.join(sorted(GEOMETRY_TYPES))}"
-        )
-    if kind == "GeometryCollection":
-        members = document.get("geometries")
-        if not isinstance(members, list) or nesting >= _MAX_COLLECTION_NESTING:
-            raise InvalidSearch(f"{what}: a GeometryCollection needs a list of geometries (nested at most 8 deep)")
-        for member in members:
-            _check_structure(member, what, nesting + 1)
-        return
-    _check_coordinates(document.get("coordinates"), _COORDINATE_DEPTH[kind], kind, what)
-
-
-def _check_coordinates(value: Any, depth: int, kind: str, what: str) -> None:
-    if depth == 0:
-        _check_position(value, what)
-        return
-    if not isinstance(value, list):
-        raise InvalidSearch(f"{what}: the coordinates of a {kind} must be nested {depth + 1} lists deep")
-    ring_depth = {"Polygon": 1, "MultiPolygon": 1}.get(kind)
-    if depth == ring_depth:
-        _check_ring(value, what)
-    for element in value:
-        _check_coordinates(element, depth - 1, kind, what)
-
-
-def _check_ring(ring: list[Any], what: str) -> None:
-    if len(ring) < 4:
-        raise InvalidSearch(f"{what}: a polygon ring needs at least 4 positions, this one has {len(ring)}")
-    if ring[0] != ring[-1]:
-        raise InvalidSearch(f"{what}: a polygon ring must be closed (its last position equal to its first)")
-
-
-def _check_position(value: Any, what: str) -> None:
-    if not isinstance(value, list) or len(value) not in (2, 3):
-        raise InvalidSearch(f"{what}: a position is 2 or 3 numbers, not {str(value)[:60]}")
-    if not all(isinstance(number, int | float) and not isinstance(number, bool) for number in value):
-        raise InvalidSearch(f"{what}: a position is 2 or 3 numbers, not {str(value)[:60]}")
-    if not all(math.isfinite(number) for number in value):
-        raise InvalidSearch(f"{what}: position {value} is not finite")
-    longitude, latitude = value[0], value[1]
-    if not (-180 <= longitude <= 180 and -90 <= latitude <= 90):
-        raise InvalidSearch(f"{what}: position {value} lies outside longitude [-180, 180] and latitude [-90, 90]")
+def _ring_or_nesting_problem(document: dict[str, Any]) -> str | None:
+    """Rings shapely would close silently or refuse, and collections nested too deep (walked without recursion)."""
+    pending = [(document, 0)]
+    while pending:
+        node, nesting = pending.pop()
+        if node["type"] == "GeometryCollection":
+            if nesting >= _MAX_COLLECTION_NESTING:
+                return "a GeometryCollection may be nested at most 8 deep"
+            pending.extend((member, nesting + 1) for member in node["geometries"])
+            continue
+        polygons = {"Polygon": [node["coordinates"]], "MultiPolygon": node["coordinates"]}.get(node["type"], [])
+        for ring in (ring for polygon in polygons for ring in polygon):
+            if len(ring) < 4:
+                return f"a polygon ring needs at least 4 positions, this one has {len(ring)}"
+            if ring[0] != ring[-1]:
+                return "a polygon ring must be closed (its last position equal to its first)"
+    return None

@@ -11,7 +11,7 @@ from ingest.stac._assets import (
     with_arrays_asset,
     without_arrays_asset,
 )
-from ingest.stac._geometry import TOLERANCE, refused_geometries
+from ingest.stac._geometry import GEOMETRY_TYPES, TOLERANCE, coordinates_problem, refused_geometries
 from ingest.stac._json import loads_json
 from ingest.stac._rows import (
     OVERFLOW,
@@ -30,6 +30,7 @@ from ingest.stac._validate import check_name, check_timestamp, item_as_dict, par
 __all__ = [
     "ARRAYS_ASSET",
     "ARRAYS_MEDIA_TYPE",
+    "GEOMETRY_TYPES",
     "OVERFLOW",
     "TIMESTAMP",
     "TOLERANCE",
@@ -38,6 +39,7 @@ __all__ = [
     "arrow_to_items",
     "check_name",
     "check_timestamp",
+    "coordinates_problem",
     "has_arrays_asset",
     "item_as_dict",
     "items_to_arrow",
