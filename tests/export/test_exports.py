@@ -314,13 +314,13 @@ def test_safe_names_stay_inside_and_stay_distinct():
 
 def test_odd_but_valid_ids_get_files_their_links_resolve_to(tmp_path):
     repository = Repository.create(tmp_path / "repo", Settings())
-    items = [make_item("a b%2F:c", "col %41"), make_item("d~e", "col %41"), make_item("ünï", "z")]
+    items = [make_item("a b%25:c", "col %41"), make_item("d~e", "col %41"), make_item("ünï", "z")]
     ingest_items(repository, [write_ndjson(tmp_path / "odd.ndjson", items)])
     export_catalog(repository.view("main"), tmp_path / "catalog")
     _, collections, read_back = read_catalog(tmp_path / "catalog")
     assert set(collections) == {"col %41", "z"}
     assert by_key([without_structural_links(item) for item in read_back]) == by_key(items)
-    assert (tmp_path / "catalog" / "col%20%2541" / "items" / "a%20b%252F%3Ac.json").is_file()
+    assert (tmp_path / "catalog" / "col%20%2541" / "items" / "a%20b%2525%3Ac.json").is_file()
 
 
 def test_catalog_refuses_to_replace_a_folder_that_is_not_an_export(real_repo, tmp_path):
