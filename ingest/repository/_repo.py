@@ -18,6 +18,7 @@ import icechunk
 import zarr
 from pyiceberg.table import Table
 
+from ingest._faults import fault_point
 from ingest.config import Settings, load_settings
 from ingest.errors import (
     CorruptRepository,
@@ -316,7 +317,9 @@ class Repository:
             raise RefExists(f"tag {name!r} exists already (tags never move)")
         with self.location.mutation_lock():
             try:
+                fault_point("ref.before_create")
                 self.icechunk.create_tag(name, snapshot_id)
+                fault_point("ref.after_create")
             except icechunk.AlreadyExistsError as error:
                 raise RefExists(f"tag {name!r} exists already (tags never move)") from error
         return snapshot_id
@@ -330,7 +333,9 @@ class Repository:
             raise RefExists(f"branch {name!r} exists already")
         with self.location.mutation_lock():
             try:
+                fault_point("ref.before_create")
                 self.icechunk.create_branch(name, snapshot_id)
+                fault_point("ref.after_create")
             except icechunk.AlreadyExistsError as error:
                 raise RefExists(f"branch {name!r} exists already") from error
         return snapshot_id
