@@ -29,6 +29,7 @@ than N.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -37,7 +38,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ import zarr
 
 from ingest import Repository, Settings
 from ingest._faults import POINTS
-from ingest.lifecycle import check, gc, replicate
+from ingest.lifecycle import check, replicate
 from ingest.pipeline import ingest_items
 from ingest.stac import read_arrays_asset, without_arrays_asset
 
@@ -93,8 +93,10 @@ class Storage:
             "allow_http": True,
             "force_path_style": True,
         }
-        env = {f"FLOE_S3__{key.upper()}": str(value).lower() if isinstance(value, bool) else str(value)
-               for key, value in values.items()}
+        env = {
+            f"FLOE_S3__{key.upper()}": str(value).lower() if isinstance(value, bool) else str(value)
+            for key, value in values.items()
+        }
         return cls("s3", f"s3://{bucket}", Settings(s3=values), env)
 
 
@@ -177,10 +179,8 @@ def _exited(pid: int, timeout: float | None) -> bool:
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # ---------------------------------------------------------------------------- what a root shows
@@ -239,8 +239,11 @@ class Findings:
         return not (self.check or self.duplicates or self.lost or self.corrupt)
 
     def summary(self) -> str:
-        parts = [f"{name}: {values[:3]}" for name in ("check", "duplicates", "lost", "corrupt")
-                 if (values := getattr(self, name))]
+        parts = [
+            f"{name}: {values[:3]}"
+            for name in ("check", "duplicates", "lost", "corrupt")
+            if (values := getattr(self, name))
+        ]
         return "; ".join(parts)
 
 
@@ -304,8 +307,9 @@ def make_item(item_id: str, collection: str, month: int, version: int) -> dict[s
 
 def make_items(prefix: str, count: int, version: int = 1) -> list[dict[str, Any]]:
     """``count`` items over two collections and two months, so each batch writes several data files."""
-    return [make_item(f"{prefix}-{i:03d}", "crash-a" if i % 2 else "crash-b", 1 + i % 4 // 2, version)
-            for i in range(count)]
+    return [
+        make_item(f"{prefix}-{i:03d}", "crash-a" if i % 2 else "crash-b", 1 + i % 4 // 2, version) for i in range(count)
+    ]
 
 
 def write_ndjson(path: Path, items: list[dict[str, Any]]) -> Path:
@@ -330,6 +334,7 @@ class Context:
     workdir: Path
     rng: random.Random
     archive: Path | None = None
+    fault: str | None = None
 
     def root(self, suffix: str = "") -> str:
         return self.storage.root(self.name + suffix)
@@ -543,15 +548,21 @@ class GcScenario(Scenario):
             args += ["--expire-older-than", "0s"]
         else:  # a writer that died before its commit leaves data files and a metadata.json nobody needs
             orphans = context.ndjson("orphans", make_items(f"{context.name}-o", 6))
-            run_floe(context.storage, context.root(), ["ingest", "-w", "0", orphans], context.workdir,
-                     fault="commit.before_swap")
+            run_floe(
+                context.storage,
+                context.root(),
+                ["ingest", "-w", "0", orphans],
+                context.workdir,
+                fault="commit.before_swap",
+            )
         self.before = exports(repository)
         return args
 
     @property
     def expire(self) -> bool:
         if not hasattr(self, "_expire"):
-            self._expire = self.context.rng.random() < 0.5
+            at_expiry = (self.context.fault or "").startswith("gc.after_expire")
+            self._expire = at_expiry or self.context.rng.random() < 0.5
         return self._expire
 
     def unchanged(self) -> Findings:
@@ -717,7 +728,7 @@ def run_trial(
     """One trial: set up, run the command and kill it (at ``fault``, or ``delay`` seconds in), check, re-run, check."""
     assert (fault is None) != (delay is None), "a trial kills at a fault point or after a delay"
     started = time.monotonic()
-    context = Context(storage, name, workdir, random.Random(seed), archive)
+    context = Context(storage, name, workdir, random.Random(seed), archive, fault)
     scenario = SCENARIOS[scenario_name](context)
     args = scenario.setup()
     running = start_floe(storage, context.root(), args, workdir, fault)
