@@ -96,7 +96,7 @@ def work(task: Task, storage: Storage, workdir: str, archive: str) -> TrialResul
         Path(workdir),
         name=task.name,
         seed=task.seed,
-        fault=task.fault,
+        faults=[task.fault] if task.fault else [],
         delay=task.delay,
         archive=Path(archive),
     )

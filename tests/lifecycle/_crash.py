@@ -17,6 +17,14 @@ and ``scripts/crash_harness.py`` (hundreds of random ones). A trial:
 4. runs the same command again, without a fault, and checks that it completes
    and that the final state holds every input item exactly once.
 
+With several faults, step 2 and 3 repeat: each run of the command is killed at
+the next fault point (CI covers every point in a few trials this way).
+
+Every command is a new ``python -m ingest.cli`` process (about 1.2 s of CPU
+to import floe). A forkserver that imported floe once would start commands
+in milliseconds, but importing icechunk starts native threads, and the
+forked children deadlocked on a lock one of them held (tried here).
+
 *Committed* means what the branch history shows after the kill: a commit is
 the only acknowledgement a writer gives (``floe ingest`` reports its batches
 when it ends), and the history is what every reader sees. So every row the
@@ -38,6 +46,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,15 +170,8 @@ def start_floe(storage: Storage, root: str, args: list[str], workdir: Path, faul
     return Running(process, log_path, time.monotonic())
 
 
-def run_floe(storage: Storage, root: str, args: list[str], workdir: Path, fault: str | None = None) -> Finished:
-    finished = start_floe(storage, root, args, workdir, fault).finish()
-    if finished is None:
-        raise TimeoutError(f"floe {' '.join(args)} did not finish in {COMMAND_TIMEOUT} s")
-    return finished
-
-
 def _exited(pid: int, timeout: float | None) -> bool:
-    """Whether process ``pid`` exited within ``timeout`` seconds; it is left unreaped."""
+    """Whether child ``pid`` exited within ``timeout`` seconds; it is left unreaped."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
         if deadline is not None and time.monotonic() > deadline:
@@ -336,6 +338,10 @@ class Context:
     archive: Path | None = None
     fault: str | None = None
 
+    def start(self, args: list[str], fault: str | None = None) -> Running:
+        """Start a floe command on this trial's root."""
+        return start_floe(self.storage, self.root(), args, self.workdir, fault)
+
     def root(self, suffix: str = "") -> str:
         return self.storage.root(self.name + suffix)
 
@@ -367,6 +373,9 @@ class Scenario:
     def start_beside(self) -> None:
         """Start what runs concurrently with the command (nothing, in most scenarios)."""
 
+    def before_command(self) -> None:
+        """Note what the checks after the command compare with (before each run of it)."""
+
     def after_kill(self, fault: str | None) -> Findings:
         raise NotImplementedError
 
@@ -397,6 +406,9 @@ class IngestScenario(Scenario):
         self.new = make_items(f"{self.context.name}-n", 24)
         return ["ingest", "-w", "0", "-n", str(self.batch), "-m", self.message, self.context.ndjson("new", self.new)]
 
+    def before_command(self) -> None:
+        self.commits_before = commits_with(self.context.open(), self.message)
+
     def allowed_after_kill(self) -> dict[tuple[str, str], set[str]]:
         return _versions(self.before, self.old, self.new)
 
@@ -416,7 +428,7 @@ class IngestScenario(Scenario):
         """A process killed at its N-th ``commit.after_swap`` made N commits; at another commit point, fewer."""
         point, _, count = fault.partition(":")
         hits = int(count or 1)
-        landed = commits_with(repository, self.message)
+        landed = commits_with(repository, self.message) - self.commits_before
         if point == "commit.after_swap" and landed != hits:
             return [f"killed right after commit {hits}, the branch shows {landed} of its commits"]
         if point in ("commit.after_metadata", "commit.before_swap") and landed >= hits:
@@ -508,7 +520,7 @@ class WritersScenario(IngestScenario):
         return ["ingest", "-w", "0", "-n", "6", "-m", self.message, self.context.ndjson("a", self.new)]
 
     def start_beside(self) -> None:
-        self.extra = [start_floe(self.context.storage, self.context.root(), self.other_args, self.context.workdir)]
+        self.extra = [self.context.start(self.other_args)]
 
     def allowed_after_kill(self) -> dict[tuple[str, str], set[str]]:
         return _versions(self.before, self.new, self.other)
@@ -524,7 +536,8 @@ class WritersScenario(IngestScenario):
         """Re-run the other writer if it was killed too; whether it completed."""
         if all(run.returncode == 0 for run in self.finished_beside):
             return True
-        return run_floe(self.context.storage, self.context.root(), self.other_args, self.context.workdir).completed
+        rerun = self.context.start(self.other_args).finish()
+        return rerun is not None and rerun.completed
 
     def final(self, rerun: Finished) -> tuple[Findings, bool]:
         other_completed = self.rerun_beside()
@@ -548,20 +561,14 @@ class GcScenario(Scenario):
             args += ["--expire-older-than", "0s"]
         else:  # a writer that died before its commit leaves data files and a metadata.json nobody needs
             orphans = context.ndjson("orphans", make_items(f"{context.name}-o", 6))
-            run_floe(
-                context.storage,
-                context.root(),
-                ["ingest", "-w", "0", orphans],
-                context.workdir,
-                fault="commit.before_swap",
-            )
+            context.start(["ingest", "-w", "0", orphans], fault="commit.before_swap").finish()
         self.before = exports(repository)
         return args
 
     @property
     def expire(self) -> bool:
         if not hasattr(self, "_expire"):
-            at_expiry = (self.context.fault or "").startswith("gc.after_expire")
+            at_expiry = "gc.after_expire" in (self.context.fault or "")
             self._expire = at_expiry or self.context.rng.random() < 0.5
         return self._expire
 
@@ -721,40 +728,39 @@ def run_trial(
     *,
     name: str,
     seed: int,
-    fault: str | None = None,
+    faults: Sequence[str] = (),
     delay: float | None = None,
     archive: Path | None = None,
 ) -> TrialResult:
-    """One trial: set up, run the command and kill it (at ``fault``, or ``delay`` seconds in), check, re-run, check."""
-    assert (fault is None) != (delay is None), "a trial kills at a fault point or after a delay"
+    """One trial: set up; run the command and kill it (at each of ``faults`` in turn, or ``delay`` seconds in),
+    checking after each kill; re-run it to completion; check.
+    """
+    assert bool(faults) != (delay is not None), "a trial kills at fault points or after a delay"
     started = time.monotonic()
-    context = Context(storage, name, workdir, random.Random(seed), archive, fault)
+    context = Context(storage, name, workdir, random.Random(seed), archive, ",".join(faults) or None)
     scenario = SCENARIOS[scenario_name](context)
     args = scenario.setup()
-    running = start_floe(storage, context.root(), args, workdir, fault)
-    scenario.start_beside()
-    finished = running.finish(timeout=delay) if delay is not None else running.finish()
-    killed_outside = finished is None
-    if finished is None:
-        finished = running.kill()
-        scenario.finished_beside = [other.kill() for other in scenario.extra]
-    else:
-        scenario.finished_beside = [other.finish() or other.kill() for other in scenario.extra]
-    killed = killed_outside or (fault is not None and not finished.completed)
-    notes = []
-    if fault is not None and not finished.completed and finished.returncode != -signal.SIGKILL:
-        # A fault in a Ray actor kills the actor; its driver then fails: say how, to tell it from a real failure.
-        notes.append(f"driver exit {finished.returncode}: {finished.stderr.strip().splitlines()[-1:]}")
-    after_kill = scenario.after_kill(fault if killed else None)
-    rerun = run_floe(storage, context.root(), args, workdir)
+    after_kill, notes, killed = Findings(), [], True
+    for fault in faults or [None]:
+        scenario.before_command()
+        finished, killed_now = _run_and_kill(scenario, args, fault, delay)
+        killed = killed and killed_now
+        if fault is not None and not finished.completed and finished.returncode != -signal.SIGKILL:
+            # A fault in a Ray actor kills the actor; its driver then fails: say how, to tell it from a real failure.
+            notes.append(f"driver exit {finished.returncode}: {finished.stderr.strip().splitlines()[-1:]}")
+        after_kill.extend(scenario.after_kill(fault if killed_now else None))
+    scenario.before_command()
+    rerun = context.start(args).finish()
+    if rerun is None:
+        raise TimeoutError(f"floe {' '.join(args)} did not finish in {COMMAND_TIMEOUT} s")
     final, completed = scenario.final(rerun)
     if not completed:
         notes.append(f"re-run exit {rerun.returncode}: {rerun.stderr.strip()[-600:]}")
     return TrialResult(
         storage.kind,
         scenario_name,
-        "fault" if fault is not None else "delay",
-        fault,
+        "fault" if faults else "delay",
+        ",".join(faults) or None,
         killed,
         after_kill,
         final,
@@ -763,3 +769,16 @@ def run_trial(
         rerun.seconds,
         notes,
     )
+
+
+def _run_and_kill(scenario: Scenario, args: list[str], fault: str | None, delay: float | None) -> tuple[Finished, bool]:
+    """Run the command (and what runs beside it) until the fault kills it or the delay is up; whether it died."""
+    running = scenario.context.start(args, fault)
+    scenario.start_beside()
+    finished = running.finish(timeout=delay) if delay is not None else running.finish()
+    if finished is None:
+        finished = running.kill()
+        scenario.finished_beside = [other.kill() for other in scenario.extra]
+        return finished, True
+    scenario.finished_beside = [other.finish() or other.kill() for other in scenario.extra]
+    return finished, fault is not None and not finished.completed

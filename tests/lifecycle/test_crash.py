@@ -1,9 +1,11 @@
 """Crash anywhere: floe killed at each named fault point loses nothing, shows nothing half-done, and re-runs.
 
 The trials are those of ``scripts/crash_harness.py`` (``tests/lifecycle/_crash.py``),
-made deterministic: each fault point once on local storage, two on moto S3.
-Ray ingests are left to the harness (a Ray start costs more than this whole
-module); their actors commit through the same fault points as ``--workers 0``.
+made deterministic: every fault point on local storage and two on moto S3,
+in five trials, each killing successive runs of one command at successive
+points before a last run completes it. Ray ingests are left to the harness
+(a Ray start costs more than this whole module); their actors commit through
+the same fault points as ``--workers 0``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ingest._faults import POINTS, parse
-from tests.lifecycle._crash import ROOT_DIR, SCENARIO_POINTS, Storage, run_trial
+from tests.lifecycle._crash import ROOT_DIR, SCENARIO_POINTS, Storage, TrialResult, run_trial
 
 # The module alone (not the ingest package, whose imports take a second): a process that reaches a point thrice.
 PROBE = f"""
@@ -63,45 +65,40 @@ def test_every_fault_point_is_documented_and_tried():
 
     assert all(point in (ingest._faults.__doc__ or "") for point in POINTS)
     assert {point for points in SCENARIO_POINTS.values() for point in points} == set(POINTS)
-    assert {point.partition(":")[0] for _, point, _ in LOCAL_TRIALS} == set(POINTS)
+    assert {fault.partition(":")[0] for _, faults, _ in LOCAL_TRIALS for fault in faults} == set(POINTS)
 
 
-# (scenario, fault, seed): every point once; the seeds pick gc with and without snapshot expiry.
+# (scenario, the faults it is killed at in turn, seed): every point on local storage, two on moto S3. Each kill
+# is checked, then the next run of the same command is killed at the next point, and the last run completes.
 LOCAL_TRIALS = [
-    ("ingest", "commit.after_swap:2", 1),
-    ("ingest", "commit.after_metadata:3", 2),
-    ("replace", "write.data_file:5", 3),
-    ("writers", "commit.before_swap:2", 4),
-    ("tag", "ref.after_create", 5),
-    ("branch", "ref.before_create", 6),
-    ("gc", "gc.after_expire", 7),
-    ("gc", "gc.after_icechunk", 8),
-    ("gc", "gc.between_deletions:2", 9),
-    ("replicate", "replicate.between_copies:3", 10),
-    ("replicate", "replicate.between_rewrites:2", 11),
-    ("replicate", "replicate.before_refs", 12),
+    ("ingest", ("write.data_file:2", "commit.after_metadata:2", "commit.before_swap:1", "commit.after_swap:1"), 1),
+    ("tag", ("ref.before_create", "ref.after_create"), 2),
+    ("gc", ("gc.after_expire", "gc.after_icechunk", "gc.between_deletions:2"), 3),
+    ("replicate", ("replicate.between_copies:2", "replicate.between_rewrites:1", "replicate.before_refs"), 4),
 ]
-S3_TRIALS = [("replace", "commit.before_swap:2", 21), ("gc", "gc.between_deletions:1", 22)]
+S3_TRIALS = [("replace", ("write.data_file:3", "commit.after_swap:1"), 5)]
 
 
-def assert_survived(scenario: str, fault: str, result) -> None:
-    assert result.killed, f"{scenario} never reached {fault}"
-    assert result.after_kill.clean, f"after the kill at {fault}: {result.after_kill.summary()}"
-    assert result.rerun_completed, f"the re-run after {fault} did not complete: {result.notes}"
+def assert_survived(scenario: str, result: TrialResult) -> None:
+    assert result.killed, f"{scenario} did not reach every one of {result.point}"
+    assert result.after_kill.clean, f"after the kills at {result.point}: {result.after_kill.summary()}"
+    assert result.rerun_completed, f"the re-run after {result.point} did not complete: {result.notes}"
     assert result.final.clean, f"after the re-run: {result.final.summary()}"
 
 
-@pytest.mark.parametrize(("scenario", "fault", "seed"), LOCAL_TRIALS, ids=[f"{s}-{f}" for s, f, _ in LOCAL_TRIALS])
-def test_killed_at_a_fault_point_on_local_storage(tmp_path: Path, scenario: str, fault: str, seed: int):
+@pytest.mark.slow
+@pytest.mark.parametrize(("scenario", "faults", "seed"), LOCAL_TRIALS, ids=[s for s, _, _ in LOCAL_TRIALS])
+def test_killed_at_each_fault_point_on_local_storage(tmp_path: Path, scenario: str, faults: tuple[str, ...], seed: int):
     (tmp_path / "roots").mkdir()
     storage = Storage.local(tmp_path / "roots")
-    result = run_trial(storage, scenario, tmp_path, name=f"{scenario}-{seed}", seed=seed, fault=fault)
-    assert_survived(scenario, fault, result)
+    result = run_trial(storage, scenario, tmp_path, name=scenario, seed=seed, faults=faults)
+    assert_survived(scenario, result)
 
 
+@pytest.mark.slow
 @pytest.mark.s3
-@pytest.mark.parametrize(("scenario", "fault", "seed"), S3_TRIALS, ids=[f"{s}-{f}" for s, f, _ in S3_TRIALS])
-def test_killed_at_a_fault_point_on_s3(tmp_path: Path, moto_server, scenario: str, fault: str, seed: int):
+@pytest.mark.parametrize(("scenario", "faults", "seed"), S3_TRIALS, ids=[s for s, _, _ in S3_TRIALS])
+def test_killed_at_fault_points_on_s3(tmp_path: Path, moto_server, scenario: str, faults: tuple[str, ...], seed: int):
     storage = Storage.s3(moto_server.endpoint, moto_server.create_bucket())
-    result = run_trial(storage, scenario, tmp_path, name=f"{scenario}-{seed}", seed=seed, fault=fault)
-    assert_survived(scenario, fault, result)
+    result = run_trial(storage, scenario, tmp_path, name=scenario, seed=seed, faults=faults)
+    assert_survived(scenario, result)
