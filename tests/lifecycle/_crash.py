@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -748,12 +748,15 @@ def run_trial(
         if fault is not None and not finished.completed and finished.returncode != -signal.SIGKILL:
             # A fault in a Ray actor kills the actor; its driver then fails: say how, to tell it from a real failure.
             notes.append(f"driver exit {finished.returncode}: {finished.stderr.strip().splitlines()[-1:]}")
-        after_kill.extend(scenario.after_kill(fault if killed_now else None))
+        after_kill.extend(_guarded(scenario.after_kill, fault if killed_now else None))
     scenario.before_command()
     rerun = context.start(args).finish()
     if rerun is None:
         raise TimeoutError(f"floe {' '.join(args)} did not finish in {COMMAND_TIMEOUT} s")
-    final, completed = scenario.final(rerun)
+    try:
+        final, completed = scenario.final(rerun)
+    except Exception as error:  # a root the checks cannot even read is a finding
+        final, completed = Findings(corrupt=[f"reading the root failed: {error!r}"[:500]]), rerun.completed
     if not completed:
         notes.append(f"re-run exit {rerun.returncode}: {rerun.stderr.strip()[-600:]}")
     return TrialResult(
@@ -769,6 +772,14 @@ def run_trial(
         rerun.seconds,
         notes,
     )
+
+
+def _guarded(checks: Callable[[str | None], Findings], fault: str | None) -> Findings:
+    """The findings of ``checks(fault)``; a root the checks cannot even read is a finding too."""
+    try:
+        return checks(fault)
+    except Exception as error:
+        return Findings(corrupt=[f"reading the root failed: {error!r}"[:500]])
 
 
 def _run_and_kill(scenario: Scenario, args: list[str], fault: str | None, delay: float | None) -> tuple[Finished, bool]:
