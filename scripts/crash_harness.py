@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.lifecycle._crash import SCENARIO_POINTS, Storage, TrialResult, run_trial
+from tests.lifecycle._crash import SCENARIO_POINTS, Findings, Storage, TrialResult, run_trial
 
 #: How far into its run a fault point may strike (the N of ``point:N``), by point.
 HITS = {
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> list[TrialResult]:
         make_archive(archive, granules=6, seed=args.seed)
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
-            pending: set[Future[TrialResult]] = set()
+            pending: dict[Future[TrialResult], Task] = {}
             queue = list(tasks)
             started = time.monotonic()
             while queue or pending:
@@ -161,14 +161,34 @@ def run(args: argparse.Namespace) -> list[TrialResult]:
                     task = queue.pop(0)
                     if task.fault is None:
                         task = Task(**{**task.__dict__, "delay": delays.pick(task.storage, task.scenario)})
-                    pending.add(pool.submit(work, task, found[task.storage], str(workdir), str(archive)))
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    pending[pool.submit(work, task, found[task.storage], str(workdir), str(archive))] = task
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    result = future.result()
+                    result = outcome(future, pending.pop(future))
                     delays.record(result)
                     results.append(result)
                     print(progress_line(len(results), len(tasks), result, started), file=sys.stderr, flush=True)
     return results
+
+
+def outcome(future: Future[TrialResult], task: Task) -> TrialResult:
+    """The trial's result; a trial that raised counts as a failed one (the harness goes on)."""
+    try:
+        return future.result()
+    except Exception as error:  # one broken trial must not end the run
+        broken = Findings(corrupt=[f"the trial raised {error!r}"[:500]])
+        return TrialResult(
+            task.storage,
+            task.scenario,
+            "fault" if task.fault else "delay",
+            task.fault,
+            False,
+            broken,
+            Findings(),
+            False,
+            0.0,
+            0.0,
+        )
 
 
 def progress_line(count: int, total: int, result: TrialResult, started: float) -> str:
