@@ -76,7 +76,7 @@ LOCAL_TRIALS = [
     ("gc", ("gc.after_expire", "gc.after_icechunk", "gc.between_deletions:2"), 3),
     ("replicate", ("replicate.between_copies:2", "replicate.between_rewrites:1", "replicate.before_refs"), 4),
 ]
-S3_TRIALS = [("replace", ("write.data_file:3", "commit.after_swap:1"), 5)]
+S3_TRIALS = [("replace", ("commit.after_swap:2",), 5)]
 
 
 def assert_survived(scenario: str, result: TrialResult) -> None:
