@@ -17,6 +17,9 @@ broke and where:
 - :func:`assert_groups_exactly`, :func:`assert_arrays_hold`: a collection's
   groups are exactly those committed, and their arrays hold the committed values;
 - :func:`assert_newest_versions`: a replaced item keeps its newest version;
+- :func:`assert_properties`: items read back with the properties committed (value and JSON type);
+- :func:`assert_arrays_match_rows`: each row's arrays hold the value its row says;
+- :func:`assert_check_passes`: ``floe check --all --deep`` finds nothing;
 - :func:`assert_tag_unchanged`: a tag never changes (same snapshot, same items).
 
 Rows are read through :class:`Rows`, which plans each version once and reads
@@ -35,6 +38,7 @@ import icechunk
 import pyarrow.parquet as pq
 
 from ingest import Repository
+from ingest.lifecycle import check
 from ingest.repository import View
 from ingest.stac import arrow_to_items, read_arrays_asset
 
@@ -185,6 +189,33 @@ def assert_newest_versions(view: View, versions: Mapping[str, int]) -> None:
         )
 
 
+def changed_properties(view: View, expected: Mapping[str, Mapping[str, object]]) -> tuple[list[str], list[str]]:
+    """What of ``expected`` (id -> properties) reads back changed at ``view``: (other values, same number as another
+    JSON type, e.g. an integer read back as a float). Read through ``View.items``."""
+    changed: list[str] = []
+    retyped: list[str] = []
+    for item in view.items() if expected else ():
+        wanted = expected.get(item["id"])
+        for key, value in (wanted or {}).items():
+            found = item["properties"].get(key)
+            if found != value:
+                changed.append(f"{item['id']}.{key}: {found!r} (committed {value!r})")
+            elif type(found) is not type(value):
+                retyped.append(f"{item['id']}.{key}: {found!r} (committed {value!r})")
+    return changed, retyped
+
+
+def assert_properties(view: View, expected: Mapping[str, Mapping[str, object]], *, same_json_type: bool = True) -> None:
+    """Each item of ``expected`` (id -> properties) reads back at ``view`` with those properties.
+
+    With ``same_json_type``, an integer read back as a float (or the reverse) counts as changed.
+    """
+    changed, retyped = changed_properties(view, expected)
+    if same_json_type:
+        changed += retyped
+    assert not changed, f"{where(view)}: {len(changed)} propert(ies) read back changed: {_some(changed)}"
+
+
 # -- arrays --------------------------------------------------------------------------------------------------------
 def assert_rows_have_their_arrays(view: View, rows: Rows | None = None) -> None:
     """No row at ``view`` whose ``floe:arrays`` asset names a group missing at that snapshot."""
@@ -207,6 +238,21 @@ def assert_arrays_hold(view: View, values: Mapping[str, int], array: str = "band
         assert (data == value).all(), f"{where(view)}: /{group}/{array} holds {data.tolist()}, committed {value}"
 
 
+def assert_arrays_match_rows(view: View, key: str, array: str = "band") -> None:
+    """The array ``array`` of every row's ``floe:arrays`` group holds, everywhere, the row's property ``key``."""
+    mismatched = []
+    for item in view.items():
+        asset = read_arrays_asset(item)
+        if asset is None:
+            continue
+        data = view.arrays(asset.group)[array][:]
+        if not (data == item["properties"][key]).all():
+            mismatched.append(
+                f"{item['id']}: /{asset.group}/{array} holds {data.tolist()}, row says {item['properties'][key]}"
+            )
+    assert not mismatched, f"{where(view)}: {len(mismatched)} row(s) disagree with their arrays: {_some(mismatched)}"
+
+
 # -- refs ----------------------------------------------------------------------------------------------------------
 def assert_tag_unchanged(
     repository: Repository, name: str, snapshot_id: str, expected: Mapping[str, int], rows: Rows | None = None
@@ -215,3 +261,9 @@ def assert_tag_unchanged(
     now = repository.resolve(f"tag:{name}")
     assert now == snapshot_id, f"tag {name!r} moved from {snapshot_id} to {now}"
     assert_items_exactly(repository.view(f"tag:{name}"), expected, rows)
+
+
+def assert_check_passes(repository: Repository) -> None:
+    """``floe check --all --deep`` (the library call) finds no problem at any branch or tag."""
+    problems = check(repository, all_refs=True, deep=True)
+    assert not problems, f"floe check --all --deep found {len(problems)} problem(s): {_some(problems)}"

@@ -7,28 +7,29 @@ ASGI layer in front moves ``/refs/{ref}`` into the request's ``root_path``
 and resolves the ref to a snapshot once per request, which the client reads
 from the request scope. Unknown refs answer 404 before any route runs.
 
+Every page of items names the snapshot it was read at in the
+``Floe-Snapshot`` header; a next-page token pins that snapshot (a token of
+another snapshot is refused at a tag or snapshot id, followed on a branch).
+
 Searching is the engine's (``_search``); how floe's errors answer is
-``_errors``'s, and the fields extension's trimming of items ``_fields``'s.
+``_errors``'s, the request models ``_models``'s, and the fields extension's
+trimming of items ``_fields``'s.
 """
 
-from typing import Annotated, Any, Literal, cast
+from typing import Any, cast
 from urllib.parse import quote, unquote, urlencode
 
-import attr
 import orjson
-from fastapi import FastAPI, Query, Request
-from pydantic import BaseModel, Field, PositiveInt, field_validator, model_validator
+from fastapi import FastAPI, Request
 from stac_fastapi.api.app import StacApi
 from stac_fastapi.api.errors import DEFAULT_STATUS_CODES
 from stac_fastapi.api.models import (
-    ItemCollectionUri,
     create_get_request_model,
     create_post_request_model,
     create_request_model,
 )
 from stac_fastapi.extensions import (
     FieldsExtension,
-    FilterExtension,
     QueryExtension,
     SortExtension,
     TokenPaginationExtension,
@@ -36,13 +37,12 @@ from stac_fastapi.extensions import (
 from stac_fastapi.extensions.fields.fields import FieldsConformanceClasses
 from stac_fastapi.extensions.filter import FilterConformanceClasses
 from stac_fastapi.extensions.filter.client import BaseFiltersClient
-from stac_fastapi.extensions.filter.request import FilterExtensionPostRequest
 from stac_fastapi.extensions.query.query import QueryConformanceClasses
 from stac_fastapi.extensions.sort import SortConformanceClasses
 from stac_fastapi.types.config import ApiSettings
 from stac_fastapi.types.core import BaseCoreClient
 from stac_fastapi.types.requests import get_base_url
-from stac_fastapi.types.search import APIRequest, BaseSearchGetRequest, BaseSearchPostRequest
+from stac_fastapi.types.search import APIRequest
 from stac_fastapi.types.stac import LandingPage
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -50,6 +50,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ingest.api._errors import add_floe_exception_handlers, send_error
 from ingest.api._fields import apply_fields, requested_fields
 from ingest.api._limits import bounded_receive, refuse_large_body
+from ingest.api._models import FloeFilterExtension, ItemsGetRequest, SearchGetRequest, SearchPostRequest
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._search import SearchEngine
 from ingest.errors import FloeError, ItemNotFound, RefNotFound
@@ -58,8 +59,10 @@ from ingest.repository import Repository
 REFS_PREFIX = "/refs/"
 SCOPE_REF = "floe.ref"
 SCOPE_SNAPSHOT = "floe.snapshot"
+SCOPE_PINNED = "floe.pinned"
+SNAPSHOT_HEADER = "Floe-Snapshot"
+"""The response header naming the snapshot a page of items was read at (every page of a paged search names one)."""
 GEOJSON = "application/geo+json"
-_LIMIT_HELP = "The number of items per page (at most the server's maximum, 10,000 by default)."
 
 
 class _JSON(Response):
@@ -73,57 +76,13 @@ class _GeoJSON(_JSON):
     media_type = GEOJSON
 
 
-# Request models: the framework's, with the page size checked against floe's maximum instead of cropped silently.
-@attr.s
-class SearchGetRequest(BaseSearchGetRequest):
-    limit: Annotated[PositiveInt | None, Query(description=_LIMIT_HELP)] = attr.ib(default=10)
-
-
-class SearchPostRequest(BaseSearchPostRequest):
-    limit: PositiveInt | None = Field(10, description=_LIMIT_HELP)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _fields_not_null(cls, data: Any) -> Any:
-        # A body that is not a JSON object (an array, a number, form fields) would reach stac-pydantic's own
-        # validators, which call .get on it and fail with a 500: refuse it here, as a 4xx, with the reason.
-        if not isinstance(data, dict):
-            raise ValueError(f"the search body must be a JSON object, not {type(data).__name__}")
-        if "fields" in data and data["fields"] is None:
-            raise ValueError("fields must be an object {include: [...], exclude: [...]}, not null")
-        return data
-
-    @field_validator("collections", "ids", mode="before")
-    @classmethod
-    def _comma_separated(cls, value: Any) -> Any:
-        # Clients send one id as a plain string (or ids joined by commas): accept it as the list it means.
-        return [part for part in value.split(",") if part] if isinstance(value, str) else value
-
-
-@attr.s
-class ItemsGetRequest(ItemCollectionUri):
-    limit: Annotated[PositiveInt | None, Query(description=_LIMIT_HELP)] = attr.ib(default=10)
-
-
-class FilterPostRequest(FilterExtensionPostRequest):
-    """The filter extension's POST fields, accepting cql2-text too (the language is inferred when not given)."""
-
-    # Wider than the base model's types on purpose: the base accepts only cql2-json in POST bodies.
-    filter_expr: dict[str, Any] | str | None = Field(  # type: ignore[assignment]
-        None, alias="filter", description="A CQL2 filter."
-    )
-    filter_lang: Literal["cql2-json", "cql2-text"] | None = Field(  # type: ignore[assignment]
-        None, alias="filter-lang", description="cql2-json or cql2-text (default: from the filter's form)."
-    )
-
-
-@attr.s
-class FloeFilterExtension(FilterExtension):
-    POST: type[BaseModel] = FilterPostRequest
-
-
 def _snapshot(request: Request) -> str:
     return request.scope[SCOPE_SNAPSHOT]
+
+
+def _search(engine: SearchEngine, request: Request, search: SearchRequest) -> SearchPage:
+    """One page of ``search`` at the request's snapshot (a token of another snapshot is refused at a tag)."""
+    return engine.search(search, snapshot_id=_snapshot(request), pinned=request.scope.get(SCOPE_PINNED, False))
 
 
 class FloeClient(BaseCoreClient):
@@ -200,7 +159,7 @@ class FloeClient(BaseCoreClient):
             "links": links,
             "numberReturned": len(features),
         }
-        return _GeoJSON(body)
+        return _GeoJSON(body, headers={SNAPSHOT_HEADER: page.snapshot_id})
 
     @staticmethod
     def _get_next(request: Request, token: str) -> dict[str, Any]:
@@ -275,7 +234,7 @@ class FloeClient(BaseCoreClient):
             limit=limit or 10,
             token=token,
         )
-        page = self.engine.search(search, snapshot_id=_snapshot(request))
+        page = _search(self.engine, request, search)
         next_link = self._get_next(request, page.next_token) if page.next_token else None
         return self._item_collection(request, page, next_link=next_link)
 
@@ -314,7 +273,7 @@ class FloeClient(BaseCoreClient):
             limit=limit or 10,
             token=kwargs.get("token"),
         )
-        page = self.engine.search(search, snapshot_id=_snapshot(request))
+        page = _search(self.engine, request, search)
         next_link = self._get_next(request, page.next_token) if page.next_token else None
         return self._item_collection(request, page, fields=kwargs.get("fields"), next_link=next_link)
 
@@ -334,7 +293,7 @@ class FloeClient(BaseCoreClient):
             limit=search_request.limit or 10,
             token=getattr(search_request, "token", None),
         )
-        page = self.engine.search(search, snapshot_id=_snapshot(request))
+        page = _search(self.engine, request, search)
         next_link = None
         if page.next_token:
             body = search_request.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
@@ -403,6 +362,7 @@ class RefRouter:
             await send_error(send, error)
             return
         scope[SCOPE_REF] = ref
+        scope[SCOPE_PINNED] = self.engine.pins(ref)
         await self.app(scope, receive, send)
 
 

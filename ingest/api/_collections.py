@@ -185,7 +185,12 @@ _NOT_QUERYABLE = frozenset(("type", "stac_version", "stac_extensions", "geometry
 
 
 def queryables(schema: Schema) -> dict[str, Any]:
-    """JSON Schema of the properties a filter can use (the table's typed columns)."""
+    """JSON Schema of the properties a filter can use (the table's typed columns).
+
+    ``additionalProperties`` is false: a filter naming a property no item at
+    the snapshot has is refused with a 400 that names it (a typo would
+    otherwise match nothing and read like an answer).
+    """
     properties: dict[str, Any] = {
         "id": {"title": "Item ID", "type": "string"},
         "collection": {"title": "Collection ID", "type": "string"},
@@ -204,7 +209,7 @@ def queryables(schema: Schema) -> dict[str, Any]:
         "type": "object",
         "title": "Queryables",
         "properties": properties,
-        "additionalProperties": True,
+        "additionalProperties": False,
     }
 
 

@@ -12,9 +12,12 @@ before any route runs) use the same mapping.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from starlette.responses import Response
 from starlette.types import Send
 
@@ -58,10 +61,41 @@ def error_body(error: FloeError) -> dict[str, str]:
     return {"code": error.kind, "description": str(error)}
 
 
+INVALID_REQUEST = "invalid-request"
+"""The code of a request the framework's models refuse (a parameter of the wrong type or form)."""
+
+
 def add_floe_exception_handlers(app: FastAPI) -> None:
-    """Answer floe's errors with their group's status and their kind (as stac-fastapi's add_exception_handlers)."""
+    """Answer floe's errors with their group's status and their kind (as stac-fastapi's add_exception_handlers).
+
+    A request the models refuse answers 400 in the same form, its description
+    naming each parameter and what is wrong with it; unlike stac-fastapi's own
+    handler, it does not echo the request body back (up to the body limit).
+    """
     for error_class in FLOE_STATUS_CODES:
         app.add_exception_handler(error_class, _floe_error_response)
+    app.add_exception_handler(RequestValidationError, _validation_error_response)
+
+
+def validation_reasons(errors: Sequence[Any]) -> str:
+    """One line per refused parameter (``limit: Input should be greater than 0``), at most five."""
+    reasons: dict[str, str] = {}
+    for error in errors:
+        location = [str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path")]
+        name = location[0] if location else "the request"
+        # A union (intersects: Point or Polygon or ...) fails once per form: the first failure speaks for it.
+        reasons.setdefault(name, f"{'.'.join(location) or name}: {error.get('msg', 'invalid')}")
+    lines = list(reasons.values())
+    return "; ".join(lines[:5]) + ("; ..." if len(lines) > 5 else "")
+
+
+def _validation_error_response(request: Request, error: Exception) -> Response:
+    errors = error.errors() if isinstance(error, RequestValidationError) else []
+    description = f"invalid request: {validation_reasons(errors)}"
+    _log_error(400, f"{request.method} {request.url.path}: {description}")
+    detail = [{key: entry.get(key) for key in ("type", "loc", "msg")} for entry in errors[:20]]
+    body = {"code": INVALID_REQUEST, "description": description, "detail": detail}
+    return Response(orjson.dumps(body, default=str), status_code=400, media_type="application/json")
 
 
 def _floe_error_response(request: Request, error: Exception) -> Response:

@@ -18,7 +18,6 @@ typed cell is null), and only the residual match sees those values.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -54,6 +53,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from ingest.api._filter_checks import check_expression, check_filter_bounds, short
 from ingest.errors import InvalidSearch
 from ingest.stac import parse_datetime
 
@@ -89,104 +89,29 @@ def parse_filter(value: str | dict[str, Any] | None, lang: str | None = None) ->
                     "a cql2-text filter must be a string (send JSON filters with filter-lang=cql2-json)"
                 )
             expression = cql2.parse_text(value)
-        _check_operators(expression.to_json())
+        check_expression(expression.to_json())
     except InvalidSearch:
         raise
     except (ValueError, Exception) as error:
         text = " ".join(str(error).split())
-        raise InvalidSearch(f"invalid {lang} filter {_short(value)}: {text}") from error
+        raise InvalidSearch(f"invalid {lang} filter {short(value)}: {text}") from error
     return expression
 
 
-MAX_FILTER_CHARS = 65_536
-"""The longest filter accepted (as text; a cql2-json object is measured as its nesting, below)."""
-MAX_FILTER_NESTING = 64
-"""The deepest filter accepted: parentheses and NOTs in cql2-text; twice that (objects and their args) in JSON."""
-_QUOTED_TEXT = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"")
-_QUOTED_JSON = re.compile(r'"(?:[^"\\]|\\.)*"')
-_NOT = re.compile(r"\bnot\b", re.IGNORECASE)
-
-
-def check_filter_bounds(value: str | dict[str, Any]) -> None:
-    """Refuse a filter too long or too deeply nested, before any parser sees it.
-
-    The cql2 parser recurses on the native stack: a filter nested about two
-    thousand deep (parentheses, NOTs, JSON objects) overflows it and kills the
-    process, taking every client's service with it. Real filters nest a few
-    levels; the limits are far above them and far below the crash.
-    """
-    if isinstance(value, str):
-        if len(value) > MAX_FILTER_CHARS:
-            raise InvalidSearch(f"the filter has {len(value):,} characters; at most {MAX_FILTER_CHARS:,} are accepted")
-        if value.lstrip().startswith(("{", "[")):
-            depth = _bracket_depth(_QUOTED_JSON.sub('""', value), "{[", "}]") // 2
-        else:
-            unquoted = _QUOTED_TEXT.sub("''", value)
-            depth = _bracket_depth(unquoted, "(", ")") + len(_NOT.findall(unquoted))
-    else:
-        depth = _object_depth(value) // 2
-    if depth > MAX_FILTER_NESTING:
-        raise InvalidSearch(f"the filter nests {depth} deep; at most {MAX_FILTER_NESTING} levels are accepted")
-
-
-def _bracket_depth(text: str, opening: str, closing: str) -> int:
-    depth = deepest = 0
-    for char in text:
-        if char in opening:
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in closing:
-            depth -= 1
-    return deepest
-
-
-def _object_depth(value: Any) -> int:
-    """How deep JSON objects and arrays nest in ``value`` (iteratively: the input may be deeper than the stack)."""
-    deepest, pending = 0, [(value, 1)]
+def filter_properties(expression: cql2.Expr | None) -> set[str]:
+    """Every property name ``expression`` reads (``{"property": name}`` anywhere in it)."""
+    names: set[str] = set()
+    pending: list[Any] = [expression.to_json()] if expression is not None else []
     while pending:
-        node, depth = pending.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        deepest = max(deepest, depth)
-        if deepest > 2 * MAX_FILTER_NESTING + 2:
-            return deepest  # deep enough to refuse: no need to walk the rest
-        pending.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-# Every operator and function of CQL2 that the cql2 package evaluates. Checking names here is enough:
-# the parser checks syntax and arities, and Expr.validate (a JSON-schema check) costs ~100 ms per call.
-KNOWN_OPERATORS = frozenset(
-    (
-        "and", "or", "not", "=", "<>", "<", "<=", ">", ">=", "like", "between", "in", "isNull",
-        "s_intersects", "s_equals", "s_disjoint", "s_touches", "s_within", "s_overlaps", "s_crosses", "s_contains",
-        "t_after", "t_before", "t_contains", "t_disjoint", "t_during", "t_equals", "t_finishedBy", "t_finishes",
-        "t_intersects", "t_meets", "t_metBy", "t_overlappedBy", "t_overlaps", "t_startedBy", "t_starts",
-        "a_equals", "a_contains", "a_containedBy", "a_overlaps", "casei", "accenti",
-        "+", "-", "*", "/", "%", "^", "div",
-    )
-)  # fmt: skip
-
-
-def _check_operators(node: Any) -> None:
-    if isinstance(node, list):
-        for element in node:
-            _check_operators(element)
-    elif isinstance(node, dict):
-        op = node.get("op")
-        if op is not None and op not in KNOWN_OPERATORS:
-            raise InvalidSearch(f"unknown CQL2 operator or function {op!r}")
-        for value in node.get("args", []) if op is not None else ():
-            _check_operators(value)
-
-
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return repr(text if len(text) <= 200 else text[:200] + "...")
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+        elif isinstance(node, dict):
+            name = node.get("property")
+            if isinstance(name, str) and len(node) == 1:
+                names.add(name)
+            pending.extend(node.values())
+    return names
 
 
 def query_to_cql2(query: dict[str, Any] | str | None, schema: Schema | None = None) -> dict[str, Any] | None:

@@ -20,7 +20,7 @@ both forms; :func:`row_tests` compiles them into the two tests
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,15 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import PrimitiveType
 
 from ingest._compat import FileTest, may_match, must_match
-from ingest.api._filter import TOP_LEVEL, and_expressions, parse_filter, query_to_cql2, translate
+from ingest.api._filter import (
+    TOP_LEVEL,
+    and_expressions,
+    column_of,
+    filter_properties,
+    parse_filter,
+    query_to_cql2,
+    translate,
+)
 from ingest.api._request import (
     MAX_LIMIT,
     SearchRequest,
@@ -59,6 +67,7 @@ from ingest.api._request import (
     parse_intersects,
     parse_interval,
     parse_sortby,
+    search_fingerprint,
 )
 from ingest.errors import CollectionNotFound, InvalidSearch
 
@@ -87,6 +96,8 @@ class SearchPlan:
     """The request's filter and query as one cql2 expression (None without either)."""
     filtered_properties: frozenset[str]
     """Property columns the translated filter reads: a file keeping one in floe:overflow is tested without it."""
+    fingerprint: str = ""
+    """The search's :func:`search_fingerprint`: what a page token must carry to continue it."""
 
 
 def plan_search(
@@ -96,11 +107,15 @@ def plan_search(
     *,
     max_limit: int = MAX_LIMIT,
     refuse_over_limit: bool = False,
+    overflow_properties: Callable[[], Collection[str]] | None = None,
 ) -> SearchPlan:
     """Check ``request`` against ``schema`` and the collections at the snapshot, and plan it.
 
     ``known_collections`` only needs to hold the collections the request
-    names; an unknown one raises CollectionNotFound. Raises InvalidSearch for
+    names; an unknown one raises CollectionNotFound. A filter naming a
+    property that is neither a column nor one of ``overflow_properties()``
+    (properties some rows keep only in ``floe:overflow``; asked only when a
+    name is not a column) raises InvalidSearch too. Raises InvalidSearch for
     anything else wrong with the request, naming it.
     """
     limit = checked_limit(request.limit, max_limit, refuse_over_limit)
@@ -111,8 +126,11 @@ def plan_search(
     interval = parse_interval(request.datetime)
     if interval is not None:
         exact = _combine(exact, datetime_expression(schema, *interval))
-    geometries = _request_geometries(request)
+    bbox = parse_bbox(request.bbox)
+    intersects = parse_intersects(request.intersects)
+    geometries = [geometry for geometry in (bbox_geometry(bbox) if bbox else None, intersects) if geometry is not None]
     full_filter = _full_filter(request, schema)
+    _check_properties(full_filter, schema, overflow_properties)
     translation = translate(full_filter, schema)
     geometries.extend(translation.geometries)
     exact_with_filter = _combine(exact, translation.expression)
@@ -134,6 +152,17 @@ def plan_search(
         exact_without_filter=exact,
         full_filter=full_filter,
         filtered_properties=frozenset(columns_of(translation.expression, schema) - set(TOP_LEVEL)),
+        fingerprint=search_fingerprint(
+            {
+                "collections": sorted(collections) if collections else None,
+                "ids": sorted(set(request.ids)) if request.ids else None,
+                "bbox": bbox,
+                "intersects": shapely.to_wkb(intersects, hex=True) if intersects is not None else None,
+                "datetime": interval,
+                "filter": full_filter.to_json() if full_filter is not None else None,
+                "sortby": [[key.column, key.descending] for key in sortby],
+            }
+        ),
     )
 
 
@@ -156,18 +185,6 @@ def _one_of(column: str, values: list[str] | None) -> BooleanExpression:
     return EqualTo(column, distinct[0]) if len(distinct) == 1 else In(column, distinct)
 
 
-def _request_geometries(request: SearchRequest) -> list[Any]:
-    """The geometries the request's bbox or intersects asks rows to intersect."""
-    geometries = []
-    bbox = parse_bbox(request.bbox)
-    if bbox is not None:
-        geometries.append(bbox_geometry(bbox))
-    intersects = parse_intersects(request.intersects)
-    if intersects is not None:
-        geometries.append(intersects)
-    return geometries
-
-
 def _full_filter(request: SearchRequest, schema: Schema) -> cql2.Expr | None:
     """The request's CQL2 filter and query-extension conditions as one expression (None without either)."""
     filters = [parse_filter(request.filter, request.filter_lang)]
@@ -175,6 +192,33 @@ def _full_filter(request: SearchRequest, schema: Schema) -> cql2.Expr | None:
     if query is not None:
         filters.append(parse_filter(query, "cql2-json"))
     return and_expressions([part for part in filters if part is not None])
+
+
+ITEM_MEMBERS = frozenset((
+    "id", "collection", "geometry", "bbox", "datetime", "start_datetime", "end_datetime",
+    "type", "stac_version", "stac_extensions", "assets", "links",
+))  # fmt: skip
+"""What a filter may name on any item, whether or not the table has a column of that name yet."""
+
+
+def _check_properties(
+    expression: cql2.Expr | None, schema: Schema, overflow_properties: Callable[[], Collection[str]] | None
+) -> None:
+    """Refuse a filter that names a property no item at this snapshot can have.
+
+    Such a filter matches nothing, which reads like an answer: a typo
+    (``cloud_cover`` for ``eo:cloud_cover``) deserves a 400 that names it.
+    """
+    columns = {field.name for field in schema.fields} | ITEM_MEMBERS
+    unknown = sorted(name for name in filter_properties(expression) if column_of(name).split(".")[0] not in columns)
+    if unknown and overflow_properties is not None:
+        stored = set(overflow_properties())
+        unknown = [name for name in unknown if column_of(name).split(".")[0] not in stored]
+    if unknown:
+        raise InvalidSearch(
+            f"the filter names {', '.join(map(repr, unknown[:5]))}, which no item at this ref has: "
+            "see /queryables for the properties a filter can use"
+        )
 
 
 def _sort_keys(sortby: str | Sequence[SortEntry] | None, schema: Schema) -> list[SortKey]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,9 +22,9 @@ from typing import Any, Protocol
 import numpy as np
 import orjson
 import shapely
-import shapely.geometry
 
 from ingest.api._filter import column_of, timestamp_micros
+from ingest.api._geometry import checked_geometry
 from ingest.errors import InvalidSearch
 from ingest.stac import parse_datetime
 
@@ -86,6 +87,25 @@ _SNAPSHOT_KEY = "s"  # the snapshot id the search is pinned to
 _FILE_KEY = "f"  # unsorted: the index of the data file to resume in (files in path order)
 _ROW_KEY = "r"  # unsorted: the row of that file to resume at
 _OFFSET_KEY = "o"  # sorted: how many of the sorted matches earlier pages returned
+_SEARCH_KEY = "q"  # the fingerprint of the search the token continues (see search_fingerprint)
+_CHECK_KEY = "c"  # a checksum of the other keys: an altered or truncated token is refused, not followed
+_CHECK_SALT = b"floe page token v1"
+
+
+def search_fingerprint(parts: Mapping[str, Any]) -> str:
+    """A short digest of a search's normalized parts (collections, ids, bbox, intersects, datetime, filter, sortby).
+
+    A page token carries it, so a token is only followed by the search that
+    issued it: the same search sent by GET or POST, with any page size.
+    """
+    return hashlib.blake2b(orjson.dumps(parts, option=orjson.OPT_SORT_KEYS), digest_size=8).hexdigest()
+
+
+def _checksum(payload: Mapping[str, Any]) -> str:
+    canonical = orjson.dumps(
+        {key: value for key, value in payload.items() if key != _CHECK_KEY}, option=orjson.OPT_SORT_KEYS
+    )
+    return hashlib.blake2b(canonical, key=_CHECK_SALT, digest_size=6).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -94,39 +114,89 @@ class PageToken:
 
     Unsorted searches resume at a position in the snapshot's data files
     (``file_index``, ``row``); sorted searches resume at ``offset`` into the
-    sorted matches (``offset`` is None for a positional token). Encoded as
-    URL-safe base64 of a small JSON object without padding.
+    sorted matches (``offset`` is None for a positional token). ``search`` is
+    the fingerprint of the search that issued it (:func:`search_fingerprint`):
+    a token is refused by any other search, sorted or not, with other filters
+    or collections. Encoded as URL-safe base64 of a small JSON object without
+    padding, with a checksum, so an altered token is refused rather than followed.
     """
 
     snapshot_id: str
     file_index: int = 0
     row: int = 0
     offset: int | None = None
+    search: str | None = None
+    """None for a token issued before tokens named their search (it is not checked against the search then)."""
+
+    @property
+    def sorted(self) -> bool:
+        """Whether the token continues a sorted search."""
+        return self.offset is not None
 
     def encode(self) -> str:
         """The token's text, as next links carry it."""
-        payload: dict[str, Any] = {_SNAPSHOT_KEY: self.snapshot_id}
+        payload: dict[str, Any] = {_SNAPSHOT_KEY: self.snapshot_id, _SEARCH_KEY: self.search or ""}
         if self.offset is None:
             payload[_FILE_KEY] = self.file_index
             payload[_ROW_KEY] = self.row
         else:
             payload[_OFFSET_KEY] = self.offset
+        payload[_CHECK_KEY] = _checksum(payload)
         return base64.urlsafe_b64encode(orjson.dumps(payload)).decode().rstrip("=")
 
     @classmethod
     def decode(cls, token: str) -> PageToken:
         """The token ``token`` encodes; InvalidSearch unless this server (or an earlier version of it) issued it."""
+        refused = InvalidSearch(
+            f"token {_shown(token)} is not a token this server issued, or it was altered: "
+            "start the search again without a token"
+        )
         try:
             payload = orjson.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
         except (binascii.Error, ValueError, orjson.JSONDecodeError) as error:
-            raise InvalidSearch(f"token {token!r} is not a token this server issued") from error
+            raise refused from error
         if not isinstance(payload, dict) or not isinstance(payload.get(_SNAPSHOT_KEY), str):
-            raise InvalidSearch(f"token {token!r} is not a token this server issued")
+            raise refused
+        # Tokens issued before tokens carried their search and a checksum have neither: they still page their
+        # snapshot (sorted or not, as their keys say), unbound to their search. Any token with a checksum must match it.
+        legacy = _CHECK_KEY not in payload and _SEARCH_KEY not in payload
+        if not legacy and (
+            not isinstance(payload.get(_SEARCH_KEY), str) or payload.get(_CHECK_KEY) != _checksum(payload)
+        ):
+            raise refused
         positions = [payload.get(key, 0) for key in (_FILE_KEY, _ROW_KEY, _OFFSET_KEY)]
         if not all(isinstance(value, int) and not isinstance(value, bool) and value >= 0 for value in positions):
-            raise InvalidSearch(f"token {token!r} is not a token this server issued")
+            raise refused
         offset = payload.get(_OFFSET_KEY)
-        return cls(payload[_SNAPSHOT_KEY], payload.get(_FILE_KEY, 0), payload.get(_ROW_KEY, 0), offset)
+        return cls(
+            payload[_SNAPSHOT_KEY],
+            payload.get(_FILE_KEY, 0),
+            payload.get(_ROW_KEY, 0),
+            offset,
+            payload.get(_SEARCH_KEY),
+        )
+
+    def check_continues(self, search: str, sort_keys: Sequence[SortKey]) -> None:
+        """Refuse the token unless it continues the search whose fingerprint is ``search`` (sorted by ``sort_keys``)."""
+        if self.sorted and not sort_keys:
+            raise InvalidSearch(
+                "this token continues a sorted search, and this search has no sortby: send the token with the "
+                "search that issued it (the same sortby), or start again without a token"
+            )
+        if not self.sorted and sort_keys:
+            raise InvalidSearch(
+                "this token continues an unsorted search, and this search has a sortby: send the token with the "
+                "search that issued it (no sortby), or start again without a token"
+            )
+        if self.search is not None and self.search != search:
+            raise InvalidSearch(
+                "this token continues a different search (its collections, ids, bbox, intersects, datetime, filter, "
+                "query or sortby differ): send the token with the search that issued it, or start again without one"
+            )
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:80] + "...")
 
 
 def checked_limit(limit: int, max_limit: int = MAX_LIMIT, refuse_over_limit: bool = False) -> int:
@@ -180,21 +250,16 @@ def bbox_geometry(numbers: list[float]) -> shapely.Geometry:
 
 
 def parse_intersects(value: dict[str, Any] | str | None) -> shapely.Geometry | None:
-    """A GeoJSON geometry (or a Feature, or their JSON text) as a non-empty shapely geometry."""
+    """A GeoJSON geometry (or a Feature, or their JSON text) as a valid, non-empty shapely geometry."""
     if value is None or value == "":
         return None
     try:
         document = json.loads(value) if isinstance(value, str) else value
-        if isinstance(document, dict) and document.get("type") == "Feature":
-            document = document.get("geometry")
-        geometry = shapely.geometry.shape(document)
-    except (json.JSONDecodeError, ValueError, TypeError, KeyError, AttributeError, IndexError) as error:
-        raise InvalidSearch(f"intersects {str(value)[:200]!r} is not a GeoJSON geometry: {error}") from error
-    except shapely.errors.GEOSException as error:
-        raise InvalidSearch(f"intersects is not a valid geometry: {error}") from error
-    if geometry.is_empty:
-        raise InvalidSearch("intersects is an empty geometry")
-    return geometry
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise InvalidSearch(f"intersects {str(value)[:200]!r} is not GeoJSON: {error}") from error
+    if isinstance(document, dict) and document.get("type") == "Feature":
+        document = document.get("geometry")
+    return checked_geometry(document, "intersects")
 
 
 def parse_interval(value: str | None) -> tuple[int | None, int | None] | None:

@@ -128,8 +128,20 @@ class SearchEngine:
         # needs them to check the names.
         known = self.collections(state.snapshot_id) if request.collections else {}
         return plan_search(
-            state.schema, request, known, max_limit=self.max_limit, refuse_over_limit=self.refuse_over_limit
+            state.schema,
+            request,
+            known,
+            max_limit=self.max_limit,
+            refuse_over_limit=self.refuse_over_limit,
+            overflow_properties=lambda: self._snapshot_overflow_keys(state),
         )
+
+    def _snapshot_overflow_keys(self, state: SnapshotState) -> frozenset[str]:
+        """Every property some row of the snapshot keeps only in floe:overflow (each file's keys are cached)."""
+        keys: set[str] = set()
+        for data_file in state.files:
+            keys |= self._overflow_keys(state, data_file)
+        return frozenset(keys)
 
     # -- reading -----------------------------------------------------------------------------
     def _overflow_keys(self, state: SnapshotState, data_file: DataFile) -> frozenset[str]:
@@ -221,10 +233,32 @@ class SearchEngine:
         return [served_arrays_asset(item, self.arrays_url, snapshot_id) for item in arrow_to_items(table)]
 
     # -- searching ---------------------------------------------------------------------------
-    def search(self, request: SearchRequest, ref: str | None = None, snapshot_id: str | None = None) -> SearchPage:
-        """One page of ``request`` at ``ref`` (or at the snapshot its token pins)."""
+    def pins(self, ref: str | None) -> bool:
+        """Whether ``ref`` (resolved before) always names one snapshot: a tag or a snapshot id, not a branch."""
+        return ref is not None and ref in self._tags
+
+    def search(
+        self,
+        request: SearchRequest,
+        ref: str | None = None,
+        snapshot_id: str | None = None,
+        *,
+        pinned: bool = False,
+    ) -> SearchPage:
+        """One page of ``request`` at ``ref`` (or at the snapshot its token pins).
+
+        A token continues the search that issued it at the snapshot it was
+        issued at, also on a branch that has moved since. With ``pinned``
+        (``snapshot_id`` is a tag's or a snapshot's, which never moves) a token
+        of another snapshot is refused rather than answered from that snapshot.
+        """
         token = PageToken.decode(request.token) if request.token else None
         if token is not None:
+            if pinned and snapshot_id is not None and token.snapshot_id != snapshot_id:
+                raise InvalidSearch(
+                    f"this token pages snapshot {token.snapshot_id}, not {snapshot_id} (this ref's): send it to "
+                    "the ref that issued it, or start again without a token"
+                )
             snapshot_id = token.snapshot_id
         elif snapshot_id is None:
             snapshot_id = self.resolve(ref)
@@ -235,6 +269,10 @@ class SearchEngine:
                 f"the token's snapshot {snapshot_id} no longer exists: start the search again"
             ) from error
         plan = self.plan(state, request)
+        if token is not None:
+            token.check_continues(plan.fingerprint, plan.sortby)
+            if token.file_index > len(state.files):
+                raise InvalidSearch("this token points past the end of its snapshot: start again without a token")
         if plan.sortby:
             offset = (token.offset or 0) if token else 0
             return self._sorted_page(state, plan, offset)
@@ -302,7 +340,8 @@ class SearchEngine:
         """The page, with a next token unless nothing can follow (known in the common cases, else assumed)."""
         if more is False and not any(True for _ in self._candidates(state, plan, tests, index + 1)):
             return SearchPage(found, state.snapshot_id)
-        return SearchPage(found, state.snapshot_id, PageToken(state.snapshot_id, index, next_row).encode())
+        token = PageToken(state.snapshot_id, index, next_row, search=plan.fingerprint)
+        return SearchPage(found, state.snapshot_id, token.encode())
 
     def _sorted_page(self, state: SnapshotState, plan: SearchPlan, offset: int) -> SearchPage:
         """Sort every matching row's keys (only the key columns are read), take one page, read just those rows."""
@@ -314,7 +353,9 @@ class SearchEngine:
         page = ordered.slice(offset, plan.limit)
         found = self._items_at(state, page.column(_FILE).to_numpy(), page.column(ROW_NUMBER).to_numpy())
         next_offset = offset + plan.limit
-        token = PageToken(state.snapshot_id, offset=next_offset).encode() if next_offset < ordered.num_rows else None
+        token = None
+        if next_offset < ordered.num_rows:
+            token = PageToken(state.snapshot_id, offset=next_offset, search=plan.fingerprint).encode()
         return SearchPage(found, state.snapshot_id, token)
 
     def _sort_keys(self, state: SnapshotState, plan: SearchPlan) -> pa.Table | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ingest.cli._app import EXIT_REJECTED, app, fail, floe_errors, open_repository, settings_of, stderr
@@ -181,9 +182,15 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     virtual=virtual,
                 )
     for fallback in result.fallbacks:
-        stderr.print(f"[cyan]copied instead of referenced[/] {fallback}", highlight=False, soft_wrap=True)
+        stderr.print(
+            f"[cyan]copied instead of referenced[/] {escape(str(fallback))}",
+            highlight=False,
+            soft_wrap=True,
+            emoji=False,
+        )
     for rejection in result.rejected:
-        stderr.print(f"[yellow]rejected[/] {rejection}", highlight=False, soft_wrap=True)
+        # Ids and file names are the user's text: rich must not read "[/x]" as markup nor ":x:" as an emoji.
+        stderr.print(f"[yellow]rejected[/] {escape(str(rejection))}", highlight=False, soft_wrap=True, emoji=False)
     if report is not None:
         result.write_report(report)
     stderr.print(_summary(result), highlight=False)

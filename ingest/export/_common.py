@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,12 +61,38 @@ def iter_items(view: View) -> Iterator[tuple[pa.RecordBatch, list[dict[str, Any]
         yield batch, list(arrow_to_items(pa.Table.from_batches([batch])))
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where the system can say (Linux), else set and restored."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def _permissions(target: Path, default: int) -> int:
+    """The mode an export at ``target`` gets: the one it replaces, else ``default`` under the umask.
+
+    ``mkstemp`` and ``mkdtemp`` create private files (0600) and folders (0700); an export is for others to
+    read, so it gets the mode a plain ``open`` or ``mkdir`` would have given it.
+    """
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except OSError:
+        return default & ~_umask()
+
+
 @contextmanager
 def replacing_file(target: Path, mode: str = "w") -> Iterator[Any]:
     """A file object whose content replaces ``target`` only when the block completes."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     try:
+        os.chmod(fd, _permissions(target, 0o666))
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as stream:
             yield stream
         os.replace(temporary, target)
@@ -94,6 +121,7 @@ def replacing_directory(target: Path, marker: str) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part"))
     try:
+        staging.chmod(_permissions(target, 0o777))
         yield staging
         if target.exists():
             retired = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))

@@ -9,6 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from ingest.repository import CommitResult
+from ingest.stac import one_line, shorten, shown
+
+SHOWN_SOURCE = 300
+"""Characters of a source label a rejection prints (a path, and a line or feature number)."""
+SHOWN_REASON = 500
+"""Characters of a reason a rejection prints (a GDAL or GEOS message can be long)."""
 
 
 @dataclass(frozen=True)
@@ -32,8 +38,9 @@ class Rejection:
         return {"source": self.source, "id": self.item_id, "reason": self.reason}
 
     def __str__(self) -> str:
-        what = f"item {self.item_id!r} " if self.item_id else ""
-        return f"{self.source}: {what}{self.reason}"
+        """One line: the source, the item (its id cut short if huge) and the reason, control characters escaped."""
+        what = f"item {shown(self.item_id)} " if self.item_id else ""
+        return one_line(f"{shorten(self.source, SHOWN_SOURCE)}: {what}{shorten(self.reason, SHOWN_REASON)}")
 
 
 @dataclass

@@ -8,8 +8,10 @@ the rest goes on.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -55,9 +57,17 @@ def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:
             continue
         path = Path(source)
         if path.is_dir():
-            files = [child for child in sorted(path.rglob("*")) if child.is_file()]
+            children = sorted(path.rglob("*"))
+            files = [child for child in children if child.is_file()]
             metadata = [child for child in files if child.suffix.lower() in METADATA_SUFFIXES]
             yield from metadata or [child for child in files if child.suffix.lower() in TIFF_SUFFIXES]
+            # A link that leads nowhere (a loop, a missing target) named like an input is reported, not skipped.
+            suffixes = METADATA_SUFFIXES | TIFF_SUFFIXES
+            yield from (
+                child
+                for child in children
+                if child.suffix.lower() in suffixes and child.is_symlink() and not child.exists()
+            )
         else:
             yield path
 
@@ -96,17 +106,22 @@ def _read_ndjson(lines: Iterable[bytes], label: str, path: Path | None = None) -
         source = f"{label}:{number}"
         try:
             # The bytes as they are: orjson checks UTF-8 while it parses (the standard parser, on its way, decodes).
-            document = loads_json(raw)
+            document = loads_json(raw.rstrip(b"\r\n"))
         except UnicodeDecodeError as error:
             reason = f"not UTF-8 (byte {raw[error.start]:#04x} at column {error.start + 1})"
             yield SourcedItem(source, error=InvalidItem(reason, source=source))
             continue
         except json.JSONDecodeError as error:
             yield SourcedItem(
-                source, error=InvalidItem(f"not valid JSON ({error.msg} at column {error.colno})", source=source)
+                source, error=InvalidItem(f"not valid JSON ({_what(error)} column {error.colno})", source=source)
             )
             continue
         yield from _from_document(document, source, path)
+
+
+def _what(error: json.JSONDecodeError) -> str:
+    """The parser's message, ready for "at column N" ("Unterminated string starting at" ends with "at" already)."""
+    return error.msg if error.msg.endswith(" at") else f"{error.msg} at"
 
 
 def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
@@ -119,7 +134,7 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
             continue
         label = str(path)
         if not path.exists():
-            yield SourcedItem(label, error=InvalidSource("no such file or folder"))
+            yield SourcedItem(label, error=InvalidSource(_missing(path)))
             continue
         suffix = path.suffix.lower()
         if suffix in PARQUET_SUFFIXES:
@@ -141,13 +156,25 @@ def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
             document = loads_json(text)
         except json.JSONDecodeError as error:
             yield SourcedItem(
-                label, error=InvalidSource(f"not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})")
+                label, error=InvalidSource(f"not valid JSON ({_what(error)} line {error.lineno}, column {error.colno})")
             )
             continue
         if named.get(path) and isinstance(document, dict) and document.get("type") in ("Catalog", "Collection"):
             yield from _walk_catalog(path)
             continue
         yield from _from_document(document, label, path)
+
+
+def _missing(path: Path) -> str:
+    """Why a path named as a source cannot be opened: a symbolic link loop, a broken link, or nothing there."""
+    if not path.is_symlink():
+        return "no such file or folder"
+    try:
+        path.stat()
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "is a symbolic link loop (it never reaches a file)"
+    return f"is a broken symbolic link (to {os.readlink(path)!r}, which does not exist)"
 
 
 def _walk_catalog(path: Path) -> Iterator[SourcedItem]:

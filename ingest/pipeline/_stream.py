@@ -11,8 +11,8 @@ Ray. In order:
    once (a small commit of their own, before any writer needs their group);
    one floe refuses is a rejection.
 3. **Validate** items in chunks: everything but the geometry item by item,
-   then the chunk's geometries in one vectorized parse; an item GEOS refuses
-   is validated again alone so its rejection says why.
+   then the chunk's geometries in one vectorized parse and range/bbox check;
+   a suspect is validated again alone so its rejection says why.
 4. **De-duplicate**: an id seen before in this run (same collection) is a
    rejection naming where it was first seen.
 5. **Assets**: the local rasters of each item that the selection asks for;
@@ -32,7 +32,7 @@ from ingest.pipeline._granules import Granule, granule_from_item
 from ingest.pipeline._report import IngestReport, Rejection
 from ingest.pipeline._sources import SourcedItem, read_items
 from ingest.repository import Repository
-from ingest.stac import item_as_dict, unparseable_geometries, validate_item
+from ingest.stac import item_as_dict, refused_geometries, shorten, validate_item
 
 VALIDATION_CHUNK = 2048
 """Items validated together (their geometries parsed in one vectorized call)."""
@@ -92,7 +92,7 @@ def _store_collection(repository: Repository, sourced: SourcedItem, report: Inge
     try:
         repository.store_collection(collection, branch=branch)
     except FloeError as error:
-        report.rejected.append(Rejection.of(error, sourced.source, str(collection.get("id"))))
+        report.rejected.append(Rejection.of(error, sourced.source, shorten(str(collection.get("id")))))
 
 
 def _validated(
@@ -113,7 +113,7 @@ def _validated(
         else:
             checked.append((sourced, item))
     valid = [index for index, (_, outcome) in enumerate(checked) if isinstance(outcome, dict)]
-    for position in unparseable_geometries([checked[index][1] for index in valid]):  # type: ignore[misc]
+    for position in refused_geometries([checked[index][1] for index in valid]):  # type: ignore[misc]
         sourced, _ = checked[valid[position]]
         try:  # the item-by-item parse names the problem
             validate_item(item_as_dict(sourced.item), source=sourced.source, default_collection=default_collection)

@@ -212,8 +212,16 @@ class Writer:
             message=message,
             located=self._located,
         )
+        base = self._session.snapshot_id
         try:
             landed = commit_change(self.repository, self._session, self.branch, message, plan, caller_metadata=metadata)
+        except icechunk.SnapshotNotFoundError as error:
+            # `floe gc --expire-older-than` removed the snapshot this writer opened at (it was no branch tip
+            # or tag any more): the staged changes have no base to rebase from. Nothing was committed.
+            raise CommitConflict(
+                f"the snapshot this writer on {self.branch!r} opened at ({base}) was expired by `floe gc` "
+                "meanwhile; nothing was committed: open a new writer and stage these items again"
+            ) from error
         finally:
             self._closed = True
         return CommitResult(

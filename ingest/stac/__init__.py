@@ -11,6 +11,7 @@ from ingest.stac._assets import (
     with_arrays_asset,
     without_arrays_asset,
 )
+from ingest.stac._geometry import GEOMETRY_TYPES, TOLERANCE, coordinates_problem, refused_geometries
 from ingest.stac._json import loads_json
 from ingest.stac._rows import (
     OVERFLOW,
@@ -23,30 +24,38 @@ from ingest.stac._rows import (
     render_datetime,
     strip_nulls,
 )
-from ingest.stac._validate import check_name, item_as_dict, parse_datetime, unparseable_geometries, validate_item
+from ingest.stac._text import one_line, shorten, shown
+from ingest.stac._validate import check_name, check_timestamp, item_as_dict, parse_datetime, validate_item
 
 __all__ = [
     "ARRAYS_ASSET",
     "ARRAYS_MEDIA_TYPE",
+    "GEOMETRY_TYPES",
     "OVERFLOW",
     "TIMESTAMP",
+    "TOLERANCE",
     "ArraysAsset",
     "arrays_asset",
     "arrow_to_items",
     "check_name",
+    "check_timestamp",
+    "coordinates_problem",
     "has_arrays_asset",
     "item_as_dict",
     "items_to_arrow",
     "loads_json",
     "normalize_type",
+    "one_line",
     "overflow_keys",
     "parse_datetime",
     "paused_collection",
     "read_arrays_asset",
+    "refused_geometries",
     "render_datetime",
     "served_arrays_asset",
+    "shorten",
+    "shown",
     "strip_nulls",
-    "unparseable_geometries",
     "validate_item",
     "with_arrays_asset",
     "without_arrays_asset",

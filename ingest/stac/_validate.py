@@ -3,43 +3,83 @@
 The checks guard the table and the array layout: an item's ``id`` and
 ``collection`` become path segments (``/<collection>/<item_id>/``), so
 anything that could escape a path or collide with a reserved name is refused.
+They also refuse what the STAC and GeoJSON specifications call invalid
+(geometry and bbox: :mod:`ingest.stac._geometry`; timestamps: RFC 3339 with a
+time zone, ``start_datetime`` <= ``end_datetime``). Every message quotes the
+offending value on one line, cut to 80 characters with its full length.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
-import shapely
 
 from ingest.errors import InvalidItem
+from ingest.stac._geometry import bbox_problem, geometry_problem
+from ingest.stac._text import shorten, shown
 
 MAX_NAME_LENGTH = 255
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _FRACTION = re.compile(r"(\.\d{6})\d+")
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+# RFC 3339 section 5.6 date-time: a full date, T (or t, or the space its note allows), a time, and an offset.
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
+def _segment_problem(value: str) -> str | None:
+    """Why ``value`` is unsafe as one path segment, or None."""
+    if "/" in value or "\\" in value:
+        return "contains a path separator"
+    if _CONTROL.search(value):
+        return "contains control characters"
+    if value.strip() != value:
+        return "has leading or trailing whitespace"
+    if value.startswith("."):
+        return "starts with '.' (could name a parent or hidden path)"
+    if value.startswith("__"):
+        return "starts with '__', which Zarr reserves"
+    return None
 
 
 def check_name(value: Any, what: str) -> str:
-    """Return ``value`` if it is safe as one path segment, else raise ``ValueError`` saying why."""
+    """Return ``value`` if it is safe as one path segment and one URL path segment, else raise ``ValueError``.
+
+    Ids and collection ids name Zarr groups (``/<collection>/<id>/``), files of
+    exported catalogs and URL path segments of the STAC API. floe itself
+    percent-encodes them wherever they meet a URL or a file name, so
+    ``%2e%2e`` would be a harmless literal there; but URL parsers decode
+    percent-escapes of unreserved characters (RFC 3986 6.2.2.2, and the WHATWG
+    URL standard treats ``%2e%2e`` as ``..``), and a client, proxy or static
+    host that builds a link from the id without encoding it would reach the
+    parent. So an id is refused when it, or what percent-decoding makes of it
+    (once or repeatedly), is unsafe: ``%2e%2e``, ``%2F`` and ``%00`` are
+    refused; ``100%`` and ``a%20b`` are kept as they are.
+    """
     if not isinstance(value, str):
         raise ValueError(f"{what} must be a string, got {type(value).__name__}")
     if not value:
         raise ValueError(f"{what} is empty")
     if len(value) > MAX_NAME_LENGTH:
-        raise ValueError(f"{what} is longer than {MAX_NAME_LENGTH} characters")
-    if "/" in value or "\\" in value:
-        raise ValueError(f"{what} {value!r} contains a path separator")
-    if _CONTROL.search(value):
-        raise ValueError(f"{what} {value!r} contains control characters")
-    if value.strip() != value:
-        raise ValueError(f"{what} {value!r} has leading or trailing whitespace")
-    if value.startswith("."):
-        raise ValueError(f"{what} {value!r} starts with '.' (could name a parent or hidden path)")
-    if value.startswith("__"):
-        raise ValueError(f"{what} {value!r} starts with '__', which Zarr reserves")
+        raise ValueError(f"{what} {shown(value)} is longer than {MAX_NAME_LENGTH} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} {shown(value)} is not valid Unicode (it holds a lone surrogate)") from None
+    problem = _segment_problem(value)
+    if problem is not None:
+        raise ValueError(f"{what} {shown(value)} {problem}")
+    decoded = value
+    while _PERCENT_ESCAPE.search(decoded):
+        decoded = unquote(decoded)
+        problem = _segment_problem(decoded) or ("is empty" if not decoded else None)
+        if problem is not None:
+            raise ValueError(f"{what} {shown(value)} percent-decodes to {shown(decoded)}, which {problem}")
     return value
 
 
@@ -61,14 +101,6 @@ def parse_datetime(value: str) -> datetime:
     return parsed.astimezone(UTC)
 
 
-def _check_bbox(bbox: Any) -> None:
-    if not isinstance(bbox, list) or len(bbox) not in (4, 6):
-        raise ValueError("bbox must be a list of 4 or 6 numbers")
-    for number in bbox:
-        if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
-            raise ValueError(f"bbox holds a non-number {number!r}")
-
-
 def validate_item(
     item: Any, *, source: str | None = None, default_collection: str | None = None, check_geometry: bool = True
 ) -> dict[str, Any]:
@@ -76,14 +108,16 @@ def validate_item(
 
     The item is not copied unless a default collection is filled in. Without
     ``check_geometry`` the geometry's GeoJSON is not parsed: the caller does it
-    for many items at once with :func:`unparseable_geometries`.
+    (and checks its positions and bbox) for many items at once with
+    :func:`~ingest.stac._geometry.refused_geometries`.
     """
     if not isinstance(item, dict):
         raise InvalidItem(f"expected a STAC item object, got {type(item).__name__}", source=source)
     raw_id = item.get("id")
-    named = raw_id if isinstance(raw_id, str) else repr(raw_id)
+    # The id as messages and reports name it: a huge one cut short (with its length).
+    named = shorten(raw_id) if isinstance(raw_id, str) else shown(raw_id)
     if item.get("type") != "Feature":
-        raise InvalidItem(f"type must be 'Feature', got {item.get('type')!r}", item_id=named, source=source)
+        raise InvalidItem(f"type must be 'Feature', got {shown(item.get('type'))}", item_id=named, source=source)
     if "id" not in item:
         raise InvalidItem("item has no id", source=source)
     try:
@@ -113,17 +147,38 @@ def _check_geometry(item: dict[str, Any], *, parse: bool) -> None:
         raise ValueError("item has no geometry")
     if not isinstance(geometry, dict) or not isinstance(geometry.get("type"), str):
         raise ValueError("geometry is not a GeoJSON geometry object")
-    if parse:
-        try:
-            shapely.from_geojson(orjson.dumps(geometry))
-        except (shapely.errors.GEOSException, TypeError, ValueError) as error:
-            raise ValueError(f"geometry is not valid GeoJSON ({error})") from None
     if "bbox" in item:
-        _check_bbox(item["bbox"])
+        problem = bbox_problem(item["bbox"])
+        if problem is not None:
+            raise ValueError(problem)
+    if parse:
+        problem = geometry_problem(item)
+        if problem is not None:
+            raise ValueError(problem)
+
+
+def check_timestamp(value: Any, key: str) -> datetime:
+    """``value`` parsed if it is an RFC 3339 date-time with a time zone, else ``ValueError`` naming ``key``.
+
+    ``2021-01-01`` (a date), ``2021-W01`` (an ISO 8601 week) and
+    ``2021-01-01T00:00:00`` (no offset) are refused; ``Z``, ``+02:00`` and the
+    space separator RFC 3339's note allows are accepted.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"properties.{key} must be an RFC 3339 string, got {shown(value)}")
+    problem = (
+        f"properties.{key} {shown(value)} is not an RFC 3339 date-time with a time zone (e.g. 2021-01-01T00:00:00Z)"
+    )
+    if not _RFC3339.fullmatch(value):
+        raise ValueError(problem)
+    try:
+        return parse_datetime(value)
+    except ValueError:
+        raise ValueError(problem) from None
 
 
 def _check_times(properties: Any) -> None:
-    """``properties`` exists and holds an RFC 3339 ``datetime``, or null with a start/end range."""
+    """``properties`` holds an RFC 3339 ``datetime``, or null with a start/end range, and start <= end."""
     if not isinstance(properties, dict):
         raise ValueError("item has no properties object")
     if "datetime" not in properties:
@@ -132,16 +187,17 @@ def _check_times(properties: Any) -> None:
         properties.get("start_datetime") is None or properties.get("end_datetime") is None
     ):
         raise ValueError("item has no datetime (and no start_datetime/end_datetime range)")
-    for key in ("datetime", "start_datetime", "end_datetime"):
-        value = properties.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise ValueError(f"properties.{key} must be an RFC 3339 string, got {value!r}")
-        try:
-            parse_datetime(value)
-        except ValueError:
-            raise ValueError(f"properties.{key} {value!r} is not an RFC 3339 timestamp") from None
+    parsed = {
+        key: check_timestamp(properties[key], key)
+        for key in ("datetime", "start_datetime", "end_datetime")
+        if properties.get(key) is not None
+    }
+    start, end = parsed.get("start_datetime"), parsed.get("end_datetime")
+    if start is not None and end is not None and start > end:
+        raise ValueError(
+            f"properties.start_datetime {shown(properties['start_datetime'])} is after "
+            f"end_datetime {shown(properties['end_datetime'])}"
+        )
 
 
 def _check_members(item: dict[str, Any]) -> None:
@@ -161,7 +217,8 @@ def _check_nesting(item: dict[str, Any]) -> None:
 
     orjson serializes at C speed and stops at 255 levels, which is the check;
     an item orjson cannot serialize for another reason (an integer beyond 64
-    bits) is measured by walking it instead.
+    bits, a lone surrogate) is walked instead, which also finds text that
+    is not valid Unicode (no UTF-8 file can hold it, and Parquet cannot).
     """
     try:
         orjson.dumps(item)
@@ -169,28 +226,24 @@ def _check_nesting(item: dict[str, Any]) -> None:
     except orjson.JSONEncodeError as error:
         if "ecursion" in str(error):
             raise ValueError(f"the item nests more than {MAX_NESTING} levels deep") from None
-    deepest = 0
-    pending: list[tuple[dict[str, Any] | list[Any], int]] = [(item, 1)]
+    pending: list[tuple[Any, int]] = [(item, 1)]
     while pending:
         node, depth = pending.pop()
-        deepest = max(deepest, depth)
-        if deepest > MAX_NESTING:
+        if isinstance(node, str):
+            _check_unicode(node)
+            continue
+        if depth > MAX_NESTING:
             raise ValueError(f"the item nests more than {MAX_NESTING} levels deep")
-        children = node.values() if isinstance(node, dict) else node
-        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+        if isinstance(node, dict):
+            pending.extend((key, depth) for key in node)
+            children = node.values()
+        else:
+            children = node
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list | str))
 
 
-def unparseable_geometries(items: list[dict[str, Any]]) -> list[int]:
-    """Indexes of the items whose geometry GEOS cannot parse, found in one vectorized call.
-
-    Parsing item by item costs tens of microseconds each; a batch costs a
-    fraction. The items must have passed ``validate_item(check_geometry=False)``.
-    """
-    if not items:
-        return []
+def _check_unicode(text: str) -> None:
     try:
-        texts = [orjson.dumps(item["geometry"]) for item in items]
-    except TypeError:
-        return list(range(len(items)))  # someone holds a non-JSON value: let the per-item check say who
-    parsed = shapely.from_geojson(texts, on_invalid="ignore")
-    return [index for index, shape in enumerate(parsed) if shape is None]
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"the item holds text that is not valid Unicode (a lone surrogate) in {shown(text)}") from None

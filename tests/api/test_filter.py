@@ -81,7 +81,7 @@ def test_a_partly_translated_conjunction_keeps_the_translated_part() -> None:
 
 
 def test_filter_bounds_count_nesting_outside_quotes_and_stop_at_the_limit():
-    from ingest.api._filter import MAX_FILTER_NESTING, check_filter_bounds
+    from ingest.api._filter_checks import MAX_FILTER_NESTING, check_filter_bounds
     from ingest.errors import InvalidSearch
 
     at_limit = "(" * MAX_FILTER_NESTING + "id = 'x'" + ")" * MAX_FILTER_NESTING

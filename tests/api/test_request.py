@@ -25,11 +25,46 @@ def test_tokens_issued_before_decode_to_the_same_positions() -> None:
 
 
 def test_tokens_keep_their_wire_format() -> None:
-    assert PageToken("ABCDEF0123", file_index=3, row=17).encode() == POSITIONAL_TOKEN
-    assert PageToken("ABCDEF0123", offset=40).encode() == SORTED_TOKEN
-    padded = PageToken("A", file_index=0, row=1).encode()
+    # The letters of the tokens issued before, plus the search's fingerprint (q) and a checksum (c).
+    padded = PageToken("A", file_index=0, row=1, search="0123abcd").encode()
     assert "=" not in padded
-    assert json.loads(base64.urlsafe_b64decode(padded + "=" * (-len(padded) % 4))) == {"s": "A", "f": 0, "r": 1}
+    payload = json.loads(base64.urlsafe_b64decode(padded + "=" * (-len(padded) % 4)))
+    assert {key: payload[key] for key in ("s", "f", "r", "q")} == {"s": "A", "f": 0, "r": 1, "q": "0123abcd"}
+    assert set(payload) == {"s", "f", "r", "q", "c"}
+    assert PageToken.decode(padded) == PageToken("A", file_index=0, row=1, search="0123abcd")
+    sorted_token = PageToken("A", offset=40, search="0123abcd")
+    assert PageToken.decode(sorted_token.encode()) == sorted_token
+
+
+def test_an_altered_token_is_refused() -> None:
+    token = PageToken("ABCDEF0123", file_index=3, row=17, search="0123abcd").encode()
+    payload = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    for key, value in (("f", 4), ("r", 0), ("s", "ABCDEF0124"), ("q", "ffffffff")):
+        with pytest.raises(InvalidSearch, match="not a token this server issued, or it was altered"):
+            PageToken.decode(_encoded({**payload, key: value}))
+    without_check = {key: value for key, value in payload.items() if key != "c"}
+    with pytest.raises(InvalidSearch, match="altered"):
+        PageToken.decode(_encoded(without_check))
+    with pytest.raises(InvalidSearch, match="altered"):
+        PageToken.decode(token[:-3])
+
+
+def test_a_token_continues_only_the_search_that_issued_it() -> None:
+    positional = PageToken("A", file_index=1, row=2, search="s1")
+    in_order = PageToken("A", offset=10, search="s1")
+    positional.check_continues("s1", [])
+    in_order.check_continues("s1", [SortKey("id")])
+    with pytest.raises(InvalidSearch, match="continues an unsorted search, and this search has a sortby"):
+        positional.check_continues("s1", [SortKey("id")])
+    with pytest.raises(InvalidSearch, match="continues a sorted search, and this search has no sortby"):
+        in_order.check_continues("s1", [])
+    with pytest.raises(InvalidSearch, match="continues a different search"):
+        positional.check_continues("s2", [])
+    # A token issued before tokens named their search still pages, and still knows whether it was sorted.
+    legacy = PageToken.decode(SORTED_TOKEN)
+    legacy.check_continues("anything", [SortKey("id")])
+    with pytest.raises(InvalidSearch, match="continues a sorted search"):
+        legacy.check_continues("anything", [])
 
 
 def _encoded(payload: object) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -312,13 +314,13 @@ def test_safe_names_stay_inside_and_stay_distinct():
 
 def test_odd_but_valid_ids_get_files_their_links_resolve_to(tmp_path):
     repository = Repository.create(tmp_path / "repo", Settings())
-    items = [make_item("a b%2F:c", "col %41"), make_item("d~e", "col %41"), make_item("ünï", "z")]
+    items = [make_item("a b%25:c", "col %41"), make_item("d~e", "col %41"), make_item("ünï", "z")]
     ingest_items(repository, [write_ndjson(tmp_path / "odd.ndjson", items)])
     export_catalog(repository.view("main"), tmp_path / "catalog")
     _, collections, read_back = read_catalog(tmp_path / "catalog")
     assert set(collections) == {"col %41", "z"}
     assert by_key([without_structural_links(item) for item in read_back]) == by_key(items)
-    assert (tmp_path / "catalog" / "col%20%2541" / "items" / "a%20b%252F%3Ac.json").is_file()
+    assert (tmp_path / "catalog" / "col%20%2541" / "items" / "a%20b%2525%3Ac.json").is_file()
 
 
 def test_catalog_refuses_to_replace_a_folder_that_is_not_an_export(real_repo, tmp_path):
@@ -345,3 +347,36 @@ def test_conform_fills_absent_struct_fields_in_lists_of_sliced_arrays():
     ]
     widened = conform(pa.array([{"x": 1}, None]), pa.struct([("x", pa.float64()), ("y", pa.string())]))
     assert widened.to_pylist() == [{"x": 1.0, "y": None}, None]
+
+
+@pytest.fixture
+def umask_027():
+    """Exports run under umask 027 (group may read, others nothing), restored afterwards."""
+    previous = os.umask(0o027)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def test_exports_get_the_mode_the_umask_gives_not_a_private_one(real_repo, tmp_path, umask_027):
+    view = real_repo.view()
+    export_ndjson(view, tmp_path / "items.ndjson")
+    export_geoparquet(view, tmp_path / "items.parquet")
+    export_catalog(view, tmp_path / "catalog")
+    assert stat.S_IMODE((tmp_path / "items.ndjson").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "items.parquet").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "catalog").stat().st_mode) == 0o750
+    inside = [path for path in (tmp_path / "catalog").rglob("*")]
+    assert inside
+    assert {stat.S_IMODE(path.stat().st_mode) for path in inside if path.is_file()} == {0o640}
+    assert {stat.S_IMODE(path.stat().st_mode) for path in inside if path.is_dir()} == {0o750}
+
+
+def test_a_re_export_keeps_the_mode_of_the_file_it_replaces(real_repo, tmp_path, umask_027):
+    target = tmp_path / "items.ndjson"
+    target.write_text("old\n")
+    target.chmod(0o604)
+    export_ndjson(real_repo.view(), target)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o604
+    assert target.read_text() != "old\n"

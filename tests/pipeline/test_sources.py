@@ -44,3 +44,26 @@ def test_items_nested_too_deep_are_rejected_alone_and_a_deep_one_is_kept_exactly
     stored = {item["id"]: item for item in repository.view().items()}
     expected = orjson.loads(nested_item("deep", 200))
     assert orjson.dumps(stored["deep"]["properties"]["deep"]) == orjson.dumps(expected["properties"]["deep"])
+
+
+def test_links_that_lead_nowhere_are_reported_by_name_in_a_folder_and_named_directly(tmp_path):
+    folder = tmp_path / "items"
+    folder.mkdir()
+    (folder / "good.json").write_text(json.dumps(make_item("good")))
+    (folder / "loop.json").symlink_to("loop.json")
+    (folder / "broken.ndjson").symlink_to("gone.ndjson")
+    (folder / "loop.txt").symlink_to("loop.txt")  # not named like an input: ignored, as any .txt file is
+    read = {entry.source: entry for entry in read_items([folder])}
+    assert read[str(folder / "good.json")].item["id"] == "good"
+    assert "is a symbolic link loop" in str(read[str(folder / "loop.json")].error)
+    assert "is a broken symbolic link (to 'gone.ndjson'" in str(read[str(folder / "broken.ndjson")].error)
+    assert len(read) == 3
+    (direct,) = read_items([folder / "loop.json"])
+    assert "is a symbolic link loop" in str(direct.error)
+
+
+def test_json_errors_name_the_column_once(tmp_path):
+    source = tmp_path / "items.ndjson"
+    source.write_bytes(b'{"id": "half\n')
+    (bad,) = read_items([source])
+    assert str(bad.error).endswith("not valid JSON (Unterminated string starting at column 8)")

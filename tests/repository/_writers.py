@@ -5,21 +5,33 @@ meet at marker files in a directory (:class:`Meeting`): a start line every
 writer waits at until all are up, and a forced race (:class:`Race`) whose loser
 cannot win its compare-and-swap. Waiting is for an event, never for a time:
 the timeout only turns a stuck test into a failure that names what it waited for.
+
+Two workloads: :func:`commit_worker` (each commit one array and the items
+naming it) and the mixed one of :func:`mixed_worker` (fresh items, replaced
+shared items, properties that widen the schema, arrays), shared by
+``test_mixed_writers_s3`` and ``scripts/bench_many_writers.py``. A mixed
+commit's content is a pure function of (writer, sequence)
+(:func:`plan_commit`), so each writer reports only which commit landed where,
+and :func:`verify_mixed` computes what the tip must hold from ``floe log``.
 """
 
 from __future__ import annotations
 
+import os
+import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.pool import AsyncResult
 from pathlib import Path
 from typing import Any
 
-from ingest import Repository, Settings
+from ingest import CommitConflict, Repository, Settings, Writer
 from ingest.repository import CommitMetadata
 from ingest.repository import _commit as commit_module
 from ingest.stac import arrays_asset
+from tests import invariants
 from tests.conftest import make_item
 
 STUCK_AFTER = 300.0
@@ -44,6 +56,10 @@ class Meeting:
 
     def arrived(self, name: str) -> bool:
         return Path(self.directory, name).exists()
+
+    def count(self, prefix: str) -> int:
+        """How many markers whose names start with ``prefix`` have arrived."""
+        return sum(1 for name in os.listdir(self.directory) if name.startswith(prefix))
 
     def wait_for(self, *names: str, check: Callable[[], object] | None = None) -> None:
         """Wait until every one of ``names`` has arrived; ``check`` is called meanwhile (it may raise to give up)."""
@@ -108,22 +124,9 @@ def commit_worker(
     repository = Repository.open(root, Settings.model_validate(settings))
     lost: list[str] = []
     gate = _Gate(race, worker)
-    original = commit_module._swap
-
-    def swap(*args: Any, **kwargs: Any) -> str:
-        gate.before_swap()
-        try:
-            snapshot_id = original(*args, **kwargs)
-        except BaseException:
-            record = CommitMetadata.decode(kwargs.get("metadata", args[-1]))
-            lost.append(record.items if record is not None and record.items is not None else "")
-            raise
-        gate.landed()
-        return snapshot_id
-
     meeting.arrive(f"writer-{worker}-up")
     meeting.wait_for(*(f"writer-{number}-up" for number in range(writers)))
-    commit_module._swap = swap  # type: ignore[assignment]
+    original = _gate_swaps(gate, lost)
     try:
         done = []
         for number in range(commits):
@@ -169,6 +172,28 @@ def forced_loss(results: list[list[dict[str, Any]]]) -> dict[str, Any]:
     return forced
 
 
+def _gate_swaps(gate: _Gate, lost: list[str]) -> Any:
+    """Route this process's compare-and-swaps through ``gate``, recording the pointers of lost ones in ``lost``.
+
+    Returns the original swap, which the caller puts back when done (a pool process may run another task).
+    """
+    original = commit_module._swap
+
+    def swap(*args: Any, **kwargs: Any) -> str:
+        gate.before_swap()
+        try:
+            snapshot_id = original(*args, **kwargs)
+        except BaseException:
+            record = CommitMetadata.decode(kwargs.get("metadata", args[-1]))
+            lost.append(record.items if record is not None and record.items is not None else "")
+            raise
+        gate.landed()
+        return snapshot_id
+
+    commit_module._swap = swap  # type: ignore[assignment]
+    return original
+
+
 class _Gate:
     """One writer's side of a :class:`Race`: where its commit ``at`` waits, and what it tells the other side."""
 
@@ -199,3 +224,217 @@ class _Gate:
             return
         self._landed = True
         self.race.meeting.arrive(WINNER_LANDED)
+
+
+# -- the mixed workload: appends, shared replacements, schema widening, arrays ----------------------------------------
+SHARED = 50
+"""Items every writer replaces: ``shared-00`` to ``shared-49``, seeded at version 0 before the writers start."""
+SHARED_ARRAYS_EVERY = 5
+"""Every fifth shared item has arrays: two writers replacing it at once write the same chunk, and one re-plans."""
+APPENDS = 3
+"""Fresh items per commit (the first with arrays of its own)."""
+REPLACES = 2
+"""Shared items replaced per commit."""
+NEW_PROPERTY_EVERY = 10
+"""Every tenth commit of a writer brings a property no item had (the schema grows all run long)."""
+MAX_REPLANS = 100
+"""A commit refused this many times in a row (``CommitConflict``) fails the writer: re-planning would not converge."""
+COMMIT_MARKER = "commit-"
+
+
+def shared_id(number: int) -> str:
+    return f"shared-{number:02d}"
+
+
+def version_of(worker: int, sequence: int) -> int:
+    """The version one commit gives its items and arrays: writer and sequence in one number (0 for the seed)."""
+    return (worker + 1) * 100_000 + sequence
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What one commit stages, a pure function of (writer, sequence): the verifier computes it again."""
+
+    version: int
+    items: list[dict[str, Any]]
+    replacing: frozenset[str]
+    """Ids staged as replacements (the shared items)."""
+    arrays: frozenset[str]
+    """Ids whose group ``c/<id>`` gets the array ``band``, holding ``version``."""
+
+
+def _planned(version: int, appended: list[str], replacing: list[str], properties: dict[str, Any]) -> Planned:
+    arrays = {*appended[:1], *(item_id for item_id in replacing if int(item_id[-2:]) % SHARED_ARRAYS_EVERY == 0)}
+    items = []
+    for index, item_id in enumerate(appended + replacing):
+        # An integer in some items and a float in others, within one commit and across commits.
+        mixed = version + index if index % 2 == 0 else version + index + 0.5
+        item = make_item(item_id, "c", **properties, mixed=mixed)
+        if item_id in arrays:
+            item["assets"]["floe:arrays"] = arrays_asset(f"c/{item_id}", ["band"])
+        items.append(item)
+    return Planned(version, items, frozenset(replacing), frozenset(arrays))
+
+
+def seed_plan() -> Planned:
+    """The first version of every shared item (version 0), committed before the writers start."""
+    return _planned(0, [], [shared_id(number) for number in range(SHARED)], {"version": 0})
+
+
+def plan_commit(worker: int, sequence: int, *, raced: bool = False) -> Planned:
+    """Commit ``sequence`` of writer ``worker``: fresh items, replaced shared items, properties that widen the schema.
+
+    A ``raced`` commit (either side of a forced race) replaces ``shared-01`` only, which has no arrays, so the
+    loser re-plans its replacement on the winner's table version instead of being refused.
+    """
+    version = version_of(worker, sequence)
+    properties: dict[str, Any] = {
+        "version": version,
+        "writer": worker,
+        "sequence": sequence,
+        f"note_w{worker}": f"writer {worker}, commit {sequence}",
+    }
+    if sequence % NEW_PROPERTY_EVERY == 0:
+        properties[f"extra_w{worker}_{sequence}"] = sequence * 1.5
+    if raced:
+        replacing = [shared_id(1)]
+    else:
+        replacing = sorted(random.Random(version).sample([shared_id(number) for number in range(SHARED)], REPLACES))
+    return _planned(version, [f"w{worker}-{sequence}-{index}" for index in range(APPENDS)], replacing, properties)
+
+
+def stage(writer: Writer, planned: Planned) -> None:
+    """Stage ``planned`` in ``writer``: each item, and the arrays of those that have them."""
+    for item in planned.items:
+        if item["id"] in planned.arrays:
+            group = writer.item_group("c", item["id"])
+            if "band" in group:
+                group["band"][:] = planned.version  # type: ignore[index]
+            else:
+                group.create_array("band", shape=(2,), dtype="int32")[:] = planned.version
+        writer.add_item(item, replace=item["id"] in planned.replacing)
+
+
+def seed_shared(repository: Repository) -> str:
+    """Create the collection's group and commit the shared items at version 0; returns the snapshot id."""
+    repository.ensure_groups(["c"])
+    writer = repository.writer()
+    stage(writer, seed_plan())
+    return writer.commit("seed the shared items").snapshot_id
+
+
+def mixed_worker(
+    root: str,
+    settings: dict[str, Any],
+    worker: int,
+    meeting: Meeting,
+    writers: int,
+    *,
+    total: int | None = None,
+    each: int | None = None,
+    race: Race | None = None,
+) -> list[dict[str, Any]]:
+    """Commit :func:`plan_commit` after plan until ``total`` commits are made by all writers together, or ``each``.
+
+    A commit refused with ``CommitConflict`` (another writer replaced the same
+    item with arrays meanwhile) is planned again from the new tip with the same
+    content. Each commit's report: ``attempts`` (of the commit that landed),
+    ``replans``, ``wait`` (seconds from its first attempt to success), what the
+    race did (``raced``, ``forced``, ``lost`` as in :func:`commit_worker`).
+    """
+    repository = Repository.open(root, Settings.model_validate(settings))
+    lost: list[str] = []
+    gate = _Gate(race, worker)
+    meeting.arrive(f"writer-{worker}-up")
+    meeting.wait_for(*(f"writer-{number}-up" for number in range(writers)))
+    original = _gate_swaps(gate, lost)
+    try:
+        done: list[dict[str, Any]] = []
+        while (each is None or len(done) < each) and (total is None or meeting.count(COMMIT_MARKER) < total):
+            sequence = gate.commit = len(done)
+            lost.clear()
+            raced = gate.racing()
+            planned = plan_commit(worker, sequence, raced=raced)
+            started = time.monotonic()
+            for replans in range(MAX_REPLANS + 1):
+                writer = repository.writer()
+                stage(writer, planned)
+                try:
+                    result = writer.commit(f"writer {worker} commit {sequence}")
+                    break
+                except CommitConflict:
+                    if replans == MAX_REPLANS:
+                        raise
+            meeting.arrive(f"{COMMIT_MARKER}{worker}-{sequence}")
+            done.append(
+                {
+                    "worker": worker,
+                    "sequence": sequence,
+                    "snapshot_id": result.snapshot_id,
+                    "attempts": result.attempts,
+                    "replans": replans,
+                    "wait": time.monotonic() - started,
+                    "rows_replaced": result.rows_replaced,
+                    "raced": raced,
+                    "forced": raced and gate.role == "loser",
+                    "lost": list(lost),
+                }
+            )
+        return done
+    finally:
+        commit_module._swap = original
+
+
+def expected_items(repository: Repository, seed: str, results: list[list[dict[str, Any]]]) -> dict[str, dict]:
+    """Item id -> the properties the tip must show: the commit that wrote it last, in the order of ``floe log``."""
+    by_snapshot = {commit["snapshot_id"]: commit for worker in results for commit in worker}
+    expected: dict[str, dict] = {}
+    for entry in reversed(repository.log("main")):
+        if entry.snapshot_id == seed:
+            planned = seed_plan()
+        elif (commit := by_snapshot.get(entry.snapshot_id)) is not None:
+            planned = plan_commit(commit["worker"], commit["sequence"], raced=commit["raced"])
+        else:
+            continue
+        expected.update((item["id"], item["properties"]) for item in planned.items)
+    return expected
+
+
+def assert_no_writer_starves(results: list[list[dict[str, Any]]], fraction: float = 1 / 3) -> None:
+    """Every writer made at least ``fraction`` of its fair share of the commits."""
+    counts = [len(worker) for worker in results]
+    fair = sum(counts) / len(counts)
+    starved = [number for number, count in enumerate(counts) if count < fair * fraction]
+    assert not starved, f"writer(s) {starved} made fewer than {fraction:.0%} of the fair share {fair:.1f}: {counts}"
+
+
+def verify_mixed(repository: Repository, seed: str, results: list[list[dict[str, Any]]]) -> dict[str, str]:
+    """Check what the mixed workload must leave; check -> ``ok`` or the first line of what failed."""
+    outcomes: dict[str, str] = {}
+
+    def run(name: str, check_it: Callable[[], object]) -> None:
+        try:
+            check_it()
+        except AssertionError as failure:
+            outcomes[name] = f"FAILED: {str(failure).splitlines()[0]}"
+        else:
+            outcomes[name] = "ok"
+
+    expected = expected_items(repository, seed, results)
+    tip = repository.view("main")
+    rows = invariants.Rows()
+    versions = {item_id: properties["version"] for item_id, properties in expected.items()}
+    run(
+        "history holds every commit, in order",
+        lambda: invariants.assert_history_holds(repository, "main", *snapshot_ids(results)),
+    )
+    run("every item exactly once", lambda: invariants.assert_items_exactly(tip, Counter(expected.keys()), rows))
+    run("replaced items at their last version", lambda: invariants.assert_newest_versions(tip, versions))
+    # floe widens integer -> double where a column mixes both (ingest/stac/_rows.py): equal numbers, counted apart.
+    run("items read back as committed", lambda: invariants.assert_properties(tip, expected, same_json_type=False))
+    retyped = invariants.changed_properties(tip, expected)[1]
+    outcomes["integers read back as floats"] = f"{len(retyped)} (e.g. {retyped[0]})" if retyped else "0"
+    run("arrays match their rows", lambda: invariants.assert_arrays_match_rows(tip, "version"))
+    run("floe check --all --deep", lambda: invariants.assert_check_passes(repository))
+    run("no writer starves", lambda: assert_no_writer_starves(results))
+    return outcomes

@@ -12,6 +12,18 @@ the table holds exactly the rows of that snapshot's ancestry (none lost, none
 twice), the groups of those commits and no other, and no row names a group the
 snapshot lacks; the tip's arrays hold what each commit wrote, and every
 committed row is readable there; every tag shows exactly the moment it was taken.
+
+The mixed workload (``test_mixed_writers_s3``; ``scripts/bench_many_writers.py``
+runs it with 8 writers and hundreds of commits) adds what appends alone do not
+reach: every commit also replaces items all writers share (some with arrays,
+so two writers replacing one at once collide and the loser re-plans), and
+brings properties that widen the schema (a new column per writer, a property
+that is an integer in some items and a float in others). A forced race makes
+two writers replace the same item, so the loser re-plans its replacement on
+the winner's table version for certain. Afterwards: every item once, each
+shared item at the version of the last commit in the history that replaced
+it, every property as committed, every row's arrays holding its version,
+``floe check --all --deep`` clean.
 """
 
 from __future__ import annotations
@@ -34,7 +46,10 @@ from tests.repository._writers import (
     Race,
     commit_worker,
     forced_loss,
+    mixed_worker,
+    seed_shared,
     snapshot_ids,
+    verify_mixed,
     wait_while_writing,
 )
 
@@ -129,3 +144,32 @@ def test_uncoordinated_writers_s3(s3_root, s3_settings, tmp_path):
 def meeting_in(directory: Path) -> Meeting:
     (directory / "meeting").mkdir()
     return Meeting(str(directory / "meeting"))
+
+
+MIXED_WRITERS = 4
+MIXED_COMMITS = 5
+
+
+@pytest.mark.slow
+@pytest.mark.s3
+def test_mixed_writers_s3(s3_root, s3_settings, tmp_path):
+    repository = Repository.create(s3_root, s3_settings)
+    seed = seed_shared(repository)
+    meeting = meeting_in(tmp_path)
+    race = Race(meeting, loser=0, winner=1, at=2)
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(MIXED_WRITERS) as pool:
+        arguments = [
+            (s3_root, s3_settings.model_dump(), worker, meeting, MIXED_WRITERS) for worker in range(MIXED_WRITERS)
+        ]
+        pending = [
+            pool.apply_async(mixed_worker, argument, {"each": MIXED_COMMITS, "race": race}) for argument in arguments
+        ]
+        results = [result.get(timeout=600) for result in pending]
+
+    forced = forced_loss(results)
+    assert forced["rows_replaced"] == 1, f"the loser did not replace the winner's version of shared-01: {forced}"
+    assert [len(worker) for worker in results] == [MIXED_COMMITS] * MIXED_WRITERS
+    outcomes = verify_mixed(Repository.open(s3_root, s3_settings), seed, results)
+    failed = {check: outcome for check, outcome in outcomes.items() if outcome.startswith("FAILED")}
+    assert not failed, failed

@@ -1,0 +1,187 @@
+"""What GeoJSON (RFC 7946) and STAC call an invalid geometry or bbox, checked item by item and a batch at once.
+
+Rules (each with :data:`TOLERANCE` degrees of slack, for footprints traced
+from pixel edges: Copernicus DEM tiles start at -180.0014):
+
+- every position is 2 or 3 finite numbers, longitude in [-180, 180] and
+  latitude in [-90, 90];
+- a bbox is 4 or 6 finite numbers in those ranges, south <= north (and
+  bottom <= top);
+- a bbox contains its geometry's bounds. West > east is legal only as an
+  antimeridian crossing (RFC 7946, 5.2): every longitude of the geometry then
+  lies east of ``west`` or west of ``east``.
+
+The tolerance is wide enough for real archives (USGS 3DEP lidar items have
+footprints up to 0.0022 degrees outside their bbox) and far narrower than a
+bbox that describes another place.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import orjson
+import shapely
+
+from ingest.stac._text import one_line, shown
+
+TOLERANCE = 0.01
+"""Degrees (about 1.1 km at the equator) a coordinate or a geometry may stray beyond its limit or its bbox."""
+GEOMETRY_TYPES = frozenset(
+    ("Point", "MultiPoint", "LineString", "MultiLineString", "Polygon", "MultiPolygon", "GeometryCollection")
+)
+"""The geometry types of RFC 7946."""
+_LONGITUDE = 180.0 + TOLERANCE
+_LATITUDE = 90.0 + TOLERANCE
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def position_problem(position: list[Any]) -> str | None:
+    """Why one GeoJSON position is invalid (not 2-3 finite numbers, out of range), or None."""
+    for number in position:
+        if not _is_number(number):
+            return f"geometry coordinates hold a non-number {shown(number)}"
+        if not math.isfinite(number):
+            return f"geometry coordinate {number!r} is not a finite number"
+    if len(position) not in (2, 3):
+        return f"geometry position {shown(position)} must hold 2 or 3 numbers"
+    longitude, latitude = position[0], position[1]
+    if abs(longitude) > _LONGITUDE:
+        return f"geometry longitude {longitude!r} is outside [-180, 180]"
+    if abs(latitude) > _LATITUDE:
+        return f"geometry latitude {latitude!r} is outside [-90, 90]"
+    return None
+
+
+def _coordinates_problem(coordinates: Any) -> str | None:
+    """Why a ``coordinates`` member is invalid (walked without recursion: nesting is the caller's to bound)."""
+    pending = [coordinates]
+    while pending:
+        node = pending.pop()
+        if not isinstance(node, list):
+            return f"geometry coordinates must be arrays of numbers, got {shown(node)}"
+        if node and all(not isinstance(entry, list) for entry in node):
+            problem = position_problem(node)
+            if problem is not None:
+                return problem
+            continue
+        pending.extend(node)
+    return None
+
+
+def coordinates_problem(geometry: dict[str, Any]) -> str | None:
+    """Why a geometry's positions are invalid (anywhere in a GeometryCollection too), or None."""
+    pending = [geometry]
+    while pending:
+        node = pending.pop()
+        if node.get("type") not in GEOMETRY_TYPES:
+            return f"geometry is not valid GeoJSON (unknown geometry type {shown(node.get('type'))})"
+        if node.get("type") == "GeometryCollection":
+            members = node.get("geometries")
+            if not isinstance(members, list) or not all(isinstance(member, dict) for member in members):
+                return "GeometryCollection needs a geometries array of geometry objects"
+            pending.extend(members)
+            continue
+        if "coordinates" not in node:
+            return f"geometry of type {shown(node.get('type'))} has no coordinates"
+        problem = _coordinates_problem(node["coordinates"])
+        if problem is not None:
+            return problem
+    return None
+
+
+def bbox_problem(bbox: Any) -> str | None:
+    """Why a bbox is invalid on its own (its shape, numbers, ranges and order), or None."""
+    if not isinstance(bbox, list) or len(bbox) not in (4, 6):
+        return f"bbox must be a list of 4 or 6 numbers, got {shown(bbox)}"
+    for number in bbox:
+        if not _is_number(number):
+            return f"bbox holds a non-number {shown(number)}"
+        if not math.isfinite(number):
+            return f"bbox value {number!r} is not a finite number"
+    half = len(bbox) // 2
+    west, south, east, north = bbox[0], bbox[1], bbox[half], bbox[half + 1]
+    if half == 3 and bbox[2] > bbox[5]:
+        return f"bbox {shown(bbox)} has bottom {bbox[2]!r} above top {bbox[5]!r}"
+    if south > north:
+        return f"bbox {shown(bbox)} has south {south!r} north of north {north!r}"
+    if max(abs(west), abs(east)) > _LONGITUDE:
+        return f"bbox {shown(bbox)} has a longitude outside [-180, 180]"
+    if max(abs(south), abs(north)) > _LATITUDE:
+        return f"bbox {shown(bbox)} has a latitude outside [-90, 90]"
+    return None
+
+
+def _sides(bbox: list[Any]) -> tuple[float, float, float, float]:
+    half = len(bbox) // 2
+    return float(bbox[0]), float(bbox[1]), float(bbox[half]), float(bbox[half + 1])
+
+
+def containment_problem(bbox: list[Any], shape: Any) -> str | None:
+    """Why ``bbox`` (valid on its own) does not contain the parsed geometry ``shape``, or None."""
+    west, south, east, north = _sides(bbox)
+    xmin, ymin, xmax, ymax = (float(bound) for bound in shapely.bounds(shape))
+    if math.isnan(xmin):  # an empty geometry has no bounds to contain
+        return None
+    if ymin < south - TOLERANCE or ymax > north + TOLERANCE:
+        return f"bbox {shown(bbox)} does not contain the geometry (latitudes {ymin!r} to {ymax!r})"
+    if west <= east:
+        outside = xmin < west - TOLERANCE or xmax > east + TOLERANCE
+    else:  # crossing the antimeridian: every longitude east of west or west of east
+        longitudes = shapely.get_coordinates(shape)[:, 0]
+        outside = bool(np.any((longitudes < west - TOLERANCE) & (longitudes > east + TOLERANCE)))
+    if outside:
+        return f"bbox {shown(bbox)} does not contain the geometry (longitudes {xmin!r} to {xmax!r})"
+    return None
+
+
+def geometry_problem(item: dict[str, Any]) -> str | None:
+    """Why an item's geometry (a dict with a string ``type``) or its bbox is invalid, or None."""
+    geometry = item["geometry"]
+    problem = coordinates_problem(geometry)
+    if problem is not None:
+        return problem
+    try:
+        shape = shapely.from_geojson(orjson.dumps(geometry))
+    except (shapely.errors.GEOSException, TypeError, ValueError) as error:
+        return f"geometry is not valid GeoJSON ({one_line(str(error))})"
+    if "bbox" in item:
+        return containment_problem(item["bbox"], shape)
+    return None
+
+
+def refused_geometries(items: list[dict[str, Any]]) -> list[int]:
+    """Indexes of the items :func:`geometry_problem` may refuse, found with a few vectorized calls.
+
+    Parsing and checking item by item costs tens of microseconds each; a batch
+    costs a fraction. An index returned is a suspect, not a verdict: the caller
+    checks it alone (which names the problem). Antimeridian bboxes are always
+    suspects. The items' bboxes must have passed :func:`bbox_problem`.
+    """
+    if not items:
+        return []
+    try:
+        texts = [orjson.dumps(item["geometry"]) for item in items]
+    except TypeError:
+        return list(range(len(items)))  # someone holds a non-JSON value: let the per-item check say who
+    # orjson writes NaN as null, which GEOS refuses: NaN coordinates are suspects too.
+    parsed = shapely.from_geojson(texts, on_invalid="ignore")
+    suspect = shapely.is_missing(parsed)
+    coordinates, owner = shapely.get_coordinates(parsed, return_index=True)
+    strays = ~np.isfinite(coordinates).all(axis=1)
+    strays |= (np.abs(coordinates[:, 0]) > _LONGITUDE) | (np.abs(coordinates[:, 1]) > _LATITUDE)
+    suspect[owner[strays]] = True
+    with_bbox = [index for index, item in enumerate(items) if "bbox" in item]
+    if with_bbox:
+        sides = np.array([_sides(items[index]["bbox"]) for index in with_bbox], dtype=np.float64).reshape(-1, 4)
+        bounds = shapely.bounds(parsed[with_bbox])
+        west, south, east, north = sides.T
+        outside = (bounds[:, 1] < south - TOLERANCE) | (bounds[:, 3] > north + TOLERANCE) | (west > east)
+        outside |= (bounds[:, 0] < west - TOLERANCE) | (bounds[:, 2] > east + TOLERANCE)
+        suspect[np.asarray(with_bbox)[outside]] = True
+    return [int(index) for index in np.flatnonzero(suspect)]

@@ -1,0 +1,62 @@
+"""What the hostile-input tests share: the ``floe`` CLI in a subprocess, and one ingest read back and checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingest import Repository
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def floe(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ingest.cli", "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+        timeout=600,
+        check=False,
+    )
+
+
+@dataclass
+class Run:
+    """One ingest: its exit status, stderr, report, the items exported after it, and the deep check's result."""
+
+    ingest: subprocess.CompletedProcess
+    report: list[dict]
+    exported: dict[tuple[str, str], dict]
+    check: subprocess.CompletedProcess | None
+
+
+def ingest_and_read(
+    root: Path, sources: list[Path], *extra: str, env: dict | None = None, export: bool = False, check: bool = True
+) -> Run:
+    """Ingest ``sources`` with the CLI, read every item back (with ``floe export -``, else in this process), check."""
+    report = root.parent / f"{root.name}-report.jsonl"
+    done = floe(root, "ingest", *map(str, sources), "--report", str(report), *extra, env=env)
+    if export:
+        exported = floe(root, "export", "-")
+        assert exported.returncode == 0, exported.stderr
+        items = [json.loads(line) for line in exported.stdout.splitlines()]
+    else:  # each CLI start costs seconds on a loaded machine: the same rows, read by the library
+        items = list(Repository.open(str(root)).view().items())
+    by_key = {}
+    for item in items:
+        key = (item["collection"], item["id"])
+        assert key not in by_key, f"{key} committed twice"
+        by_key[key] = item
+    rejected = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
+    checked = floe(root, "check", "--all", "--deep") if check else None
+    return Run(done, rejected, by_key, checked)
+
+
+def rejection_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("rejected ")]
