@@ -45,7 +45,7 @@ from ingest.repository._containers import local_access, missing_prefixes, with_c
 from ingest.repository._groups import ensure_groups
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
-from ingest.stac import check_name
+from ingest.stac import check_name, shown
 from ingest.storage import TABLES_DIR, Location, local_url, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
@@ -294,7 +294,7 @@ class Repository:
                 return lookups[candidate](name)
             except (icechunk.IcechunkError, KeyError, ValueError):
                 continue
-        raise RefNotFound(f"no branch, tag or snapshot named {ref!r} (see `floe refs`)")
+        raise RefNotFound(f"no branch, tag or snapshot named {shown(ref)} (see `floe refs`)")
 
     def view(self, ref: str | None = None) -> View:
         """Read the repository at ``ref`` (default: the configured branch)."""
