@@ -58,6 +58,7 @@ from ingest._faults import POINTS
 from ingest.lifecycle import check, replicate
 from ingest.pipeline import ingest_items
 from ingest.stac import read_arrays_asset, without_arrays_asset
+from tests import conftest
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 WRITE_POINTS = ("write.data_file", "commit.after_metadata", "commit.before_swap", "commit.after_swap")
@@ -292,19 +293,8 @@ def commits_with(repository: Repository, prefix: str, branch: str = "main") -> i
 
 def make_item(item_id: str, collection: str, month: int, version: int) -> dict[str, Any]:
     """A small valid STAC item; ``version`` changes a property, so a re-ingest replaces it."""
-    x = (sum(item_id.encode()) * 7919 % 3500) / 10 - 175
-    return {
-        "type": "Feature",
-        "stac_version": "1.0.0",
-        "stac_extensions": [],
-        "id": item_id,
-        "collection": collection,
-        "geometry": {"type": "Point", "coordinates": [x, 10.5]},
-        "bbox": [x, 10.5, x, 10.5],
-        "properties": {"datetime": f"2024-{month:02d}-05T00:00:00Z", "version": version, "cloud": month * 1.5},
-        "assets": {"data": {"href": f"https://example.com/{item_id}.tif", "type": "image/tiff"}},
-        "links": [],
-    }
+    when = f"2024-{month:02d}-05T00:00:00Z"
+    return conftest.make_item(item_id, collection, when=when, version=version, cloud=month * 1.5)
 
 
 def make_items(prefix: str, count: int, version: int = 1) -> list[dict[str, Any]]:
