@@ -15,6 +15,7 @@ from typing import Any
 
 from ingest.api._geometry import checked_geometry, is_geometry_literal
 from ingest.errors import InvalidSearch
+from ingest.stac import shown
 
 MAX_FILTER_CHARS = 65_536
 """The longest filter accepted (as text; a cql2-json object is measured as its nesting, below)."""
@@ -142,5 +143,5 @@ def _check_bbox_literal(box: Any) -> None:
 
 
 def short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return repr(text if len(text) <= 200 else text[:200] + "...")
+    """A filter's part as an error quotes it: its text (JSON for a JSON part), cut to 200 characters."""
+    return shown(value if isinstance(value, str) else json.dumps(value), 200)

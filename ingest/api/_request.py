@@ -26,7 +26,7 @@ import shapely
 from ingest.api._filter import column_of, timestamp_micros
 from ingest.api._geometry import checked_geometry
 from ingest.errors import InvalidSearch
-from ingest.stac import parse_datetime
+from ingest.stac import parse_datetime, shown
 
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 10_000
@@ -148,7 +148,7 @@ class PageToken:
     def decode(cls, token: str) -> PageToken:
         """The token ``token`` encodes; InvalidSearch unless this server (or an earlier version of it) issued it."""
         refused = InvalidSearch(
-            f"token {_shown(token)} is not a token this server issued, or it was altered: "
+            f"token {shown(token)} is not a token this server issued, or it was altered: "
             "start the search again without a token"
         )
         try:
@@ -193,10 +193,6 @@ class PageToken:
                 "this token continues a different search (its collections, ids, bbox, intersects, datetime, filter, "
                 "query or sortby differ): send the token with the search that issued it, or start again without one"
             )
-
-
-def _shown(text: str) -> str:
-    return repr(text if len(text) <= 80 else text[:80] + "...")
 
 
 def checked_limit(limit: int, max_limit: int = MAX_LIMIT, refuse_over_limit: bool = False) -> int:

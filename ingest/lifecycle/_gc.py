@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from ingest._faults import fault_point
 from ingest.errors import InvalidDuration, RepositoryMoved, UnreadableTableFile
 from ingest.lifecycle._live import history_pointers, live_table_files
 from ingest.lifecycle._store import RootFiles
@@ -99,6 +100,7 @@ def gc(
         with repository.location.mutation_lock():
             report.expired_snapshots = len(repo.expire_snapshots(expire_before))
         log.info("expired %d snapshot(s) written before %s", report.expired_snapshots, expire_before)
+        fault_point("gc.after_expire")
     with repository.location.mutation_lock():
         summary = repo.garbage_collect(cutoff, dry_run=dry_run)
     report.icechunk_objects_deleted = (
@@ -109,6 +111,7 @@ def gc(
         + summary.transaction_logs_deleted
     )
     report.icechunk_bytes_deleted = summary.bytes_deleted
+    fault_point("gc.after_icechunk")
 
     # A dry run cannot expire, so it leaves out what expiry would drop from history itself.
     pointers = history_pointers(repo, expire_before=expire_before if dry_run else None)
@@ -143,6 +146,7 @@ def gc(
         report.deleted.append((path, stat.size))
         if not dry_run:
             files.delete(path)
+            fault_point("gc.between_deletions")
     log.info(
         "gc %s %d unreferenced table file(s) (%d bytes); %d younger than the grace kept; %d live",
         "would delete" if dry_run else "deleted",

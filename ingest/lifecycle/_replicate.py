@@ -48,6 +48,7 @@ from pathlib import Path
 
 import icechunk
 
+from ingest._faults import fault_point
 from ingest.config import Settings, load_settings
 from ingest.errors import InvalidRoot, ReplicationFailed, RepositoryNotFound, UnreadableTableFile
 from ingest.lifecycle._avro import field_position, read_avro
@@ -206,6 +207,7 @@ class _Replication:
         def copy_one(path: str) -> None:
             try:
                 self.target.write(path, self.source.read(path))
+                fault_point("replicate.between_copies")
             except OSError as error:  # e.g. a gc of the source removed it meanwhile, or the target refused the write
                 raise ReplicationFailed(f"copying {path} failed: {error}; refs were not moved") from error
 
@@ -228,6 +230,7 @@ class _Replication:
             else:
                 new = rewrite_metadata_json(data, self.source_prefix, self.target_prefix)
             self.target.write(path, new)
+            fault_point("replicate.between_rewrites")
             self.written[path] = len(new)
             self.report.rewritten.append((path, len(new)))
 
@@ -280,6 +283,7 @@ class _Replication:
 
     def move_refs(self) -> None:
         """Step 5: the captured ref set, written to the target in one atomic write."""
+        fault_point("replicate.before_refs")
         with self.target_location.mutation_lock():
             self.target.write(REPO_OBJECT, self.repo_bytes)
         self.report.refs_moved = True

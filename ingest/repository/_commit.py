@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import icechunk
 
+from ingest._faults import fault_point
 from ingest.errors import CommitConflict, ConflictRetriesExhausted, CorruptRepository
 
 if TYPE_CHECKING:
@@ -254,6 +255,7 @@ def commit_change(
             if base.snapshot_id != session.snapshot_id:
                 base = Base.at(repository, session.snapshot_id)
             applied = change.apply(base)
+            fault_point("commit.after_metadata")
             record = CommitMetadata(
                 items=encode_pointer(repository.location.tables_url, applied.metadata_location),
                 rows_added=applied.rows_added,
@@ -287,7 +289,10 @@ def _swap(
         # tip has moved already that work is doomed, and on local disks it holds the lock.
         if _tip_moved(repository, session, branch):
             raise _TipMoved
-        return session.commit(message, metadata=metadata, allow_empty=True)
+        fault_point("commit.before_swap")
+        snapshot_id = session.commit(message, metadata=metadata, allow_empty=True)
+    fault_point("commit.after_swap")
+    return snapshot_id
 
 
 def rebase(session: icechunk.Session, branch: str) -> None:

@@ -33,6 +33,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 
 from ingest._compat import geoparquet_metadata
+from ingest._faults import fault_point
 from ingest.stac import items_to_arrow, normalize_type, parse_datetime
 
 Fit = Literal["same", "widen", "conflict"]
@@ -193,6 +194,7 @@ def write_group(
     path = f"{table_location}/data/collection={quote(collection, safe='')}/datetime_month={month_label(month)}/{name}"
     with io.new_output(path).create(overwrite=False) as stream:
         stream.write(payload)
+    fault_point("write.data_file")
     return StagedFile(
         path=path,
         collection=collection,

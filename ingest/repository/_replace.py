@@ -23,6 +23,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
+from ingest._faults import fault_point
 from ingest.repository._append import ManifestCache
 from ingest.repository._files import ROW_GROUP_SIZE, StagedFile
 
@@ -114,6 +115,7 @@ def rewrite_without(io: FileIO, table_location: str, data_file: DataFile, keys: 
     path = f"{directory}/{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex}.parquet"
     with io.new_output(path).create(overwrite=False) as stream:
         stream.write(payload)
+    fault_point("write.data_file")
     partition = data_file.partition
     return StagedFile(
         path=path,

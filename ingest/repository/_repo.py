@@ -18,6 +18,7 @@ import icechunk
 import zarr
 from pyiceberg.table import Table
 
+from ingest._faults import fault_point
 from ingest.config import Settings, load_settings
 from ingest.errors import (
     CorruptRepository,
@@ -44,7 +45,7 @@ from ingest.repository._containers import local_access, missing_prefixes, with_c
 from ingest.repository._groups import ensure_groups
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
-from ingest.stac import check_name
+from ingest.stac import check_name, shown
 from ingest.storage import TABLES_DIR, Location, local_url, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
@@ -293,7 +294,7 @@ class Repository:
                 return lookups[candidate](name)
             except (icechunk.IcechunkError, KeyError, ValueError):
                 continue
-        raise RefNotFound(f"no branch, tag or snapshot named {ref!r} (see `floe refs`)")
+        raise RefNotFound(f"no branch, tag or snapshot named {shown(ref)} (see `floe refs`)")
 
     def view(self, ref: str | None = None) -> View:
         """Read the repository at ``ref`` (default: the configured branch)."""
@@ -316,7 +317,9 @@ class Repository:
             raise RefExists(f"tag {name!r} exists already (tags never move)")
         with self.location.mutation_lock():
             try:
+                fault_point("ref.before_create")
                 self.icechunk.create_tag(name, snapshot_id)
+                fault_point("ref.after_create")
             except icechunk.AlreadyExistsError as error:
                 raise RefExists(f"tag {name!r} exists already (tags never move)") from error
         return snapshot_id
@@ -330,7 +333,9 @@ class Repository:
             raise RefExists(f"branch {name!r} exists already")
         with self.location.mutation_lock():
             try:
+                fault_point("ref.before_create")
                 self.icechunk.create_branch(name, snapshot_id)
+                fault_point("ref.after_create")
             except icechunk.AlreadyExistsError as error:
                 raise RefExists(f"branch {name!r} exists already") from error
         return snapshot_id

@@ -23,7 +23,7 @@ from ingest.repository._commit import commit_change, rebase
 from ingest.repository._groups import group_exists
 from ingest.repository._plan import ItemsPlan
 from ingest.repository._replace import Located, find, read_rows
-from ingest.stac import arrow_to_items, check_name, item_as_dict, validate_item
+from ingest.stac import arrow_to_items, check_name, item_as_dict, shown, validate_item
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -61,7 +61,8 @@ class Writer:
         try:
             self._session = repository.icechunk.writable_session(branch)
         except icechunk.IcechunkError as error:
-            raise RefNotFound(f"branch {branch!r} does not exist (create it with `floe branch {branch}`)") from error
+            name = branch if len(branch) <= 80 else "NAME"
+            raise RefNotFound(f"branch {shown(branch)} does not exist (create it with `floe branch {name}`)") from error
         self._items: dict[tuple[str, str], dict[str, Any]] = {}
         self._sources: dict[tuple[str, str], str | None] = {}
         self._closed = False

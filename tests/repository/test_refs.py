@@ -110,3 +110,13 @@ def test_s3_repository_round_trip(s3_root, s3_settings):
     assert ids(reopened, "v1") == Counter(f"i{n}" for n in range(4))
     assert (reopened.view("v1").arrays("c/g")["band"][:] == 5).all()
     assert reopened.view().metadata_location.startswith(s3_root + "/tables/items/metadata/")
+
+
+def test_a_huge_unknown_ref_is_named_short(repo):
+    huge = "r" * 5_000
+    with pytest.raises(RefNotFound) as unknown:
+        repo.resolve(huge)
+    assert "(5,000 characters)" in str(unknown.value) and len(str(unknown.value)) < 200
+    with pytest.raises(RefNotFound) as no_branch:
+        repo.writer(branch=huge)
+    assert "(5,000 characters)" in str(no_branch.value) and len(str(no_branch.value)) < 250
