@@ -104,6 +104,22 @@ class Race:
     held: bool = False
 
 
+def _start_worker(
+    root: str, settings: dict[str, Any], worker: int, meeting: Meeting, writers: int, race: Race | None
+) -> tuple[Repository, _Gate, list[str], Any]:
+    """Open the repository, wait until all ``writers`` are up, and gate this process's swaps.
+
+    Returns the repository, the gate, the list the gate fills with lost table
+    versions, and the original swap to restore (``_commit._swap``).
+    """
+    repository = Repository.open(root, Settings.model_validate(settings))
+    lost: list[str] = []
+    gate = _Gate(race, worker)
+    meeting.arrive(f"writer-{worker}-up")
+    meeting.wait_for(*(f"writer-{number}-up" for number in range(writers)))
+    return repository, gate, lost, _gate_swaps(gate, lost)
+
+
 def commit_worker(
     root: str,
     settings: dict[str, Any],
@@ -121,12 +137,7 @@ def commit_worker(
     wrote (``lost``: their pointers, relative to ``<root>/tables/``) and
     whether it was the loser's side of ``race`` (``forced``).
     """
-    repository = Repository.open(root, Settings.model_validate(settings))
-    lost: list[str] = []
-    gate = _Gate(race, worker)
-    meeting.arrive(f"writer-{worker}-up")
-    meeting.wait_for(*(f"writer-{number}-up" for number in range(writers)))
-    original = _gate_swaps(gate, lost)
+    repository, gate, lost, original = _start_worker(root, settings, worker, meeting, writers, race)
     try:
         done = []
         for number in range(commits):
@@ -342,12 +353,7 @@ def mixed_worker(
     ``replans``, ``wait`` (seconds from its first attempt to success), what the
     race did (``raced``, ``forced``, ``lost`` as in :func:`commit_worker`).
     """
-    repository = Repository.open(root, Settings.model_validate(settings))
-    lost: list[str] = []
-    gate = _Gate(race, worker)
-    meeting.arrive(f"writer-{worker}-up")
-    meeting.wait_for(*(f"writer-{number}-up" for number in range(writers)))
-    original = _gate_swaps(gate, lost)
+    repository, gate, lost, original = _start_worker(root, settings, worker, meeting, writers, race)
     try:
         done: list[dict[str, Any]] = []
         while (each is None or len(done) < each) and (total is None or meeting.count(COMMIT_MARKER) < total):
