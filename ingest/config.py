@@ -61,6 +61,18 @@ class ApiSettings(BaseModel):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
 
 
+class OptimizeSettings(BaseModel):
+    """Compaction of the items table (`floe optimize`, and after each ingest)."""
+
+    # Rows per compacted data file: smaller files prune better, larger ones cost less per row to list.
+    target_file_rows: int = Field(default=10_000, ge=1)
+    # After an ingest, a partition (collection, month) is compacted once it holds this many batch files
+    # (0: never automatically; `floe optimize` still works).
+    small_files: int = Field(default=16, ge=0)
+    # ... or this many compacted runs of one level (size-tiered: each row is rewritten about once per level).
+    fan_in: int = Field(default=4, ge=2)
+
+
 class Settings(BaseSettings):
     """Everything floe can be configured with."""
 
@@ -72,6 +84,7 @@ class Settings(BaseSettings):
     s3: S3Settings = Field(default_factory=S3Settings)
     commit: CommitSettings = Field(default_factory=CommitSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    optimize: OptimizeSettings = Field(default_factory=OptimizeSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import cql2
@@ -28,8 +29,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import shapely
+from pyiceberg.conversions import from_bytes
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
+from pyiceberg.types import (
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+)
 
 from ingest.api._cache import DEFAULT_CACHE_MB, ROW_NUMBER, ColumnCache, SnapshotCache, SnapshotState
 from ingest.api._collections import collection_documents, extents, queryables
@@ -344,25 +355,40 @@ class SearchEngine:
         return SearchPage(found, state.snapshot_id, token.encode())
 
     def _sorted_page(self, state: SnapshotState, plan: SearchPlan, offset: int) -> SearchPage:
-        """Sort every matching row's keys (only the key columns are read), take one page, read just those rows."""
-        everything = self._sort_keys(state, plan)
-        if everything is None:
+        """Sort the matching rows' keys (only the key columns are read), take one page, read just those rows."""
+        need = offset + plan.limit
+        collected, unread = self._sort_keys(state, plan, need)
+        if collected is None:
             return SearchPage([], state.snapshot_id)
         order = [(f"k{n}", "descending" if key.descending else "ascending") for n, key in enumerate(plan.sortby)]
-        ordered = everything.sort_by([*order, (_FILE, "ascending"), (ROW_NUMBER, "ascending")])
+        ordered = collected.sort_by([*order, (_FILE, "ascending"), (ROW_NUMBER, "ascending")])
         page = ordered.slice(offset, plan.limit)
         found = self._items_at(state, page.column(_FILE).to_numpy(), page.column(ROW_NUMBER).to_numpy())
-        next_offset = offset + plan.limit
         token = None
-        if next_offset < ordered.num_rows:
-            token = PageToken(state.snapshot_id, offset=next_offset, search=plan.fingerprint).encode()
+        if need < ordered.num_rows or (unread and len(found) == plan.limit):
+            token = PageToken(state.snapshot_id, offset=need, search=plan.fingerprint).encode()
         return SearchPage(found, state.snapshot_id, token)
 
-    def _sort_keys(self, state: SnapshotState, plan: SearchPlan) -> pa.Table | None:
-        """The sort keys (``k0``, ``k1``, ...), file index and row number of every matching row (None: no match)."""
+    def _sort_keys(self, state: SnapshotState, plan: SearchPlan, need: int) -> tuple[pa.Table | None, bool]:
+        """The sort keys (``k0``, ``k1``, ...), file index and row number of the matching rows a sorted page needs.
+
+        Files are read in the order of their bounds on the first sort key (the
+        newest first for ``-datetime``), and reading stops once ``need`` rows
+        are in hand and no unread file can hold a row that sorts before the
+        ``need``-th: a newest-N search reads the newest files only. Returns the
+        keys (None: no match) and whether files were left unread.
+        """
         columns = [key.column for key in plan.sortby]
+        tests = row_tests(plan, state.schema, state.arrow_schema)
+        first = plan.sortby[0]
+        candidates = list(self._candidates(state, plan, tests))
+        bounds = _FileBounds(state, first.column, first.descending)
+        candidates.sort(key=lambda candidate: bounds.rank(candidate[1]))
         keys: list[pa.Table] = []
-        for index, data_file, test in self._candidates(state, plan, row_tests(plan, state.schema, state.arrow_schema)):
+        held = 0
+        for index, data_file, test in candidates:
+            if held >= need and bounds.cannot_improve(data_file, _kth_best(keys, need, first.descending)):
+                return pa.concat_tables(keys, promote_options="permissive"), True
             path = data_file.file_path
             matched = self._matching_rows(state, test, path, columns)
             if test.residual is not None and matched.num_rows:
@@ -380,7 +406,8 @@ class SearchEngine:
                         }
                     )
                 )
-        return pa.concat_tables(keys, promote_options="permissive") if keys else None
+                held += matched.num_rows - matched.column(columns[0]).null_count
+        return (pa.concat_tables(keys, promote_options="permissive") if keys else None), False
 
     def _items_at(self, state: SnapshotState, files: np.ndarray, rows: np.ndarray) -> list[dict[str, Any]]:
         """The items at (file index, row) positions, in the order given, reading each file once."""
@@ -408,6 +435,73 @@ class SearchEngine:
             if page.next_token is None:
                 return
             request = dataclasses.replace(request, token=page.next_token)
+
+
+class _FileBounds:
+    """A data file's bounds on one sort column (from the table's column metrics), as values rows compare with."""
+
+    def __init__(self, state: SnapshotState, column: str, descending: bool) -> None:
+        self.descending = descending
+        found = state.schema.find_field(column) if column in state.schema.column_names else None
+        field_type = found.field_type if found is not None else None
+        self.field_id = found.field_id if found is not None else None
+        self.field_type = field_type if isinstance(field_type, _BOUNDED_TYPES) else None
+
+    def best(self, data_file: DataFile) -> Any | None:
+        """The best value (the largest when descending) any row of the file can have; None when unknown."""
+        if self.field_type is None or self.field_id is None:
+            return None
+        recorded = (data_file.upper_bounds if self.descending else data_file.lower_bounds) or {}
+        raw = recorded.get(self.field_id)
+        return from_bytes(self.field_type, raw) if raw is not None else None
+
+    def all_null(self, data_file: DataFile) -> bool:
+        counts = data_file.null_value_counts or {}
+        return self.field_id is not None and counts.get(self.field_id) == data_file.record_count
+
+    def rank(self, data_file: DataFile) -> tuple[int, Any]:
+        """Files without known bounds first (they must be read), then by best value, files of nulls only last."""
+        if self.all_null(data_file):
+            return (2, 0)
+        best = self.best(data_file)
+        if best is None:
+            return (0, 0)
+        return (1, _Reversed(best) if self.descending else best)
+
+    def cannot_improve(self, data_file: DataFile, kth: Any | None) -> bool:
+        """Whether no row of the file sorts before (or ties with) ``kth``, the worst value a page still needs."""
+        if kth is None:
+            return False
+        if self.all_null(data_file):
+            return True  # nulls sort after every value
+        best = self.best(data_file)
+        if best is None:
+            return False
+        return best < kth if self.descending else best > kth
+
+
+_BOUNDED_TYPES = (TimestampType, TimestamptzType, LongType, IntegerType, DoubleType, FloatType, StringType)
+
+
+@dataclass(frozen=True)
+class _Reversed:
+    """Orders values backwards (sorting files by their upper bounds, largest first)."""
+
+    value: Any
+
+    def __lt__(self, other: _Reversed) -> bool:
+        return bool(self.value > other.value)
+
+
+def _kth_best(keys: list[pa.Table], k: int, descending: bool) -> Any | None:
+    """The ``k``-th best non-null first sort key held so far, as the metrics' values (timestamps as µs)."""
+    values = pc.drop_null(pa.chunked_array([table.column("k0") for table in keys]).combine_chunks())
+    if len(values) < k:
+        return None
+    if pa.types.is_timestamp(values.type):
+        values = values.cast(pa.int64())
+    best = pc.select_k_unstable(values, k, sort_keys=[("dummy", "descending" if descending else "ascending")])
+    return values[best[k - 1].as_py()].as_py()
 
 
 def _matches(expression: cql2.Expr, item: dict[str, Any]) -> bool:

@@ -73,8 +73,21 @@ def _summary(result: Any) -> str:
             else ""
         )
         + f"; {len(result.rejected)} rejected; "
-        f"{result.conflicts_retried} conflicts retried"
+        f"{result.conflicts_retried} conflicts retried" + _compacted(result)
     )
+
+
+def _compacted(result: Any) -> str:
+    """The compactions the run made (``[optimize]`` thresholds), if any, as the end of the summary line."""
+    if not result.compactions and not result.compaction_errors:
+        return ""
+    partitions = sum(len(done.summary.partitions) for done in result.compactions)
+    before = sum(done.summary.files_before for done in result.compactions)
+    after = sum(done.summary.files_after for done in result.compactions)
+    text = f"; compacted {partitions} partition(s), {before} -> {after} files"
+    if result.compaction_errors:
+        text += f" ({len(result.compaction_errors)} compaction(s) failed: {result.compaction_errors[-1]})"
+    return text
 
 
 @app.command()

@@ -171,3 +171,86 @@ def relocate_command(
         + ("" if dry_run else "; every ref checks"),
         highlight=False,
     )
+
+
+@app.command("optimize")
+def optimize_command(
+    ctx: typer.Context,
+    branch: Annotated[str | None, typer.Option("--branch", "-b", help="The branch to compact (default: main).")] = None,
+    collections: Annotated[
+        list[str] | None,
+        typer.Option("--collection", "-c", help="Only this collection (repeat for more).", show_default=False),
+    ] = None,
+    only_due: Annotated[
+        bool,
+        typer.Option(
+            "--only-due",
+            help="Only partitions past the thresholds of [optimize] (what runs after each ingest), "
+            "instead of making every partition one clustered run.",
+        ),
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List the partitions that would be compacted.")] = False,
+) -> None:
+    """Compact the items table: rewrite each partition's files as a few files clustered by place and time.
+
+    Every ingest batch is its own file per (collection, month), spanning
+    wherever its items lie, so searches by area read most of them. This rewrites
+    a partition's files sorted along a Hilbert curve of the footprints' centres
+    (then by datetime), split into files of [optimize] target_file_rows rows,
+    each covering a small area, in one commit (an Iceberg `replace`). Safe next
+    to running writers: their appends stay, and a partition whose rows another
+    writer replaced meanwhile is compacted again from that version. Older tags
+    keep their files until `floe gc`. Runs again do nothing when nothing changed.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with floe_errors():
+        repository = open_repository(ctx)
+        due = repository.optimize(branch, full=not only_due, collections=collections, dry_run=True)
+        if dry_run or not due.selections:
+            for selection in due.selections:
+                collection, _ = selection.key
+                typer.echo(
+                    f"{collection}\t{_month(selection.key[1])}\t{len(selection.sources)} files\t"
+                    f"{selection.rows} rows\t{selection.size} bytes"
+                )
+            rows = sum(selection.rows for selection in due.selections)
+            stderr.print(
+                f"{'would compact' if due.selections else 'nothing to compact:'} {len(due.selections)} partition(s), "
+                f"{due.files_before} file(s), {rows:,} rows on {due.branch}",
+                highlight=False,
+            )
+            return
+        with Progress(
+            TextColumn("[bold]optimize"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=stderr,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("", total=len(due.selections))
+            result = repository.optimize(
+                branch,
+                full=not only_due,
+                collections=collections,
+                progress=lambda part: progress.update(task, advance=1, description=part.label),
+            )
+    summary = result.summary
+    if summary is None:
+        stderr.print("nothing to compact (another writer compacted meanwhile)", highlight=False)
+        return
+    stderr.print(
+        f"compacted {len(summary.partitions)} partition(s), {summary.rows:,} rows: {summary.files_before} file(s), "
+        f"{_human_bytes(summary.bytes_before)} -> {summary.files_after} file(s), {_human_bytes(summary.bytes_after)}; "
+        f"committed {result.snapshot_id} on {result.branch} in {result.attempts} attempt(s)"
+        + (f", {summary.replanned} partition(s) re-planned after concurrent changes" if summary.replanned else ""),
+        highlight=False,
+    )
+
+
+def _month(month: int | None) -> str:
+    from ingest.repository._files import month_label
+
+    return month_label(month)

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ingest.pipeline._batch import commit_batch
+from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._report import IngestReport, ProgressCallback, record
 from ingest.pipeline._stream import VALIDATION_CHUNK, batched, granule_stream
 from ingest.repository import Repository
@@ -46,10 +47,12 @@ def ingest_items(
     )
     # Reading and validating allocate millions of small acyclic objects; Python's cyclic collector would walk
     # the whole pending batch again and again. Pause it while a batch fills, and collect once per batch.
+    compactor = AutoCompactor(repository, branch, report)
     with paused_collection():
         for number, batch in enumerate(batched(granules, batch_size), start=1):
             outcome = commit_batch(repository, branch, batch, f"{message} (batch {number})")
             record(report, outcome)
+            compactor.after(outcome)
             if outcome.commit is not None:
                 result = outcome.commit
                 log.info(
@@ -58,6 +61,7 @@ def ingest_items(
             if progress:
                 progress(report)
             gc.collect()
+    compactor.finish()
     if progress:
         progress(report)
     return report

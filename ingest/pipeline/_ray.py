@@ -20,6 +20,7 @@ from ingest._compat import keep_local_ray_on_loopback
 from ingest.config import Settings
 from ingest.errors import FloeError, RayUnavailable
 from ingest.pipeline._batch import commit_batch
+from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._granules import Granule, select_assets
 from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback, record
 from ingest.pipeline._stream import VALIDATION_CHUNK, batched, granule_stream
@@ -120,7 +121,7 @@ def ingest_with_ray(
     if virtual:
         _allow_virtual_sources(repository, sources)
     started = start_ray(workers, ray_address)
-    pool = _ActorPool(repository, branch, workers, report, progress)
+    pool = _ActorPool(repository, branch, workers, report, progress, AutoCompactor(repository, branch, report))
     known_collections: set[str] = set()
     granules = granule_stream(
         repository,
@@ -140,6 +141,7 @@ def ingest_with_ray(
                 known_collections |= collections
             pool.submit(batch, f"{message} (batch {number})", virtual)
         pool.drain()
+        pool.compactor.finish()
     finally:
         pool.close(shutdown=started)
     return report
@@ -157,8 +159,14 @@ def _allow_virtual_sources(repository: Repository, sources: list[str | Path]) ->
 class _ActorPool:
     """``workers`` GranuleWriter actors, each given one batch at a time; outcomes go to the run's report."""
 
-    def __init__(
-        self, repository: Repository, branch: str, workers: int, report: IngestReport, progress: ProgressCallback | None
+    def __init__(  # noqa: PLR0917
+        self,
+        repository: Repository,
+        branch: str,
+        workers: int,
+        report: IngestReport,
+        progress: ProgressCallback | None,
+        compactor: AutoCompactor,
     ) -> None:
         import ray
 
@@ -169,6 +177,7 @@ class _ActorPool:
         self.in_flight: dict[Any, Any] = {}
         self.report = report
         self.progress = progress
+        self.compactor = compactor
 
     def submit(self, batch: list[Granule], message: str, virtual: bool) -> None:
         """Give ``batch`` to an idle actor, first waiting for one to finish if none is."""
@@ -195,6 +204,7 @@ class _ActorPool:
                 cause = error.cause if isinstance(error.cause, FloeError) else error
                 raise cause from None
             record(self.report, outcome)
+            self.compactor.after(outcome)
             self._report_progress()
 
     def _report_progress(self) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.repository import CommitResult
+from ingest.repository._optimize import OptimizeResult
 from ingest.stac import one_line, shorten, shown
 
 SHOWN_SOURCE = 300
@@ -62,6 +63,9 @@ class IngestReport:
     """Granules ``--virtual`` had to copy, and why."""
     bytes_written: int = 0
     """Uncompressed pixel bytes copied into arrays."""
+    compactions: list[OptimizeResult] = field(default_factory=list)
+    """Compactions of the partitions the run made due (``[optimize]`` thresholds)."""
+    compaction_errors: list[str] = field(default_factory=list)
 
     @property
     def rows_added(self) -> int:

@@ -135,9 +135,21 @@ def _merge_small_manifests(
     fan_in = max(2, int(metadata.properties.get(MIN_MERGE_PROPERTY, "100")))
     target = int(metadata.properties.get(TARGET_SIZE_PROPERTY, str(8 * 1024 * 1024)))
     spec_id = metadata.default_spec_id
+    # A manifest whose files an earlier commit all removed lists nothing live: later snapshots drop it.
+    # This commit's own manifests of removals stay as they are: they record what this snapshot deleted.
+    existing = [
+        manifest
+        for manifest in existing
+        if manifest.added_snapshot_id == snapshot_id
+        or (manifest.added_files_count or 0) + (manifest.existing_files_count or 0) > 0
+    ]
     tiers: dict[int, list[ManifestFile]] = {}
     for manifest in existing:
-        if manifest.manifest_length < target and manifest.partition_spec_id == spec_id:
+        if (
+            manifest.manifest_length < target
+            and manifest.partition_spec_id == spec_id
+            and manifest.added_snapshot_id != snapshot_id
+        ):
             tiers.setdefault(_tier(manifest, fan_in), []).append(manifest)
     # The new commit's manifest joins tier 0, so that tier merges one commit early.
     full = [tier for tier, members in sorted(tiers.items()) if len(members) + (tier == 0) >= fan_in]
@@ -197,6 +209,7 @@ def plan_commit(
     *,
     previous: AddedManifest | None = None,
     removed: Iterable[str] = (),
+    operation: Operation | None = None,
 ) -> tuple[tuple[TableUpdate, ...], AssertRefSnapshotId, AddedManifest]:
     """Write what adding ``data_files`` to (and removing the files ``removed`` from) ``metadata`` needs.
 
@@ -207,7 +220,8 @@ def plan_commit(
     (and their statistics) are unchanged and its snapshot id is still free, the
     manifest is reused and only a manifest list and metadata.json are new.
     Removing files (copy-on-write replacement of rows) makes an ``overwrite``
-    snapshot; every path in ``removed`` must be live in ``metadata``.
+    snapshot (``operation`` overrides: a compaction, which changes no row, is a ``replace``); every path in
+    ``removed`` must be live in ``metadata``.
     """
     io = cache.io
     commit_id = uuid.uuid4()
@@ -256,11 +270,17 @@ def plan_commit(
         collector.add_file(data_file=data_file, partition_spec=spec, schema=schema)
     for data_file in removed_files:
         collector.remove_file(data_file=data_file, partition_spec=spec, schema=schema)
-    operation = Operation.OVERWRITE if removed_files else Operation.APPEND
+    if operation is None:
+        operation = Operation.OVERWRITE if removed_files else Operation.APPEND
+    # pyiceberg 0.12 totals only append, overwrite and delete summaries (table/snapshots.py,
+    # update_snapshot_summaries): a replace is totalled as an overwrite, then named for what it is.
+    totalled = Operation.OVERWRITE if operation == Operation.REPLACE else operation
     summary = update_snapshot_summaries(
-        summary=Summary(operation=operation, **collector.build(), **snapshot_properties),
+        summary=Summary(operation=totalled, **collector.build(), **snapshot_properties),
         previous_summary=parent.summary if parent is not None else None,
     )
+    if summary.operation != operation:
+        summary = Summary(operation=operation, **summary.additional_properties)
     snapshot = Snapshot(
         snapshot_id=snapshot_id,
         parent_snapshot_id=parent.snapshot_id if parent else None,

@@ -10,6 +10,7 @@ another writer added in the meantime makes a file be written again.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -185,27 +186,68 @@ def write_group(
         if column.name not in _FIXED_COLUMNS:
             column_types[column.name] = merge_types(column_types.get(column.name), column.type)
 
-    schema = table.schema.with_metadata(geoparquet_metadata(table.schema, schema_version="1.1.0"))
-    sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
-        writer.write_table(table.replace_schema_metadata(schema.metadata), row_group_size=ROW_GROUP_SIZE)
-    payload = sink.getvalue()
-    name = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex}.parquet"
-    path = f"{table_location}/data/collection={quote(collection, safe='')}/datetime_month={month_label(month)}/{name}"
-    with io.new_output(path).create(overwrite=False) as stream:
-        stream.write(payload)
-    fault_point("write.data_file")
+    path = data_file_path(table_location, collection, month)
+    size, parquet_metadata = write_parquet(io, path, table)
     return StagedFile(
         path=path,
         collection=collection,
         month=month,
         rows=table.num_rows,
-        size=payload.size,
-        parquet_metadata=pq.read_metadata(pa.BufferReader(payload)),
+        size=size,
+        parquet_metadata=parquet_metadata,
         schema=table.schema.remove_metadata(),
         items=items,
         untyped=untyped,
     )
+
+
+@dataclass(frozen=True)
+class Run:
+    """Files written together by one compaction: sorted along one curve, so their bounds hardly overlap.
+
+    ``level`` counts how many compactions their rows went through at most (a
+    batch's own file is level 0). The run is recorded in the file names, the
+    only place a data file can carry it without a catalog of its own.
+    """
+
+    level: int
+    run_id: str
+
+
+_RUN_NAME = re.compile(r"-r(?P<level>\d{1,3})-(?P<run>[0-9a-f]{32})-[0-9a-f]{32}\.parquet$")
+
+
+def run_of(path: str) -> Run | None:
+    """The compaction run a data file belongs to (None: a batch's own file, or one written before runs)."""
+    match = _RUN_NAME.search(path)
+    return Run(int(match["level"]), match["run"]) if match else None
+
+
+def data_file_path(table_location: str, collection: str, month: int | None, run: Run | None = None) -> str:
+    """A new, unique path for a data file of the partition (collection, month), of ``run`` if given."""
+    tag = f"-r{run.level}-{run.run_id}" if run is not None else ""
+    name = f"{datetime.now(UTC):%Y%m%dT%H%M%S}{tag}-{uuid.uuid4().hex}.parquet"
+    return f"{table_location}/data/collection={quote(collection, safe='')}/datetime_month={month_label(month)}/{name}"
+
+
+def write_parquet(
+    io: FileIO, path: str, table: pa.Table, *, row_group_size: int = ROW_GROUP_SIZE
+) -> tuple[int, pq.FileMetaData]:
+    """Write ``table`` as a GeoParquet file at ``path`` (never over an existing one); its size and footer.
+
+    The ``geo`` and ``stac-geoparquet`` footer keys are made from the table's
+    schema, so every file floe writes (a batch, a copy without replaced rows,
+    a compacted partition) is GeoParquet that other readers recognise.
+    """
+    schema = table.schema.with_metadata(geoparquet_metadata(table.schema, schema_version="1.1.0"))
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
+        writer.write_table(table.replace_schema_metadata(schema.metadata), row_group_size=row_group_size)
+    payload = sink.getvalue()
+    with io.new_output(path).create(overwrite=False) as stream:
+        stream.write(payload)
+    fault_point("write.data_file")
+    return payload.size, pq.read_metadata(pa.BufferReader(payload))
 
 
 def file_fits(staged: StagedFile, column_types: Mapping[str, pa.DataType]) -> bool:

@@ -10,10 +10,8 @@ the winner added (which may hold the winner's version of the same item).
 from __future__ import annotations
 
 import bisect
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,9 +21,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
-from ingest._faults import fault_point
 from ingest.repository._append import ManifestCache
-from ingest.repository._files import ROW_GROUP_SIZE, StagedFile
+from ingest.repository._files import StagedFile, data_file_path, run_of, write_parquet
 
 Key = tuple[str, str]
 
@@ -105,25 +102,17 @@ def rewrite_without(io: FileIO, table_location: str, data_file: DataFile, keys: 
     kept = table.filter(pc.invert(key_mask(table, keys)))
     if kept.num_rows == 0:
         return None
-    sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, schema, compression="zstd", write_statistics=True) as writer:
-        writer.write_table(kept, row_group_size=ROW_GROUP_SIZE)
-    payload = sink.getvalue()
-    directory = data_file.file_path.rsplit("/", 1)[0]
-    if not directory.startswith(table_location):
-        directory = f"{table_location}/data"
-    path = f"{directory}/{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex}.parquet"
-    with io.new_output(path).create(overwrite=False) as stream:
-        stream.write(payload)
-    fault_point("write.data_file")
     partition = data_file.partition
+    # The copy stays in the compaction run of the original (if any): its rows keep their place on the curve.
+    path = data_file_path(table_location, partition[0], partition[1], run_of(data_file.file_path))
+    size, parquet_metadata = write_parquet(io, path, kept.replace_schema_metadata(None))
     return StagedFile(
         path=path,
         collection=partition[0],
         month=partition[1],
         rows=kept.num_rows,
-        size=payload.size,
-        parquet_metadata=pq.read_metadata(pa.BufferReader(payload)),
+        size=size,
+        parquet_metadata=parquet_metadata,
         schema=schema.remove_metadata(),
         items=[],
     )

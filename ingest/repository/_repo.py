@@ -43,6 +43,7 @@ from ingest.repository._commit import (
 )
 from ingest.repository._containers import local_access, missing_prefixes, with_containers
 from ingest.repository._groups import ensure_groups
+from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
 from ingest.stac import check_name, shown
@@ -389,6 +390,32 @@ class Repository:
     def writer(self, branch: str | None = None) -> Writer:
         """A writer on ``branch``: stage arrays and items, then ``commit``."""
         return Writer(self, branch or self.settings.branch)
+
+    def optimize(
+        self,
+        branch: str | None = None,
+        *,
+        full: bool = True,
+        collections: Sequence[str] | None = None,
+        dry_run: bool = False,
+        progress: ProgressCallback | None = None,
+    ) -> OptimizeResult:
+        """Compact the items table on ``branch`` in one commit, safe next to running writers.
+
+        ``full`` makes each partition one clustered run (``floe optimize``);
+        without it only partitions past the thresholds of ``settings.optimize``
+        are compacted (what runs after an ingest). ``collections`` limits it to
+        those; ``dry_run`` reports what is due and writes nothing.
+        """
+        options = self.settings.optimize
+        policy = CompactionPolicy(
+            target_file_rows=options.target_file_rows,
+            small_files=max(1, options.small_files),
+            fan_in=options.fan_in,
+            full=full,
+            collections=frozenset(collections) if collections else None,
+        )
+        return optimize(self, branch or self.settings.branch, policy, dry_run=dry_run, progress=progress)
 
     def ensure_groups(
         self,

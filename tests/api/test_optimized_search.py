@@ -1,0 +1,231 @@
+"""Searches over a compacted table: the same answers as before `floe optimize`, from fewer files.
+
+Every answer is compared with a brute-force evaluation over the exported items
+(order included for sorted searches, page after page); files read are counted
+at the engine's column cache, the only place a search reads data files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import shapely
+import shapely.geometry
+
+from ingest import Repository, Settings
+from ingest.api import SearchEngine
+from ingest.api._request import SearchRequest
+from ingest.stac._validate import parse_datetime
+from tests.conftest import make_item
+
+COLLECTIONS = ("north", "south")
+
+
+def _item(n: int) -> dict:
+    """Item ``n``: a 1.5-degree square somewhere on the globe, a unique datetime in one of three months."""
+    month = 1 + n % 3
+    item = make_item(
+        f"i-{n:04d}",
+        COLLECTIONS[n % 2],
+        when=f"2024-{month:02d}-{1 + (n * 7) % 28:02d}T{(n * 5) % 24:02d}:{n % 60:02d}:{(n // 60) % 60:02d}Z",
+        **{"eo:cloud_cover": float((n * 37) % 100)},
+    )
+    x, y = (n * 41.3) % 350 - 175, (n * 17.9) % 160 - 80
+    item["geometry"] = {
+        "type": "Polygon",
+        "coordinates": [[[x, y], [x + 1.5, y], [x + 1.5, y + 1.5], [x, y + 1.5], [x, y]]],
+    }
+    item["bbox"] = [x, y, x + 1.5, y + 1.5]
+    return item
+
+
+@pytest.fixture(scope="module")
+def compacted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """720 items in 24 batches (each spanning the globe), tagged ``before``; compacted, tagged ``after``."""
+    root = tmp_path_factory.mktemp("optimized") / "repo"
+    repository = Repository.create(root, Settings(optimize={"target_file_rows": 20}))
+    items = [_item(n) for n in range(720)]
+    for start in range(0, len(items), 30):
+        writer = repository.writer()
+        writer.add_items(items[start : start + 30])
+        writer.commit(f"batch {start // 30}")
+    repository.tag("before")
+    result = repository.optimize()
+    assert result.summary is not None and result.summary.files_after < result.summary.files_before
+    repository.tag("after")
+    return {"repository": repository, "items": items}
+
+
+class _Counting:
+    """A search engine whose data file reads are counted (distinct files per search)."""
+
+    def __init__(self, repository: Repository) -> None:
+        self.engine = SearchEngine(repository, cache_mb=0)
+        self.files: set[str] = set()
+        read = self.engine.columns.read
+
+        def counted(path: str, names: list[str] | None = None) -> Any:
+            self.files.add(path)
+            return read(path, names)
+
+        self.engine.columns.read = counted  # type: ignore[method-assign]
+
+    def all_pages(self, request: SearchRequest, ref: str) -> tuple[list[dict], int]:
+        """Every item of ``request`` at ``ref``, page after page, and the distinct files read for them."""
+        self.files = set()
+        found: list[dict] = []
+        snapshot_id = self.engine.resolve(ref)
+        while True:
+            page = self.engine.search(request, snapshot_id=snapshot_id)
+            found.extend(page.items)
+            if page.next_token is None:
+                return found, len(self.files)
+            request = dataclasses.replace(request, token=page.next_token)
+
+
+def _when(item: dict) -> datetime:
+    return parse_datetime(item["properties"]["datetime"])
+
+
+def _intersects(bounds: tuple[float, float, float, float]) -> Callable[[dict], bool]:
+    box = shapely.box(*bounds)
+    return lambda item: shapely.geometry.shape(item["geometry"]).intersects(box)
+
+
+AOI = (10.0, 5.0, 40.0, 35.0)
+QUERIES: list[tuple[str, SearchRequest, Callable[[dict], bool], Callable[[dict], Any] | None]] = [
+    ("aoi", SearchRequest(bbox=list(AOI), limit=7), _intersects(AOI), None),
+    (
+        "aoi + one month",
+        SearchRequest(bbox=list(AOI), datetime="2024-02-01T00:00:00Z/2024-02-29T23:59:59Z", limit=5),
+        lambda item: _intersects(AOI)(item) and _when(item).month == 2,
+        None,
+    ),
+    (
+        "aoi newest first",
+        SearchRequest(bbox=list(AOI), sortby="-datetime", limit=4),
+        _intersects(AOI),
+        lambda item: -_when(item).timestamp(),
+    ),
+    (
+        "newest 10 anywhere",
+        SearchRequest(sortby="-datetime", limit=10),
+        lambda item: True,
+        lambda item: -_when(item).timestamp(),
+    ),
+    (
+        "collection + cql2, sorted by cloud cover then id",
+        SearchRequest(
+            collections=["south"],
+            filter="eo:cloud_cover < 30 AND datetime >= TIMESTAMP('2024-02-10T00:00:00Z')",
+            filter_lang="cql2-text",
+            sortby="eo:cloud_cover,id",
+            limit=11,
+        ),
+        lambda item: (
+            item["collection"] == "south"
+            and item["properties"]["eo:cloud_cover"] < 30
+            and _when(item) >= parse_datetime("2024-02-10T00:00:00Z")
+        ),
+        lambda item: (item["properties"]["eo:cloud_cover"], item["id"]),
+    ),
+    (
+        "intersects a triangle, oldest first",
+        SearchRequest(
+            intersects={"type": "Polygon", "coordinates": [[[-100, -40], [-20, -40], [-60, 30], [-100, -40]]]},
+            sortby="datetime",
+            limit=9,
+        ),
+        lambda item: shapely.geometry.shape(item["geometry"]).intersects(
+            shapely.Polygon([(-100, -40), (-20, -40), (-60, 30)])
+        ),
+        lambda item: _when(item).timestamp(),
+    ),
+    (
+        "ids",
+        SearchRequest(ids=["i-0003", "i-0400", "i-0719", "nope"]),
+        lambda item: item["id"] in {"i-0003", "i-0400", "i-0719"},
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "request_", "matches", "order"), QUERIES, ids=[query[0] for query in QUERIES])
+def test_answers_equal_brute_force_before_and_after_optimize(
+    compacted: dict[str, Any],
+    name: str,
+    request_: SearchRequest,
+    matches: Callable[[dict], bool],
+    order: Callable[[dict], Any] | None,
+) -> None:
+    expected = [item for item in compacted["items"] if matches(item)]
+    assert expected, f"{name}: the query must match something"
+    counting = _Counting(compacted["repository"])
+    for ref in ("before", "after"):
+        found, _ = counting.all_pages(request_, ref)
+        if order is None:
+            assert sorted(item["id"] for item in found) == sorted(item["id"] for item in expected), (name, ref)
+        else:
+            assert [item["id"] for item in found] == [item["id"] for item in sorted(expected, key=order)], (name, ref)
+
+
+def _files(repository: Repository, ref: str) -> int:
+    return sum(1 for _ in repository.view(ref).table.scan().plan_files())
+
+
+def test_an_aoi_search_reads_fewer_files_after_optimize(compacted: dict[str, Any]) -> None:
+    repository = compacted["repository"]
+    counting = _Counting(repository)
+    request = SearchRequest(bbox=list(AOI), datetime="2024-02-01T00:00:00Z/2024-02-29T23:59:59Z", limit=100)
+    found_before, read_before = counting.all_pages(request, "before")
+    found_after, read_after = counting.all_pages(request, "after")
+    assert sorted(item["id"] for item in found_before) == sorted(item["id"] for item in found_after)
+    # Before: every batch wrote a file per month spanning the globe, so most February files are read.
+    assert read_before > _files(repository, "before") // 3 // 2
+    # After: the February files are stretches of the curve; only those over the AOI are read.
+    assert read_after < read_before / 3, (read_before, read_after, _files(repository, "after"))
+
+
+def test_a_newest_first_search_stops_reading_once_no_file_can_beat_its_page(compacted: dict[str, Any]) -> None:
+    repository = compacted["repository"]
+    counting = _Counting(repository)
+    counting.files = set()
+    page = counting.engine.search(SearchRequest(sortby="-datetime", limit=10), ref="after")
+    newest = sorted(compacted["items"], key=_when, reverse=True)[:10]
+    assert [item["id"] for item in page.items] == [item["id"] for item in newest]
+    assert page.next_token is not None
+    # Only March files can hold the newest items: January and February files are never opened.
+    assert 0 < len(counting.files) <= _files(repository, "after") // 3
+    assert all("datetime_month=2024-03" in path for path in counting.files)
+
+
+def test_sorted_paging_reads_further_only_as_pages_go_deeper(compacted: dict[str, Any]) -> None:
+    counting = _Counting(compacted["repository"])
+    request = SearchRequest(sortby="-datetime", limit=50)
+    first = counting.engine.search(request, ref="after")
+    first_files = set(counting.files)
+    deep = first
+    for _ in range(8):  # page 9 starts at row 400: the newest month has only 240 items
+        deep = counting.engine.search(dataclasses.replace(request, token=deep.next_token), ref="after")
+    assert len(counting.files) > len(first_files)
+    expected = sorted(compacted["items"], key=_when, reverse=True)[400:450]
+    assert [item["id"] for item in deep.items] == [item["id"] for item in expected]
+
+
+def test_rows_tied_with_the_page_edge_in_unread_files_are_still_read(tmp_path: Path) -> None:
+    """Equal datetimes across files: the tie-break (here by id) may pick rows from every one of them."""
+    repository = Repository.create(tmp_path / "repo", Settings())
+    for batch in range(4):
+        writer = repository.writer()
+        writer.add_items(
+            [make_item(f"t-{i:02d}", when="2024-05-05T05:05:05Z") for i in range(40) if i % 4 == batch]
+            + [make_item(f"old-{batch}-{i}", when="2024-05-01T00:00:00Z") for i in range(5)]
+        )
+        writer.commit(f"batch {batch}")
+    page = SearchEngine(repository).search(SearchRequest(sortby="-datetime,id", limit=6))
+    assert [item["id"] for item in page.items] == [f"t-{i:02d}" for i in range(6)]
