@@ -159,6 +159,8 @@ class FloeClient(BaseCoreClient):
             "links": links,
             "numberReturned": len(features),
         }
+        if page.number_matched is not None:
+            body["numberMatched"] = page.number_matched
         return _GeoJSON(body, headers={SNAPSHOT_HEADER: page.snapshot_id})
 
     @staticmethod

@@ -79,6 +79,8 @@ class SearchPage:
     items: list[dict[str, Any]]
     snapshot_id: str
     next_token: str | None = None
+    number_matched: int | None = None
+    """How many items match in all, when the table's metadata says so without reading rows (else None)."""
 
 
 # The token's wire keys: one letter each, to keep next links short. Tokens issued before keep working only while

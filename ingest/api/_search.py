@@ -286,9 +286,32 @@ class SearchEngine:
                 raise InvalidSearch("this token points past the end of its snapshot: start again without a token")
         if plan.sortby:
             offset = (token.offset or 0) if token else 0
-            return self._sorted_page(state, plan, offset)
-        position = (token.file_index, token.row) if token else (0, 0)
-        return self._page(state, plan, position)
+            page = self._sorted_page(state, plan, offset)
+        else:
+            position = (token.file_index, token.row) if token else (0, 0)
+            page = self._page(state, plan, position)
+        page.number_matched = self.number_matched(state, plan)
+        return page
+
+    def number_matched(self, state: SnapshotState, plan: SearchPlan) -> int | None:
+        """How many items match, when the data files' metadata decides it for every file; None otherwise.
+
+        Exact, and free of reads, when each file that may match is known to
+        match in every row from its partition and column bounds (no filter, a
+        collection, a time window that files fall inside). A geometry, a filter
+        cql2 must evaluate, or a file only partly inside would need rows: then
+        the count is left out (OGC API Features makes it optional) rather than
+        paid for on every page.
+        """
+        if plan.geometries or plan.residual is not None:
+            return None
+        tests = row_tests(plan, state.schema, state.arrow_schema)
+        total = 0
+        for _, data_file, test in self._candidates(state, plan, tests):
+            if test.needs_rows_test and not (test.all_rows_match is not None and test.all_rows_match(data_file)):
+                return None
+            total += data_file.record_count
+        return total
 
     def _page(self, state: SnapshotState, plan: SearchPlan, position: tuple[int, int]) -> SearchPage:
         """The next page of an unsorted search, in file order from ``position`` (a file index and a row)."""

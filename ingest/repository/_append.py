@@ -86,7 +86,13 @@ def _write_added_manifest(
 
 
 class ManifestCache:
-    """Live entries of manifests by path: manifests never change once written, so one read serves every attempt."""
+    """Live entries of manifests by path: manifests never change once written, so one read serves every attempt.
+
+    One cache serves every writer of a repository object (``Repository.manifests``): the next batch's
+    commit reads only the manifests written since the last one, not the whole table's file list again.
+    Each :meth:`live_files` keeps only the manifests of the version it listed, so memory follows the
+    table's current size, not its history.
+    """
 
     def __init__(self, io: FileIO) -> None:
         self.io = io
@@ -104,11 +110,13 @@ class ManifestCache:
         snapshot = metadata.current_snapshot()
         if snapshot is None:
             return {}
-        return {
-            entry.data_file.file_path: entry.data_file
-            for manifest in snapshot.manifests(self.io)
-            for entry in self.entries(manifest)
+        manifests = snapshot.manifests(self.io)
+        live = {
+            entry.data_file.file_path: entry.data_file for manifest in manifests for entry in self.entries(manifest)
         }
+        current = {manifest.manifest_path for manifest in manifests}
+        self._entries = {path: entries for path, entries in self._entries.items() if path in current}
+        return live
 
 
 def _tier(manifest: ManifestFile, fan_in: int) -> int:

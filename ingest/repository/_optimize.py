@@ -341,7 +341,7 @@ def optimize(
     """Compact the partitions of ``branch`` that ``policy`` selects, in one commit next to any running writers."""
     session = repository.icechunk.writable_session(branch)
     base = Base.at(repository, session.snapshot_id)
-    manifests = ManifestCache(repository.io)
+    manifests = repository.manifests
     selections = select(manifests.live_files(base.table().metadata), policy)
     if dry_run or not selections:
         return OptimizeResult(branch, selections, None, dry_run=dry_run)

@@ -30,6 +30,7 @@ from ingest.errors import (
     RepositoryMoved,
     RepositoryNotFound,
 )
+from ingest.repository._append import ManifestCache
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import (
     AppliedChange,
@@ -126,6 +127,7 @@ class Repository:
         self.icechunk = repo
         self.io = location.file_io()
         self.catalog = PointerCatalog(self.io, snapshot_log=settings.commit.snapshot_log)
+        self._manifests: ManifestCache | None = None
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
@@ -187,6 +189,13 @@ class Repository:
                 return cls.open(root, settings)
 
     # -- where the table lives --------------------------------------------------------------------
+    @property
+    def manifests(self) -> ManifestCache:
+        """The table manifests read so far, shared by the writers of this object (manifests never change)."""
+        if self._manifests is None:
+            self._manifests = ManifestCache(self.io)
+        return self._manifests
+
     @property
     def table_location(self) -> str:
         """Where this root's items table lives: what its metadata records as ``location``."""

@@ -18,7 +18,6 @@ import icechunk
 import zarr
 
 from ingest.errors import CommitConflict, InvalidItem, RefNotFound, WriterClosed
-from ingest.repository._append import ManifestCache
 from ingest.repository._commit import commit_change, rebase
 from ingest.repository._groups import group_exists
 from ingest.repository._plan import ItemsPlan
@@ -67,7 +66,7 @@ class Writer:
         self._sources: dict[tuple[str, str], str | None] = {}
         self._closed = False
         self._replace: set[tuple[str, str]] = set()
-        self._manifests = ManifestCache(repository.io)
+        self._manifests = repository.manifests
         self._located: Located | None = None
 
     # -- staging ----------------------------------------------------------------------------

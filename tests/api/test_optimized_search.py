@@ -229,3 +229,42 @@ def test_rows_tied_with_the_page_edge_in_unread_files_are_still_read(tmp_path: P
         writer.commit(f"batch {batch}")
     page = SearchEngine(repository).search(SearchRequest(sortby="-datetime,id", limit=6))
     assert [item["id"] for item in page.items] == [f"t-{i:02d}" for i in range(6)]
+
+
+@pytest.mark.parametrize(
+    ("request_", "matches"),
+    [
+        (SearchRequest(limit=3), lambda item: True),
+        (SearchRequest(collections=["north"], limit=3), lambda item: item["collection"] == "north"),
+        (
+            SearchRequest(datetime="2024-02-01T00:00:00Z/2024-03-31T23:59:59Z", sortby="-datetime", limit=3),
+            lambda item: _when(item).month in {2, 3},
+        ),
+    ],
+    ids=["everything", "one collection", "two whole months"],
+)
+def test_number_matched_comes_from_metadata_when_files_decide_it(
+    compacted: dict[str, Any], request_: SearchRequest, matches: Callable[[dict], bool]
+) -> None:
+    counting = _Counting(compacted["repository"])
+    for ref in ("before", "after"):
+        counting.files = set()
+        page = counting.engine.search(request_, ref=ref)
+        assert page.number_matched == sum(1 for item in compacted["items"] if matches(item))
+        assert len(page.items) == 3
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        SearchRequest(bbox=list(AOI)),
+        SearchRequest(datetime="2024-02-10T00:00:00Z/2024-02-20T00:00:00Z"),
+        SearchRequest(filter="eo:cloud_cover < 30", filter_lang="cql2-text"),
+    ],
+    ids=["bbox", "part of a month", "a property filter"],
+)
+def test_number_matched_is_left_out_when_rows_would_decide_it(
+    compacted: dict[str, Any], request_: SearchRequest
+) -> None:
+    page = SearchEngine(compacted["repository"]).search(request_, ref="after")
+    assert page.items and page.number_matched is None

@@ -345,3 +345,14 @@ def test_a_limit_above_the_maximum_returns_the_maximum_by_default(world: dict) -
     # OGC API Features: a larger limit "SHALL NOT result in an error"; the server's maximum (10,000) applies.
     page = json.load(urllib.request.urlopen(world["server"].url + "/search?limit=20000"))
     assert len(page["features"]) == len({item["id"] for item in world["repository"].view("main").items()})
+
+
+def test_number_matched_reaches_pystac_client_when_metadata_decides_it(world: dict) -> None:
+    client = Client.open(world["server"].url + "/")
+    items = world["items"]
+    assert client.search(collections=["beta"], limit=5).matched() == sum(
+        1 for item in items if item["collection"] == "beta"
+    )
+    assert client.search(limit=5, method="GET").matched() == len(items)
+    with pytest.warns(UserWarning, match="numberMatched"):  # pystac-client says so when a server leaves it out
+        assert client.search(bbox=[-60.0, -30.0, 40.0, 50.0], limit=5).matched() is None
