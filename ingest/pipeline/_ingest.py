@@ -45,22 +45,31 @@ def ingest_items(
         default_collection=default_collection,
         chunk=min(VALIDATION_CHUNK, batch_size),
     )
-    # Reading and validating allocate millions of small acyclic objects; Python's cyclic collector would walk
-    # the whole pending batch again and again. Pause it while a batch fills, and collect once per batch.
     compactor = AutoCompactor(repository, branch, report)
-    with paused_collection():
-        for number, batch in enumerate(batched(granules, batch_size), start=1):
-            outcome = commit_batch(repository, branch, batch, f"{message} (batch {number})")
-            record(report, outcome)
-            compactor.after(outcome)
-            if outcome.commit is not None:
-                result = outcome.commit
-                log.info(
-                    "committed %d items as %s (%d attempts)", result.rows_added, result.snapshot_id, result.attempts
-                )
-            if progress:
-                progress(report)
-            gc.collect()
+    # Reading and validating allocate millions of small acyclic objects; Python's cyclic collector would walk
+    # the whole pending batch again and again. Pause it while a batch fills, and collect once per batch. What
+    # is alive before the run (modules, the repository, its caches) outlives it: frozen, it is left out of those
+    # collections, which then walk only what the batches made (a walk of everything cost ~0.25 s a batch).
+    gc.freeze()
+    try:
+        with paused_collection():
+            for number, batch in enumerate(batched(granules, batch_size), start=1):
+                outcome = commit_batch(repository, branch, batch, f"{message} (batch {number})")
+                record(report, outcome)
+                compactor.after(outcome)
+                if outcome.commit is not None:
+                    result = outcome.commit
+                    log.info(
+                        "committed %d items as %s (%d attempts)",
+                        result.rows_added,
+                        result.snapshot_id,
+                        result.attempts,
+                    )
+                if progress:
+                    progress(report)
+                gc.collect()
+    finally:
+        gc.unfreeze()
     compactor.finish()
     if progress:
         progress(report)
