@@ -47,6 +47,7 @@ from pyiceberg.table.update import (
 )
 
 from ingest._compat import transaction_updates
+from ingest.repository._keys import KeyIndex
 
 MIN_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
 TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
@@ -97,6 +98,8 @@ class ManifestCache:
     def __init__(self, io: FileIO) -> None:
         self.io = io
         self._entries: dict[str, list[ManifestEntry]] = {}
+        self.keys = KeyIndex(io)
+        """Which (collection, id) keys each live data file holds, read once per file."""
 
     def entries(self, manifest: ManifestFile) -> list[ManifestEntry]:
         cached = self._entries.get(manifest.manifest_path)
@@ -116,6 +119,7 @@ class ManifestCache:
         }
         current = {manifest.manifest_path for manifest in manifests}
         self._entries = {path: entries for path, entries in self._entries.items() if path in current}
+        self.keys.retain(live)
         return live
 
 

@@ -56,13 +56,17 @@ def candidate_files(cache: ManifestCache, metadata: TableMetadata, keys: Iterabl
     return candidates
 
 
-def locate(io: FileIO, files: Iterable[DataFile], keys: set[Key]) -> dict[str, tuple[DataFile, set[Key]]]:
-    """Path -> (file, the keys it holds) for the files that hold any of ``keys``."""
+def locate(cache: ManifestCache, files: Iterable[DataFile], keys: set[Key]) -> dict[str, tuple[DataFile, set[Key]]]:
+    """Path -> (file, the keys it holds) for the files that hold any of ``keys``.
+
+    The repository's key index rules out, in memory, the files that hold none
+    of them; only the rest are read, to confirm which keys they hold.
+    """
     collections = {collection for collection, _ in keys}
+    io = cache.io
     found: dict[str, tuple[DataFile, set[Key]]] = {}
-    for data_file in files:
-        if data_file.partition[0] not in collections:
-            continue
+    files = [data_file for data_file in files if data_file.partition[0] in collections]
+    for data_file in cache.keys.holding(files, keys):
         with io.new_input(data_file.file_path).open() as stream:
             columns = pq.read_table(stream, columns=["collection", "id"])
         held = set(zip(columns.column("collection").to_pylist(), columns.column("id").to_pylist(), strict=True))
@@ -130,7 +134,7 @@ class Located:
 def find(cache: ManifestCache, table: Table, keys: Iterable[Key]) -> Located:
     """Search ``table`` for ``keys``: prune by partition and id bounds, then read only the collection and id columns."""
     keys = frozenset(keys)
-    found = locate(cache.io, candidate_files(cache, table.metadata, keys), set(keys)) if keys else {}
+    found = locate(cache, candidate_files(cache, table.metadata, keys), set(keys)) if keys else {}
     return Located(table.metadata_location, keys, found)
 
 
@@ -166,7 +170,7 @@ class ReplacementPlan:
                 del self.rewrites[path]
                 del self._found[path]
             candidates = [data_file for path, data_file in live.items() if path not in self._live]
-        found.update(locate(io, candidates, self.keys))
+        found.update(locate(cache, candidates, self.keys))
         for path, (data_file, hits) in found.items():
             self.rewrites[path] = rewrite_without(io, table.location(), data_file, hits)
             self._found[path] = len(hits)

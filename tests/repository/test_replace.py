@@ -90,3 +90,30 @@ def test_replacement_across_partitions_moves_the_row(seeded):
     assert versions(seeded) == {"x": [3], "y": [0], "z": [0]}
     june = list(seeded.view().items("datetime < '2020-01-01T00:00:00+00:00'"))
     assert [item["id"] for item in june] == ["x"]
+
+
+def test_lookups_read_only_the_files_that_hold_a_key_once_their_keys_are_known(repo, monkeypatch):
+    """Tile-first ids: every file's id range spans every id, so bounds prune nothing; the key index does."""
+    for batch in range(8):
+        writer = repo.writer()
+        writer.add_items([make_item(f"T{tile:02d}-{batch}", "c", version=0) for tile in range(20)])
+        writer.commit(f"batch {batch}")
+    opened: list[str] = []
+    new_input = repo.io.new_input
+
+    def counted(location: str):
+        if location.endswith(".parquet"):
+            opened.append(location)
+        return new_input(location)
+
+    monkeypatch.setattr(repo.io, "new_input", counted)
+    repo.writer().stored_items([("c", "T05-new")])
+    assert len(opened) == 8  # the first lookup of this repository object reads every candidate's keys once
+
+    opened.clear()
+    assert repo.writer().stored_items([("c", f"T{tile:02d}-new") for tile in range(20)]) == {}
+    assert opened == []  # none of these keys is stored: nothing is read
+    stored = repo.writer().stored_items([("c", "T07-3"), ("c", "T09-new")])
+    assert list(stored) == [("c", "T07-3")]
+    assert len(opened) == 2  # the one file holding T07-3: its keys to confirm, then its row
+    assert len(set(opened)) == 1
