@@ -80,7 +80,10 @@ class Settings(BaseSettings):
 
     root: str = "./floe-data"
     branch: str = "main"
-    batch_size: int = Field(default=1000, ge=1)
+    # Items per commit of `floe ingest` (one data file per collection and month each) ...
+    batch_size: int = Field(default=5000, ge=1)
+    # ... or fewer, once the local rasters a batch copies reach this many MB.
+    batch_raster_mb: int = Field(default=512, ge=1)
     s3: S3Settings = Field(default_factory=S3Settings)
     commit: CommitSettings = Field(default_factory=CommitSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)

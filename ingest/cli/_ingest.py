@@ -105,7 +105,13 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     ],
     branch: Annotated[str | None, typer.Option("--branch", "-b", help="Branch to commit to (default: main).")] = None,
     batch_size: Annotated[
-        int | None, typer.Option("--batch-size", "-n", min=1, help="Items per commit (default: 1000).")
+        int | None,
+        typer.Option(
+            "--batch-size",
+            "-n",
+            min=1,
+            help="Items per commit (default: batch_size, 5000), fewer once a batch's rasters reach batch_raster_mb.",
+        ),
     ] = None,
     message: Annotated[str | None, typer.Option("--message", "-m", help="Commit message.")] = None,
     collection: Annotated[

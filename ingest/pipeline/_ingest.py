@@ -35,6 +35,7 @@ def ingest_items(
     """
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
+    raster_bytes = repository.settings.batch_raster_mb << 20
     message = message or "floe ingest"
     report = IngestReport()
     granules = granule_stream(
@@ -53,7 +54,7 @@ def ingest_items(
     gc.freeze()
     try:
         with paused_collection():
-            for number, batch in enumerate(batched(granules, batch_size), start=1):
+            for number, batch in enumerate(batched(granules, batch_size, raster_bytes), start=1):
                 outcome = commit_batch(repository, branch, batch, f"{message} (batch {number})")
                 record(report, outcome)
                 compactor.after(outcome)

@@ -115,6 +115,7 @@ def ingest_with_ray(
     """
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
+    raster_bytes = repository.settings.batch_raster_mb << 20
     message = message or "floe ingest"
     report = IngestReport()
     sources = list(sources)
@@ -133,7 +134,7 @@ def ingest_with_ray(
         chunk=min(VALIDATION_CHUNK, batch_size),
     )
     try:
-        for number, batch in enumerate(batched(granules, batch_size), start=1):
+        for number, batch in enumerate(batched(granules, batch_size, raster_bytes), start=1):
             # A collection's group is created in a commit of its own before writers stage arrays under it.
             collections = {granule.item["collection"] for granule in batch} - known_collections
             if collections:

@@ -24,6 +24,7 @@ input order.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -74,16 +75,33 @@ def granule_stream(
     yield from _granules(pending, report, seen, default_collection, assets)
 
 
-def batched(granules: Iterable[Granule], size: int) -> Iterator[list[Granule]]:
-    """The granules in lists of ``size`` (the last one shorter)."""
+def batched(granules: Iterable[Granule], size: int, raster_bytes: int | None = None) -> Iterator[list[Granule]]:
+    """The granules in batches of ``size``, or fewer once their local rasters reach ``raster_bytes`` in all.
+
+    A batch is one commit: items alone are cheap, so thousands make a data
+    file of a useful size; a granule whose rasters are copied carries megabytes,
+    so a batch of them closes by bytes, keeping a commit's work (and what a
+    crash takes back) bounded either way.
+    """
     batch: list[Granule] = []
+    held = 0
     for granule in granules:
         batch.append(granule)
-        if len(batch) >= size:
+        if raster_bytes is not None:
+            held += sum(_size(path) for path in granule.rasters.values())
+        if len(batch) >= size or (raster_bytes is not None and held >= raster_bytes):
             yield batch
             batch = []
+            held = 0
     if batch:
         yield batch
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0  # unreadable: the batch reports it, by name, when it reads the raster
 
 
 def _store_collection(repository: Repository, sourced: SourcedItem, report: IngestReport, branch: str) -> None:
