@@ -72,7 +72,10 @@ def start_ray(workers: int, address: str | None = None) -> bool:
         _node_ip_address="127.0.0.1",
         # The workers Ray starts with the cluster import floe right away, alongside the rest of the start-up and
         # the driver reading its sources; an actor placed on one once it has is ready in ~0.2 s, not ~2-3 s.
-        _system_config={"preload_python_modules": list(WORKER_PRELOAD)},
+        # Ray starts workers at nice 15 (worker_niceness): next to anything else running, the actors, which do
+        # all of an ingest's work, then got a sliver of the CPU (a 5,000-item batch: 0.6 s in the driver's
+        # process, 16-55 s in an actor beside two busy processes). The driver waits on them: same priority.
+        _system_config={"preload_python_modules": list(WORKER_PRELOAD), "worker_niceness": 0},
     )
     return True
 
