@@ -149,3 +149,26 @@ def test_virtual_ingest_from_the_cli(floe, tmp_path):
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     assert lines and {line["outcome"] for line in lines} == {"copied"}
     assert all(line["id"].startswith("sample-optical") for line in lines)
+
+
+def test_optimize_dry_run_then_compact_then_nothing_to_do(floe, tmp_path):
+    source = tmp_path / "items.ndjson"
+    source.write_text("".join(json.dumps(make_item(f"o-{i}", "c")) + "\n" for i in range(40)))
+    assert floe("ingest", str(source), "--workers", "0", "--batch-size", "10").exit_code == 0
+    exported = tmp_path / "before.ndjson"
+    assert floe("export", str(exported)).exit_code == 0
+
+    planned = floe("optimize", "--dry-run")
+    assert planned.exit_code == 0, planned.output
+    assert "c\t2024-01\t4 files\t40 rows" in planned.output
+    assert "would compact 1 partition(s), 4 file(s), 40 rows" in planned.output
+
+    done = floe("optimize")
+    assert done.exit_code == 0, done.output
+    assert "compacted 1 partition(s), 40 rows: 4 file(s)" in done.output and "-> 1 file(s)" in done.output
+    after = tmp_path / "after.ndjson"
+    assert floe("export", str(after)).exit_code == 0
+    assert sorted(after.read_text().splitlines()) == sorted(exported.read_text().splitlines())
+    assert "nothing to compact" in floe("optimize").output
+    assert floe("check", "--all", "--deep").exit_code == 0
+    assert "optimize" in floe("log", "--limit", "1").output

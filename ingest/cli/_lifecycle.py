@@ -45,9 +45,10 @@ def check(
 
 
 def _human_bytes(count: int) -> str:
+    """Bytes in binary units, named as such (1 KiB = 1,024 B)."""
     size = float(count)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size} B"  # pragma: no cover
