@@ -177,14 +177,25 @@ class SearchEngine:
             self._overflow[path] = keys
         return keys
 
+    def _row_tests(self, state: SnapshotState, plan: SearchPlan) -> RowTests:
+        """The plan's row tests, compiled once per search at a snapshot (the next page reuses them)."""
+        if not plan.fingerprint:
+            return row_tests(plan, state.schema, state.arrow_schema)
+        compiled: RowTests = state.compiled_for(
+            plan.fingerprint, lambda: row_tests(plan, state.schema, state.arrow_schema)
+        )
+        return compiled
+
     def _candidates(
         self, state: SnapshotState, plan: SearchPlan, tests: RowTests, start: int = 0
     ) -> Iterator[tuple[int, DataFile, RowTest]]:
         """The data files from index ``start`` on that may hold matches, each with the test its rows need."""
         without_filter = tests.without_filter
+        # Files whose bboxes cannot reach the search area go first, all at once (pyiceberg tests one at a time).
+        reach = state.file_bounds().may_reach(plan.geometries) if plan.geometries else None
         for index in range(start, len(state.files)):
             data_file = state.files[index]
-            if data_file.record_count == 0:
+            if data_file.record_count == 0 or (reach is not None and not reach[index]):
                 continue
             # The filter-free test prunes a superset: files it rules out are out either way, unread.
             if without_filter.may_match is not None and not without_filter.may_match(data_file):
@@ -305,7 +316,7 @@ class SearchEngine:
         """
         if plan.geometries or plan.residual is not None:
             return None
-        tests = row_tests(plan, state.schema, state.arrow_schema)
+        tests = self._row_tests(state, plan)
         total = 0
         for _, data_file, test in self._candidates(state, plan, tests):
             if test.needs_rows_test and not (test.all_rows_match is not None and test.all_rows_match(data_file)):
@@ -315,7 +326,7 @@ class SearchEngine:
 
     def _page(self, state: SnapshotState, plan: SearchPlan, position: tuple[int, int]) -> SearchPage:
         """The next page of an unsorted search, in file order from ``position`` (a file index and a row)."""
-        tests = row_tests(plan, state.schema, state.arrow_schema)
+        tests = self._row_tests(state, plan)
         found: list[dict[str, Any]] = []
         start_file, start_row = position
         for index, data_file, test in self._candidates(state, plan, tests, start_file):
@@ -402,7 +413,7 @@ class SearchEngine:
         keys (None: no match) and whether files were left unread.
         """
         columns = [key.column for key in plan.sortby]
-        tests = row_tests(plan, state.schema, state.arrow_schema)
+        tests = self._row_tests(state, plan)
         first = plan.sortby[0]
         candidates = list(self._candidates(state, plan, tests))
         bounds = _FileBounds(state, first.column, first.descending)

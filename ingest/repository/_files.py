@@ -10,6 +10,7 @@ another writer added in the meantime makes a file be written again.
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections.abc import Iterable, Mapping
@@ -21,6 +22,7 @@ from urllib.parse import quote
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.conversions import to_bytes
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
@@ -32,6 +34,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
+from pyiceberg.types import DoubleType
 
 from ingest._compat import geoparquet_metadata
 from ingest._faults import fault_point
@@ -287,6 +290,8 @@ def to_data_file(staged: StagedFile, metadata: TableMetadata) -> DataFile:
         stats_columns=compute_statistics_plan(schema, metadata.properties),
         parquet_column_mapping=parquet_path_to_id_mapping(schema),
     )
+    serialized = statistics.to_serialized_dict()
+    add_nested_bounds(serialized, staged.parquet_metadata, schema)
     return DataFile.from_args(
         content=DataFileContent.DATA,
         file_path=staged.path,
@@ -297,5 +302,48 @@ def to_data_file(staged: StagedFile, metadata: TableMetadata) -> DataFile:
         spec_id=metadata.default_spec_id,
         equality_ids=None,
         key_metadata=None,
-        **statistics.to_serialized_dict(),
+        **serialized,
     )
+
+
+NESTED_BOUNDS = ("bbox.xmin", "bbox.ymin", "bbox.xmax", "bbox.ymax")
+"""Nested columns whose bounds every data file records: what pruning by area reads."""
+
+
+def add_nested_bounds(serialized: dict[str, Any], parquet_metadata: pq.FileMetaData, schema: Schema) -> None:
+    """Record the lower and upper bounds of the ``bbox`` fields, from the Parquet footer's statistics.
+
+    pyiceberg records only counts for a field inside a struct, whatever the
+    table's metrics properties say (``compute_statistics_plan`` in
+    ``pyiceberg/io/pyarrow.py`` turns ``full`` into ``counts`` for nested
+    columns), so without this no file has bbox bounds and no search area
+    rules a file out. A row group without statistics leaves the field
+    unbounded (no bound is recorded), which is always safe.
+    """
+    positions: dict[str, int] = {}
+    row_groups = [parquet_metadata.row_group(index) for index in range(parquet_metadata.num_row_groups)]
+    if not row_groups:
+        return
+    for index in range(row_groups[0].num_columns):
+        positions[row_groups[0].column(index).path_in_schema] = index
+    for name in NESTED_BOUNDS:
+        position = positions.get(name)
+        try:
+            field = schema.find_field(name)
+        except ValueError:
+            continue
+        if position is None or not isinstance(field.field_type, DoubleType):
+            continue
+        lows, highs = [], []
+        for row_group in row_groups:
+            statistics = row_group.column(position).statistics
+            if statistics is None or not statistics.has_min_max:
+                if row_group.num_rows and (statistics is None or statistics.null_count != row_group.num_rows):
+                    break  # rows without statistics: this field stays unbounded
+                continue  # only nulls here: nothing to bound
+            lows.append(float(statistics.min))
+            highs.append(float(statistics.max))
+        else:
+            if lows and not any(math.isnan(value) for value in (*lows, *highs)):
+                serialized["lower_bounds"][field.field_id] = to_bytes(DoubleType(), min(lows))
+                serialized["upper_bounds"][field.field_id] = to_bytes(DoubleType(), max(highs))

@@ -348,7 +348,7 @@ def test_a_limit_above_the_maximum_returns_the_maximum_by_default(world: dict) -
 
 
 def test_number_matched_reaches_pystac_client_when_metadata_decides_it(world: dict) -> None:
-    client = Client.open(world["server"].url + "/")
+    client = Client.open(world["server"].url + "/refs/v1/")  # the branch moves in other tests; the tag does not
     items = world["items"]
     assert client.search(collections=["beta"], limit=5).matched() == sum(
         1 for item in items if item["collection"] == "beta"

@@ -256,3 +256,24 @@ def test_dry_run_and_collection_filter_write_nothing(tmp_path: Path) -> None:
     assert planned.dry_run and planned.files_before == 3 and planned.snapshot_id is None
     assert repository.optimize(collections=["other"]).summary is None
     assert repository.resolve("main") == tip
+
+
+def test_every_data_file_records_its_bbox_bounds(tmp_path: Path) -> None:
+    """pyiceberg records only counts for fields inside a struct; floe adds the bbox bounds area pruning needs."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import DoubleType
+
+    repository = Repository.create(tmp_path / "repo", Settings(optimize={"target_file_rows": 7}))
+    _commit_batches(repository, batches=2, per_batch=10)
+    repository.optimize()  # compacted files too
+    schema = repository.view().table.schema()
+    files = _live_files(repository)
+    assert len(files) == 3
+    for data_file in files.values():
+        with repository.io.new_input(data_file.file_path).open() as stream:
+            bbox = pq.read_table(stream, columns=["bbox"]).column("bbox").combine_chunks()
+        for name in ("xmin", "ymin", "xmax", "ymax"):
+            field_id = schema.find_field(f"bbox.{name}").field_id
+            values = bbox.field(name).to_pylist()
+            assert from_bytes(DoubleType(), data_file.lower_bounds[field_id]) == min(values)
+            assert from_bytes(DoubleType(), data_file.upper_bounds[field_id]) == max(values)
