@@ -53,6 +53,14 @@ def make_item(item_id: str, collection: str = "c", *, when: str = "2024-01-05T00
     }
 
 
+def with_square(item: dict, x: float, y: float, size: float) -> dict:
+    """``item`` with a ``size``-degree square footprint whose south-west corner is (x, y), and its bbox."""
+    ring = [[x, y], [x + size, y], [x + size, y + size], [x, y + size], [x, y]]
+    item["geometry"] = {"type": "Polygon", "coordinates": [ring]}
+    item["bbox"] = [x, y, x + size, y + size]
+    return item
+
+
 def group_exists(store, path: str) -> bool:
     """Whether a Zarr group exists at ``path`` of ``store``."""
     try:

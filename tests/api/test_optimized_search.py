@@ -21,7 +21,7 @@ from ingest import Repository, Settings
 from ingest.api import SearchEngine
 from ingest.api._request import SearchRequest
 from ingest.stac._validate import parse_datetime
-from tests.conftest import make_item
+from tests.conftest import make_item, with_square
 
 COLLECTIONS = ("north", "south")
 
@@ -35,13 +35,7 @@ def _item(n: int) -> dict:
         when=f"2024-{month:02d}-{1 + (n * 7) % 28:02d}T{(n * 5) % 24:02d}:{n % 60:02d}:{(n // 60) % 60:02d}Z",
         **{"eo:cloud_cover": float((n * 37) % 100)},
     )
-    x, y = (n * 41.3) % 350 - 175, (n * 17.9) % 160 - 80
-    item["geometry"] = {
-        "type": "Polygon",
-        "coordinates": [[[x, y], [x + 1.5, y], [x + 1.5, y + 1.5], [x, y + 1.5], [x, y]]],
-    }
-    item["bbox"] = [x, y, x + 1.5, y + 1.5]
-    return item
+    return with_square(item, (n * 41.3) % 350 - 175, (n * 17.9) % 160 - 80, 1.5)
 
 
 @pytest.fixture(scope="module")

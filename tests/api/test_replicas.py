@@ -25,7 +25,7 @@ from pystac_client import Client
 
 from ingest import Repository, Settings
 from tests.api._servers import FloeServer
-from tests.conftest import MotoServer, make_item
+from tests.conftest import MotoServer, make_item, with_square
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 
@@ -47,13 +47,7 @@ def _generated(start: int, count: int, *, prefix: str = "g", year: int = 2024) -
             when=f"{year}-{1 + i % 4:02d}-{1 + (i * 7) % 28:02d}T{i % 24:02d}:{i % 60:02d}:00Z",
             **{"eo:cloud_cover": float((i * 37) % 100), "platform": f"sat-{i % 4}"},
         )
-        x, y = (i * 7.3) % 340 - 170, (i * 3.1) % 160 - 80
-        item["geometry"] = {
-            "type": "Polygon",
-            "coordinates": [[[x, y], [x + 2, y], [x + 2, y + 2], [x, y + 2], [x, y]]],
-        }
-        item["bbox"] = [x, y, x + 2, y + 2]
-        items.append(item)
+        items.append(with_square(item, (i * 7.3) % 340 - 170, (i * 3.1) % 160 - 80, 2))
     return items
 
 

@@ -18,7 +18,7 @@ from pystac_client import Client
 from ingest import Repository, Settings
 from ingest.stac._validate import parse_datetime
 from tests.api._servers import FloeServer
-from tests.conftest import load_real_items, make_item
+from tests.conftest import load_real_items, make_item, with_square
 
 COLLECTIONS = ("alpha", "beta", "gamma")
 
@@ -32,13 +32,7 @@ def _generated() -> list[dict]:
             when=f"2024-{1 + i % 12:02d}-{1 + i % 27:02d}T{i % 24:02d}:00:00Z",
             **{"eo:cloud_cover": float((i * 37) % 100), "platform": f"sat-{i % 4}"},
         )
-        x, y = (i * 7.3) % 340 - 170, (i * 3.1) % 160 - 80
-        item["geometry"] = {
-            "type": "Polygon",
-            "coordinates": [[[x, y], [x + 2, y], [x + 2, y + 2], [x, y + 2], [x, y]]],
-        }
-        item["bbox"] = [x, y, x + 2, y + 2]
-        items.append(item)
+        items.append(with_square(item, (i * 7.3) % 340 - 170, (i * 3.1) % 160 - 80, 2))
     return items
 
 

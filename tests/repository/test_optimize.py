@@ -27,17 +27,14 @@ from ingest.repository._files import run_of
 from ingest.repository._optimize import CompactionPolicy, select
 from ingest.stac._rows import hilbert_index
 from tests import invariants
-from tests.conftest import make_item
+from tests.conftest import make_item, with_square
 from tests.lifecycle._helpers import exports
 
 
 def _spread_item(item_id: str, n: int, *, when: str = "2024-01-05T00:00:00Z", **properties: object) -> dict:
     """An item whose 1-degree footprint lies somewhere on the globe, a pure function of ``n``."""
     item = make_item(item_id, "c", when=when, **properties)
-    x, y = (n * 37.7) % 350 - 175, (n * 23.3) % 160 - 80
-    item["geometry"] = {"type": "Polygon", "coordinates": [[[x, y], [x + 1, y], [x + 1, y + 1], [x, y + 1], [x, y]]]}
-    item["bbox"] = [x, y, x + 1, y + 1]
-    return item
+    return with_square(item, (n * 37.7) % 350 - 175, (n * 23.3) % 160 - 80, 1)
 
 
 def _commit_batches(repository: Repository, batches: int, per_batch: int, prefix: str = "b") -> dict[str, dict]:
