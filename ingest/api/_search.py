@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import cql2
@@ -29,21 +28,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import shapely
-from pyiceberg.conversions import from_bytes
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
-from pyiceberg.types import (
-    DoubleType,
-    FloatType,
-    IntegerType,
-    LongType,
-    StringType,
-    TimestampType,
-    TimestamptzType,
-)
 
 from ingest.api._cache import DEFAULT_CACHE_MB, ROW_NUMBER, ColumnCache, SnapshotCache, SnapshotState
 from ingest.api._collections import collection_documents, extents, queryables
+from ingest.api._order import SortBounds, kth_best
 from ingest.api._plan import RowTest, RowTests, SearchPlan, plan_search, row_tests
 from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
@@ -416,12 +406,12 @@ class SearchEngine:
         tests = self._row_tests(state, plan)
         first = plan.sortby[0]
         candidates = list(self._candidates(state, plan, tests))
-        bounds = _FileBounds(state, first.column, first.descending)
+        bounds = SortBounds(state.schema, first.column, first.descending)
         candidates.sort(key=lambda candidate: bounds.rank(candidate[1]))
         keys: list[pa.Table] = []
         held = 0
         for index, data_file, test in candidates:
-            if held >= need and bounds.cannot_improve(data_file, _kth_best(keys, need, first.descending)):
+            if held >= need and bounds.cannot_improve(data_file, kth_best(keys, need, first.descending)):
                 return pa.concat_tables(keys, promote_options="permissive"), True
             path = data_file.file_path
             matched = self._matching_rows(state, test, path, columns)
@@ -469,73 +459,6 @@ class SearchEngine:
             if page.next_token is None:
                 return
             request = dataclasses.replace(request, token=page.next_token)
-
-
-class _FileBounds:
-    """A data file's bounds on one sort column (from the table's column metrics), as values rows compare with."""
-
-    def __init__(self, state: SnapshotState, column: str, descending: bool) -> None:
-        self.descending = descending
-        found = state.schema.find_field(column) if column in state.schema.column_names else None
-        field_type = found.field_type if found is not None else None
-        self.field_id = found.field_id if found is not None else None
-        self.field_type = field_type if isinstance(field_type, _BOUNDED_TYPES) else None
-
-    def best(self, data_file: DataFile) -> Any | None:
-        """The best value (the largest when descending) any row of the file can have; None when unknown."""
-        if self.field_type is None or self.field_id is None:
-            return None
-        recorded = (data_file.upper_bounds if self.descending else data_file.lower_bounds) or {}
-        raw = recorded.get(self.field_id)
-        return from_bytes(self.field_type, raw) if raw is not None else None
-
-    def all_null(self, data_file: DataFile) -> bool:
-        counts = data_file.null_value_counts or {}
-        return self.field_id is not None and counts.get(self.field_id) == data_file.record_count
-
-    def rank(self, data_file: DataFile) -> tuple[int, Any]:
-        """Files without known bounds first (they must be read), then by best value, files of nulls only last."""
-        if self.all_null(data_file):
-            return (2, 0)
-        best = self.best(data_file)
-        if best is None:
-            return (0, 0)
-        return (1, _Reversed(best) if self.descending else best)
-
-    def cannot_improve(self, data_file: DataFile, kth: Any | None) -> bool:
-        """Whether no row of the file sorts before (or ties with) ``kth``, the worst value a page still needs."""
-        if kth is None:
-            return False
-        if self.all_null(data_file):
-            return True  # nulls sort after every value
-        best = self.best(data_file)
-        if best is None:
-            return False
-        return best < kth if self.descending else best > kth
-
-
-_BOUNDED_TYPES = (TimestampType, TimestamptzType, LongType, IntegerType, DoubleType, FloatType, StringType)
-
-
-@dataclass(frozen=True)
-class _Reversed:
-    """Orders values backwards (sorting files by their upper bounds, largest first)."""
-
-    value: Any
-
-    def __lt__(self, other: _Reversed) -> bool:
-        return bool(self.value > other.value)
-
-
-def _kth_best(keys: list[pa.Table], k: int, descending: bool) -> Any | None:
-    """The ``k``-th best non-null first sort key held so far, as the metrics' values (timestamps as µs)."""
-    values = pc.drop_null(pa.chunked_array([table.column("k0") for table in keys]).combine_chunks())
-    if len(values) < k:
-        return None
-    if pa.types.is_timestamp(values.type):
-        values = values.cast(pa.int64())
-    best = pc.select_k_unstable(values, k, sort_keys=[("dummy", "descending" if descending else "ascending")])
-    return values[best[k - 1].as_py()].as_py()
 
 
 def _matches(expression: cql2.Expr, item: dict[str, Any]) -> bool:

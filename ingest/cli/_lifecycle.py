@@ -210,11 +210,9 @@ def optimize_command(
         due = repository.optimize(branch, full=not only_due, collections=collections, dry_run=True)
         if dry_run or not due.selections:
             for selection in due.selections:
-                collection, _ = selection.key
-                typer.echo(
-                    f"{collection}\t{_month(selection.key[1])}\t{len(selection.sources)} files\t"
-                    f"{selection.rows} rows\t{selection.size} bytes"
-                )
+                collection, month = selection.label.rsplit("/", 1)
+                files = len(selection.sources)
+                typer.echo(f"{collection}\t{month}\t{files} files\t{selection.rows} rows\t{selection.size} bytes")
             rows = sum(selection.rows for selection in due.selections)
             stderr.print(
                 f"{'would compact' if due.selections else 'nothing to compact:'} {len(due.selections)} partition(s), "
@@ -249,9 +247,3 @@ def optimize_command(
         + (f", {summary.replanned} partition(s) re-planned after concurrent changes" if summary.replanned else ""),
         highlight=False,
     )
-
-
-def _month(month: int | None) -> str:
-    from ingest.repository._files import month_label
-
-    return month_label(month)

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest.repository import CommitResult
-from ingest.repository._optimize import OptimizeResult
+from ingest.repository import CommitResult, OptimizeResult
 from ingest.stac import one_line, shorten, shown
 
 SHOWN_SOURCE = 300

@@ -9,8 +9,9 @@ Modules, in the order a commit flows through them:
   compare-and-swap under the lock, rebase and back off) and
   :class:`CommitMetadata`, floe's record in every Icechunk commit.
 - ``_plan``: a writer's table change, replayable on any base.
-- ``_files``, ``_append``, ``_replace``: data files, the Iceberg snapshot
-  (manifests, manifest list), copy-on-write replacement.
+- ``_files``, ``_append``, ``_replace``, ``_keys``: data files, the Iceberg snapshot
+  (manifests, manifest list), copy-on-write replacement, which files hold which items.
+- ``_optimize``: compaction of a partition's files into clustered runs (``floe optimize``).
 - ``_catalog``: :class:`PointerCatalog`, the Iceberg catalog whose table lives at a pointer.
 - ``_groups``: group existence and shared parents; ``_containers``: virtual chunk containers.
 - ``_read``: rows of the table, read by floe from its own files.
@@ -18,6 +19,7 @@ Modules, in the order a commit flows through them:
 
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import CommitMetadata
+from ingest.repository._optimize import OptimizeResult
 from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
 from ingest.repository._view import View
 from ingest.repository._writer import CommitResult, Writer
@@ -26,6 +28,7 @@ __all__ = [
     "CommitMetadata",
     "CommitResult",
     "LogEntry",
+    "OptimizeResult",
     "PointerCatalog",
     "Ref",
     "Repository",

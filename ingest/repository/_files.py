@@ -190,7 +190,26 @@ def write_group(
             column_types[column.name] = merge_types(column_types.get(column.name), column.type)
 
     path = data_file_path(table_location, collection, month)
+    return stage(io, path, table, (collection, month), items=items, untyped=untyped)
+
+
+def stage(
+    io: FileIO,
+    path: str,
+    table: pa.Table,
+    partition: tuple[str, int | None],
+    *,
+    items: list[dict[str, Any]] | None = None,
+    untyped: frozenset[str] = frozenset(),
+) -> StagedFile:
+    """Write ``table`` at ``path`` as a data file of ``partition`` (collection, month) and return it staged.
+
+    ``items`` are the items the rows were made from, kept to write the file
+    again if a concurrent commit types a column differently (None for rows
+    copied from other data files, which already fit the table).
+    """
     size, parquet_metadata = write_parquet(io, path, table)
+    collection, month = partition
     return StagedFile(
         path=path,
         collection=collection,
@@ -199,7 +218,7 @@ def write_group(
         size=size,
         parquet_metadata=parquet_metadata,
         schema=table.schema.remove_metadata(),
-        items=items,
+        items=items or [],
         untyped=untyped,
     )
 

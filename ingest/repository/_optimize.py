@@ -43,8 +43,8 @@ from pyiceberg.table.update import AssertTableUUID
 
 from ingest.repository._append import AddedManifest, ManifestCache, plan_commit
 from ingest.repository._commit import AppliedChange, Base, TableChange, commit_change
-from ingest.repository._files import Run, StagedFile, data_file_path, month_label, run_of, to_data_file, write_parquet
-from ingest.stac._rows import spatial_order
+from ingest.repository._files import Run, StagedFile, data_file_path, month_label, run_of, stage, to_data_file
+from ingest.stac import spatial_order
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -83,6 +83,12 @@ class Selection:
     @property
     def rows(self) -> int:
         return sum(data_file.record_count for data_file in self.sources)
+
+    @property
+    def label(self) -> str:
+        """``collection/YYYY-MM``, as messages name a partition."""
+        collection, month = self.key
+        return f"{collection}/{month_label(month)}"
 
     @property
     def size(self) -> int:
@@ -167,21 +173,8 @@ def compact(io: FileIO, table_location: str, selection: Selection, target_file_r
     collection, month = selection.key
     staged = []
     for start in range(0, rows.num_rows, per_file):
-        part = rows.slice(start, per_file)
         path = data_file_path(table_location, collection, month, run)
-        size, parquet_metadata = write_parquet(io, path, part)
-        staged.append(
-            StagedFile(
-                path=path,
-                collection=collection,
-                month=month,
-                rows=part.num_rows,
-                size=size,
-                parquet_metadata=parquet_metadata,
-                schema=part.schema,
-                items=[],
-            )
-        )
+        staged.append(stage(io, path, rows.slice(start, per_file), selection.key))
     return staged
 
 
@@ -194,8 +187,7 @@ class PartitionCompaction:
 
     @property
     def label(self) -> str:
-        collection, month = self.selection.key
-        return f"{collection}/{month_label(month)}"
+        return self.selection.label
 
 
 @dataclass

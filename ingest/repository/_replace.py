@@ -22,7 +22,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 
 from ingest.repository._append import ManifestCache
-from ingest.repository._files import StagedFile, data_file_path, run_of, write_parquet
+from ingest.repository._files import StagedFile, data_file_path, run_of, stage
 
 Key = tuple[str, str]
 
@@ -100,26 +100,14 @@ def rewrite_without(io: FileIO, table_location: str, data_file: DataFile, keys: 
     registered exactly like the original.
     """
     with io.new_input(data_file.file_path).open() as stream:
-        parquet = pq.ParquetFile(stream)
-        schema = parquet.schema_arrow
-        table = parquet.read()
+        table = pq.ParquetFile(stream).read()
     kept = table.filter(pc.invert(key_mask(table, keys)))
     if kept.num_rows == 0:
         return None
     partition = data_file.partition
     # The copy stays in the compaction run of the original (if any): its rows keep their place on the curve.
     path = data_file_path(table_location, partition[0], partition[1], run_of(data_file.file_path))
-    size, parquet_metadata = write_parquet(io, path, kept.replace_schema_metadata(None))
-    return StagedFile(
-        path=path,
-        collection=partition[0],
-        month=partition[1],
-        rows=kept.num_rows,
-        size=size,
-        parquet_metadata=parquet_metadata,
-        schema=schema.remove_metadata(),
-        items=[],
-    )
+    return stage(io, path, kept.replace_schema_metadata(None), (partition[0], partition[1]))
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from ingest.stac._rows import (
     render_datetime,
     strip_nulls,
 )
+from ingest.stac._spatial import hilbert_index, spatial_order
 from ingest.stac._text import one_line, shorten, shown
 from ingest.stac._validate import check_name, check_timestamp, item_as_dict, parse_datetime, validate_item
 
@@ -41,6 +42,7 @@ __all__ = [
     "check_timestamp",
     "coordinates_problem",
     "has_arrays_asset",
+    "hilbert_index",
     "item_as_dict",
     "items_to_arrow",
     "loads_json",
@@ -55,6 +57,7 @@ __all__ = [
     "served_arrays_asset",
     "shorten",
     "shown",
+    "spatial_order",
     "strip_nulls",
     "validate_item",
     "with_arrays_asset",

@@ -25,7 +25,7 @@ from ingest.repository import _commit as commit_module
 from ingest.repository._append import ManifestCache
 from ingest.repository._files import run_of
 from ingest.repository._optimize import CompactionPolicy, select
-from ingest.stac._rows import hilbert_index
+from ingest.stac import hilbert_index
 from tests import invariants
 from tests.conftest import make_item, with_square
 from tests.lifecycle._helpers import exports
