@@ -14,7 +14,7 @@ does to the table and to the searches.
    four land regions (Europe weighs most), ``eo:cloud_cover`` and a platform.
 2. floe loads that file with its own CLI at its defaults, in a child process:
    ``FLOE_ROOT=<tmp>/floe python -m ingest.cli ingest --workers 0
-   collection-*.json items.ndjson`` (batches of 1000 items, one commit each;
+   collection-*.json items.ndjson`` (batches of 5,000 items, one commit each;
    the ``[optimize]`` thresholds compact partitions as batches pile up). The
    rate of the first and the last tenth of its batches comes from the commit
    times in ``Repository.log()``.
@@ -531,6 +531,8 @@ class Side:
     url: str
     timings: dict[str, list[float]] = field(default_factory=dict)
     returned: dict[str, list[str]] = field(default_factory=dict)
+    keys: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    """The sort keys of what a sorted query returned last, in order (to tell ties from wrong answers)."""
     paging_rates: list[float] = field(default_factory=list)
     paged_ids: list[str] = field(default_factory=list)
 
@@ -541,8 +543,21 @@ def search_once(client: Any, side: Side, query: Query) -> float:
     milliseconds = (time.perf_counter() - started) * 1000
     if response.status_code != 200:
         raise RuntimeError(f"POST {side.url}/search {query.name} -> {response.status_code}: {response.text[:500]}")
-    side.returned[query.name] = [feature["id"] for feature in response.json()["features"]]
+    features = response.json()["features"]
+    side.returned[query.name] = [feature["id"] for feature in features]
+    if query.sorted:
+        side.keys[query.name] = [sort_key(feature, query.body["sortby"]) for feature in features]
     return milliseconds
+
+
+def sort_key(feature: dict[str, Any], sortby: list[dict[str, str]]) -> tuple[Any, ...]:
+    """A returned feature's values of the query's sort fields (``properties.x`` or a top-level member)."""
+    values = []
+    for entry in sortby:
+        name = entry["field"]
+        holder = feature.get("properties", {}) if name.startswith("properties.") else feature
+        values.append(holder.get(name.removeprefix("properties.")))
+    return tuple(values)
 
 
 def page_through(side: Side, page_size: int, max_items: int, *, record: bool = True) -> None:
@@ -592,11 +607,25 @@ def measure(
             page_through(sides[name], page_size, max_items)
 
 
-def agreement(query: Query, floe: list[str], pgstac: list[str]) -> str:
-    """Whether both sides returned the same ids: in order for a sorted query, as sets when both returned all."""
+def agreement(
+    query: Query,
+    floe: list[str],
+    pgstac: list[str],
+    floe_keys: list[tuple[Any, ...]] | None = None,
+    pgstac_keys: list[tuple[Any, ...]] | None = None,
+) -> str:
+    """Whether both sides returned the same ids: in order for a sorted query, as sets when both returned all.
+
+    Items with equal sort keys come back in an order neither API specifies: a sorted page whose keys are the
+    same, in the same order, on both sides is one answer with its ties in another order.
+    """
     limit = query.body.get("limit", 10)
     if query.sorted:
-        return "same ids, same order" if floe == pgstac else "**differ**"
+        if floe == pgstac:
+            return "same ids, same order"
+        if floe_keys is not None and floe_keys == pgstac_keys:
+            return "same sort keys; tied items in another order"
+        return "**differ**"
     if len(floe) < limit and len(pgstac) < limit:
         return "same ids" if set(floe) == set(pgstac) else "**differ**"
     if len(floe) == len(pgstac):
@@ -623,7 +652,8 @@ def search_table(floe: Side, pgstac: Side, all_queries: list[Query], page_size: 
         lines.append(
             f"| {query.name} | {ours.median:.1f} / {ours.p90:.1f} | {theirs.median:.1f} / {theirs.p90:.1f} "
             f"| {ratio(ours.median, theirs.median)} | {ratio(ours.p90, theirs.p90)} "
-            f"| {len(ours_ids)} / {len(their_ids)} | {agreement(query, ours_ids, their_ids)} |"
+            f"| {len(ours_ids)} / {len(their_ids)} "
+            f"| {agreement(query, ours_ids, their_ids, floe.keys.get(query.name), pgstac.keys.get(query.name))} |"
         )
     ours_rate, their_rate = statistics.median(floe.paging_rates), statistics.median(pgstac.paging_rates)
     same = set(floe.paged_ids) == set(pgstac.paged_ids)
