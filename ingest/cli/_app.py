@@ -12,6 +12,7 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ingest.config import Settings, load_settings
 from ingest.errors import FloeError
@@ -34,6 +35,20 @@ app = typer.Typer(
 )
 stderr = Console(stderr=True)
 stdout = Console()
+
+
+def progress_bar(label: str) -> Progress:
+    """The progress bar of a long command, on stderr (gone when it ends): label, bar, done of total, detail, time."""
+    return Progress(
+        SpinnerColumn(),
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    )
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:

@@ -10,9 +10,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from ingest.cli._app import EXIT_REJECTED, app, fail, floe_errors, open_repository, settings_of, stderr
+from ingest.cli._app import EXIT_REJECTED, app, fail, floe_errors, open_repository, progress_bar, settings_of, stderr
 from ingest.errors import RepositoryNotFound
 from ingest.repository import Repository
 
@@ -33,17 +32,8 @@ def _ingest_progress(label: str) -> Iterator[Any]:
     """
 
     started = time.monotonic()
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("[bold]{task.fields[label]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-    ) as progress:
-        task = progress.add_task("", total=None, label=label)
+    with progress_bar(label) as progress:
+        task = progress.add_task("", total=None)
 
         def update(state: Any) -> None:
             done = state.rows_added + state.skipped + len(state.rejected)

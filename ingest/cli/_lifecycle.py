@@ -6,7 +6,17 @@ from typing import Annotated
 
 import typer
 
-from ingest.cli._app import EXIT_PROBLEMS, app, fail, floe_errors, open_repository, settings_of, stderr, stdout
+from ingest.cli._app import (
+    EXIT_PROBLEMS,
+    app,
+    fail,
+    floe_errors,
+    open_repository,
+    progress_bar,
+    settings_of,
+    stderr,
+    stdout,
+)
 
 
 @app.command()
@@ -203,8 +213,6 @@ def optimize_command(
     writer replaced meanwhile is compacted again from that version. Older tags
     keep their files until `floe gc`. Runs again do nothing when nothing changed.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     with floe_errors():
         repository = open_repository(ctx)
         due = repository.optimize(branch, full=not only_due, collections=collections, dry_run=True)
@@ -220,15 +228,7 @@ def optimize_command(
                 highlight=False,
             )
             return
-        with Progress(
-            TextColumn("[bold]optimize"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=stderr,
-            transient=True,
-        ) as progress:
+        with progress_bar("optimize") as progress:
             task = progress.add_task("", total=len(due.selections))
             result = repository.optimize(
                 branch,

@@ -234,8 +234,11 @@ class CompactionPlan(TableChange):
         *,
         message: str,
         progress: ProgressCallback | None = None,
+        selected: tuple[str, list[Selection]] | None = None,
     ) -> None:
+        """``selected``: the selections already made at a table version (its metadata location), to reuse."""
         self._io = io
+        self._selected = selected
         self._catalog = catalog
         self._manifests = manifests
         self._policy = policy
@@ -255,7 +258,11 @@ class CompactionPlan(TableChange):
     def prepare(self, base: Base) -> None:
         """Select the partitions due at the writer's base and write their runs."""
         table = base.table()
-        for selection in select(self._manifests.live_files(table.metadata), self._policy):
+        if self._selected is not None and self._selected[0] == base.metadata_location:
+            selections = self._selected[1]
+        else:
+            selections = select(self._manifests.live_files(table.metadata), self._policy)
+        for selection in selections:
             self._planned[selection.key] = self._compact(table, selection)
 
     def apply(self, base: Base) -> AppliedChange:
@@ -337,6 +344,14 @@ def optimize(
     selections = select(manifests.live_files(base.table().metadata), policy)
     if dry_run or not selections:
         return OptimizeResult(branch, selections, None, dry_run=dry_run)
-    plan = CompactionPlan(repository.io, repository.catalog, manifests, policy, message=message, progress=progress)
+    plan = CompactionPlan(
+        repository.io,
+        repository.catalog,
+        manifests,
+        policy,
+        message=message,
+        progress=progress,
+        selected=(base.metadata_location or "", selections),
+    )
     landed = commit_change(repository, session, branch, message, plan)
     return OptimizeResult(branch, selections, plan.summary, landed.snapshot_id, landed.attempts)
