@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,23 +31,62 @@ ROW_NUMBER = "__floe_row"
 
 
 @dataclass
-class _CachedFile:
-    """Decoded columns of one data file (data files are immutable)."""
+class FileLayout:
+    """What a data file's footer says that reads need: its columns, its row groups, their bbox bounds."""
 
-    names: list[str] | None = None
-    num_rows: int = 0
-    metadata: pq.FileMetaData | None = None
+    schema: pa.Schema
+    names: list[str]
+    metadata: pq.FileMetaData
+    starts: np.ndarray
+    """The first row of each row group, then the number of rows."""
+    _bounds: BoxBounds | None = None
+
+    @classmethod
+    def of(cls, parquet: pq.ParquetFile) -> FileLayout:
+        metadata = parquet.metadata
+        sizes = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
+        schema = parquet.schema_arrow
+        return cls(schema, list(schema.names), metadata, np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]))
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def num_row_groups(self) -> int:
+        return len(self.starts) - 1
+
+    def groups_of(self, rows: np.ndarray) -> np.ndarray:
+        """The row groups holding ``rows`` (row numbers), sorted, each once."""
+        return np.unique(np.searchsorted(self.starts, rows, side="right") - 1)
+
+    def groups_reaching(self, geometries: tuple[Any, ...]) -> np.ndarray:
+        """The row groups whose bbox statistics may overlap every geometry's bounds (all when not recorded)."""
+        if self._bounds is None:
+            self._bounds = BoxBounds.of_row_groups(self.metadata)
+        return np.flatnonzero(self._bounds.may_reach(geometries))
+
+
+@dataclass
+class _Piece:
+    """Decoded columns of one row group of one data file (data files are immutable)."""
+
     columns: dict[str, pa.ChunkedArray] = field(default_factory=dict)
     nbytes: int = 0
 
 
+LAYOUTS_KEPT = 8192
+"""Footers kept (a compacted file's is about 24 KB): enough for every file of a ten-million-item table."""
+
+
 class ColumnCache:
-    """Decoded columns of data files, by path, least recently used dropped beyond a budget in bytes."""
+    """Decoded columns of data files' row groups, least recently used dropped beyond a budget in bytes."""
 
     def __init__(self, io: FileIO, max_bytes: int) -> None:
         self.io = io
         self.max_bytes = max_bytes
-        self._files: OrderedDict[str, _CachedFile] = OrderedDict()
+        self._layouts: OrderedDict[str, FileLayout] = OrderedDict()
+        self._pieces: OrderedDict[tuple[str, int], _Piece] = OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
 
@@ -57,52 +96,105 @@ class ColumnCache:
         with self._lock:
             return self._cached_bytes
 
-    def read(self, path: str, names: list[str] | None = None) -> pa.Table:
-        """Columns ``names`` (None: all) of one data file; columns the file lacks are left out.
+    def layout(self, path: str) -> FileLayout:
+        """A data file's columns and row groups (its footer, read once)."""
+        with self._lock:
+            known = self._layouts.get(path)
+            if known is not None:
+                self._layouts.move_to_end(path)
+                return known
+        made = FileLayout.of(pq.ParquetFile(self.io.new_input(path).open()))
+        with self._lock:
+            self._layouts[path] = made
+            while len(self._layouts) > LAYOUTS_KEPT:
+                self._layouts.popitem(last=False)
+        return made
 
-        Data files never change, so a column once decoded serves every later
-        request; only the columns a request needs are read, and the least
-        recently used files are dropped once the cache exceeds its budget.
-        With no column wanted, the table holds just the row numbers
-        (:data:`ROW_NUMBER`), so callers still see how many rows there are.
+    def read(self, path: str, names: list[str] | None = None, row_groups: np.ndarray | None = None) -> pa.Table:
+        """Columns ``names`` (None: all) of the row groups ``row_groups`` (None: all) of one data file.
+
+        The table also holds each row's number within the file
+        (:data:`ROW_NUMBER`); columns the file lacks are left out. Data files
+        never change, so a row group's column once decoded serves every later
+        request; only the columns and row groups a request needs are read, and
+        the least recently used row groups are dropped beyond the budget.
         """
-        with self._lock:
-            cached = self._files.get(path)
-            if cached is not None:
-                self._files.move_to_end(path)
-        if cached is None:
-            cached = _CachedFile()
-        parquet = None
-        if cached.names is None:
-            parquet = pq.ParquetFile(self.io.new_input(path).open())
-            cached.names = list(parquet.schema_arrow.names)
-            cached.num_rows = parquet.metadata.num_rows
-            cached.metadata = parquet.metadata
-        wanted = cached.names if names is None else [name for name in names if name in cached.names]
-        missing = [name for name in wanted if name not in cached.columns]
+        layout = self.layout(path)
+        groups = range(layout.num_row_groups) if row_groups is None else [int(group) for group in row_groups]
+        wanted = layout.names if names is None else [name for name in names if name in layout.names]
+        pieces = self._pieces_of(path, groups)
+        missing = [position for position, piece in enumerate(pieces) if any(name not in piece for name in wanted)]
         if missing:
-            if parquet is None:
-                parquet = pq.ParquetFile(self.io.new_input(path).open(), metadata=cached.metadata)
+            missing_names = [name for name in wanted if any(name not in pieces[position] for position in missing)]
+            parquet = pq.ParquetFile(self.io.new_input(path).open(), metadata=layout.metadata)
             # One thread per request: the server runs requests side by side already.
-            self._keep(path, cached, parquet.read(columns=missing, use_threads=False))
-        if not wanted:
-            return pa.table({ROW_NUMBER: pa.array(np.arange(cached.num_rows, dtype=np.int64))})
-        return pa.table({name: cached.columns[name] for name in wanted})
+            table = parquet.read_row_groups([groups[p] for p in missing], columns=missing_names, use_threads=False)
+            offset = 0
+            for position in missing:
+                group = groups[position]
+                size = int(layout.starts[group + 1] - layout.starts[group])
+                pieces[position] = self._keep((path, group), table.slice(offset, size))
+                offset += size
+        if pieces:
+            columns = {
+                name: pa.chunked_array(
+                    [chunk for piece in pieces for chunk in piece[name].chunks], type=pieces[0][name].type
+                )
+                for name in wanted
+            }
+        else:
+            empty = layout.schema.empty_table()
+            columns = {name: empty.column(name) for name in wanted}
+        numbers = [np.arange(layout.starts[group], layout.starts[group + 1], dtype=np.int64) for group in groups]
+        columns[ROW_NUMBER] = pa.chunked_array(
+            [pa.array(np.concatenate(numbers) if numbers else np.empty(0, dtype=np.int64))]
+        )
+        return pa.table(columns)
 
-    def _keep(self, path: str, cached: _CachedFile, table: pa.Table) -> None:
-        """Add newly read columns to a file's entry, then drop least recently used files beyond the budget."""
+    def rows(self, path: str, rows: np.ndarray, *, numbered: bool = False) -> pa.Table:
+        """Every column of the rows numbered ``rows`` (sorted) of one file: only their row groups are read.
+
+        With ``numbered``, the table keeps :data:`ROW_NUMBER`.
+        """
+        layout = self.layout(path)
+        if len(rows) == layout.num_rows:
+            table = self.read(path)
+        else:
+            table = self.read(path, row_groups=layout.groups_of(rows))
+            table = table.take(pa.array(np.searchsorted(table.column(ROW_NUMBER).to_numpy(), rows)))
+        return table if numbered else table.drop_columns([ROW_NUMBER])
+
+    def _pieces_of(self, path: str, groups: Sequence[int]) -> list[dict[str, pa.ChunkedArray]]:
+        """The columns cached for each of ``groups`` (empty for a group not cached), marked recently used."""
+        found: list[dict[str, pa.ChunkedArray]] = []
         with self._lock:
+            for group in groups:
+                piece = self._pieces.get((path, group))
+                if piece is None:
+                    found.append({})
+                else:
+                    self._pieces.move_to_end((path, group))
+                    found.append(dict(piece.columns))
+        return found
+
+    def _keep(self, key: tuple[str, int], table: pa.Table) -> dict[str, pa.ChunkedArray]:
+        """Add newly read columns to a row group's entry, then drop least recently used entries beyond the budget."""
+        with self._lock:
+            piece = self._pieces.get(key) or _Piece()
             for name in table.column_names:
-                column = table.column(name)
-                if name not in cached.columns:
-                    cached.columns[name] = column
-                    cached.nbytes += column.nbytes
-            self._files[path] = cached
-            self._files.move_to_end(path)
-            self._cached_bytes = sum(entry.nbytes for entry in self._files.values())
-            while self._cached_bytes > self.max_bytes and len(self._files) > 1:
-                _, dropped = self._files.popitem(last=False)
+                if name not in piece.columns:
+                    column = table.column(name)
+                    piece.columns[name] = column
+                    piece.nbytes += column.nbytes
+                    self._cached_bytes += column.nbytes
+            if key in self._pieces:
+                self._pieces.move_to_end(key)
+            else:
+                self._pieces[key] = piece
+            while self._cached_bytes > self.max_bytes and len(self._pieces) > 1:
+                _, dropped = self._pieces.popitem(last=False)
                 self._cached_bytes -= dropped.nbytes
+            return dict(piece.columns)
 
 
 @dataclass
@@ -118,15 +210,15 @@ class SnapshotState:
     collections: dict[str, dict[str, Any]] | None = None
     """Collection documents by id, filled on first use (under ``lock``)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
-    bounds: FileBounds | None = None
+    bounds: BoxBounds | None = None
     """The files' bbox bounds as arrays, made on first use (under ``lock``)."""
     compiled: OrderedDict[str, Any] = field(default_factory=OrderedDict)
     """Row tests compiled for recent searches, by search fingerprint (under ``lock``)."""
 
-    def file_bounds(self) -> FileBounds:
+    def file_bounds(self) -> BoxBounds:
         with self.lock:
             if self.bounds is None:
-                self.bounds = FileBounds.of(self.schema, self.files)
+                self.bounds = BoxBounds.of_files(self.schema, self.files)
             return self.bounds
 
     def compiled_for(self, fingerprint: str, compile_tests: Callable[[], Any]) -> Any:
@@ -152,13 +244,13 @@ _BBOX_COLUMNS = ("bbox.xmin", "bbox.ymin", "bbox.xmax", "bbox.ymax")
 
 
 @dataclass(frozen=True)
-class FileBounds:
-    """Each data file's bounds on the bbox columns, as arrays: which files a search area can touch, at once.
+class BoxBounds:
+    """Bounds on the bbox columns of each of several data files (or row groups), as arrays.
 
-    pyiceberg evaluates column bounds file by file in Python (about 0.1 ms a
-    file); an area search over thousands of files first drops, in one numpy
-    pass, the files whose bboxes cannot reach it. A bound a file does not
-    record is taken as unbounded (the file stays).
+    A search area is tested against all of them in one numpy pass. pyiceberg
+    evaluates column bounds file by file in Python (about 0.1 ms a file), and
+    nothing reads Parquet row-group statistics for nested columns. A bound not
+    recorded is taken as unbounded (the file or row group stays).
     """
 
     xmin_low: np.ndarray
@@ -169,7 +261,8 @@ class FileBounds:
     ymax_high: np.ndarray
 
     @classmethod
-    def of(cls, schema: Schema, files: list[DataFile]) -> FileBounds:
+    def of_files(cls, schema: Schema, files: list[DataFile]) -> BoxBounds:
+        """From the files' Iceberg column bounds."""
         ids: dict[str, int | None] = {}
         for name in _BBOX_COLUMNS:
             try:
@@ -189,17 +282,48 @@ class FileBounds:
                     values[index] = struct.unpack("<d", found)[0]
             return values
 
+        return cls._of(column)
+
+    @classmethod
+    def of_row_groups(cls, metadata: pq.FileMetaData) -> BoxBounds:
+        """From a Parquet file's row-group statistics."""
+        count = metadata.num_row_groups
+        positions: dict[str, int] = {}
+        if count:
+            first = metadata.row_group(0)
+            positions = {first.column(index).path_in_schema: index for index in range(first.num_columns)}
+
+        def column(name: str, upper: bool) -> np.ndarray:
+            values = np.full(count, np.inf if upper else -np.inf)
+            position = positions.get(name)
+            if position is None:
+                return values
+            for group in range(count):
+                statistics = metadata.row_group(group).column(position).statistics
+                if statistics is not None and statistics.has_min_max:
+                    bound = statistics.max if upper else statistics.min
+                    if isinstance(bound, float) and not np.isnan(bound):
+                        values[group] = bound
+            return values
+
+        return cls._of(column)
+
+    @classmethod
+    def _of(cls, column: Callable[[str, bool], np.ndarray]) -> BoxBounds:
         return cls(
-            xmin_low=column("bbox.xmin", upper=False),
-            xmin_high=column("bbox.xmin", upper=True),
-            xmax_low=column("bbox.xmax", upper=False),
-            xmax_high=column("bbox.xmax", upper=True),
-            ymin_low=column("bbox.ymin", upper=False),
-            ymax_high=column("bbox.ymax", upper=True),
+            xmin_low=column("bbox.xmin", False),
+            xmin_high=column("bbox.xmin", True),
+            xmax_low=column("bbox.xmax", False),
+            xmax_high=column("bbox.xmax", True),
+            ymin_low=column("bbox.ymin", False),
+            ymax_high=column("bbox.ymax", True),
         )
 
     def may_reach(self, geometries: tuple[Any, ...]) -> np.ndarray:
-        """True for each file whose rows' bboxes may overlap every geometry's bounds (antimeridian boxes too)."""
+        """True for each file (row group) whose rows' bboxes may overlap every geometry's bounds.
+
+        Antimeridian boxes too.
+        """
         keep = np.ones(len(self.xmin_low), dtype=bool)
         for geometry in geometries:
             parts = list(geometry.geoms) if hasattr(geometry, "geoms") else [geometry]

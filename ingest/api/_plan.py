@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import cql2
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import shapely
@@ -70,6 +71,7 @@ from ingest.api._request import (
     search_fingerprint,
 )
 from ingest.errors import CollectionNotFound, InvalidSearch
+from ingest.repository import id_hashes
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,10 @@ class SearchPlan:
     """The request's filter and query as one cql2 expression (None without either)."""
     filtered_properties: frozenset[str]
     """Property columns the translated filter reads: a file keeping one in floe:overflow is tested without it."""
+    ids: tuple[str, ...] | None = None
+    """The ids the search asks for (None: any): the key index finds the files and rows holding them."""
+    id_hashes: np.ndarray | None = None
+    """``ids`` as the key index hashes them (made once a search, probed for every file)."""
     fingerprint: str = ""
     """The search's :func:`search_fingerprint`: what a page token must carry to continue it."""
 
@@ -152,6 +158,8 @@ def plan_search(
         exact_without_filter=exact,
         full_filter=full_filter,
         filtered_properties=frozenset(columns_of(translation.expression, schema) - set(TOP_LEVEL)),
+        ids=tuple(sorted(set(request.ids))) if request.ids else None,
+        id_hashes=id_hashes(request.ids) if request.ids else None,
         fingerprint=search_fingerprint(
             {
                 "collections": sorted(collections) if collections else None,

@@ -11,14 +11,20 @@ the plan's row tests are applied to the snapshot's data files one at a time
 
 Results stream: files are read one at a time (filter columns first, the full
 rows only of files that match) and reading stops once ``limit`` items are
-found. A next-page token records the snapshot, the file and the row to resume
-from (or, for sorted searches, the offset into the sorted order), so paging a
-branch while writers commit returns one consistent result.
+found. Within a file only the row groups that may hold a match are read: those
+whose bbox statistics reach the search area, and for a search by ids those the
+key index names. A next-page token records the snapshot, the file and the row
+to resume from (or, for sorted searches, the offset into the sorted order), so
+paging a branch while writers commit returns one consistent result.
+
+This module is longer than 500 lines: its three page strategies (in file
+order, by ids, sorted) share the engine's row tests, caches and readers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -37,7 +43,7 @@ from ingest.api._order import SortBounds, kth_best
 from ingest.api._plan import RowTest, RowTests, SearchPlan, plan_search, row_tests
 from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
-from ingest.repository import Repository
+from ingest.repository import KeyIndex, Repository
 from ingest.stac import OVERFLOW, arrow_to_items, overflow_keys, served_arrays_asset
 from ingest.storage import ARRAYS_DIR
 
@@ -46,6 +52,10 @@ from ingest.storage import ARRAYS_DIR
 _RESIDUAL_CHUNK = 256
 # The column of data-file indexes in the table of sort keys.
 _FILE = "__floe_file"
+_POSITION = (_FILE, ROW_NUMBER)
+"""Columns searches add to rows read (which file, which row): never part of an item."""
+_IDS_CHUNK_FILES = 64
+"""Files a search by ids gathers rows from before it filters them together."""
 
 
 class SearchEngine:
@@ -64,6 +74,8 @@ class SearchEngine:
         self.refuse_over_limit = refuse_over_limit
         self.arrays_url = repository.location.join(ARRAYS_DIR)
         self.columns = ColumnCache(repository.io, cache_mb * 1_000_000)
+        self.keys = KeyIndex(repository.io)
+        """Each data file's id hashes and rows, for searches by ids (12 bytes a row of the files they reach)."""
         self._snapshots = SnapshotCache(self._load_state)
         self._tags: dict[str, str] = {}
         self._overflow: dict[str, frozenset[str]] = {}
@@ -193,20 +205,39 @@ class SearchEngine:
             test = tests.translated
             if plan.filtered_properties and plan.filtered_properties & self._overflow_keys(state, data_file):
                 test = without_filter
-            if test.may_match is None or test.may_match(data_file):
-                yield index, data_file, test
+            if test.may_match is not None and not test.may_match(data_file):
+                continue
+            # A search by ids reads a file's ids once (kept as hashes), then only files holding one of them.
+            if plan.id_hashes is not None and not self.keys.holding([data_file], plan.id_hashes):
+                continue
+            yield index, data_file, test
 
     def _matching_rows(
-        self, state: SnapshotState, test: RowTest, path: str, extra_columns: list[str], first_row: int = 0
+        self,
+        state: SnapshotState,
+        plan: SearchPlan,
+        test: RowTest,
+        data_file: DataFile,
+        extra_columns: list[str],
+        *,
+        first_row: int = 0,
     ) -> pa.Table:
-        """Row numbers (and ``extra_columns``) of the rows of one file that pass the Arrow filter and geometry test."""
+        """Row numbers (and ``extra_columns``) of the rows of one file that pass the Arrow filter and geometry test.
+
+        Only the row groups that may hold a match are read: those whose bbox
+        statistics reach the search area and, for a search by ids, those
+        holding a row whose id the key index names (those rows alone are tested).
+        """
+        path = data_file.file_path
         filter_columns = test.filter_columns
         wanted = sorted(set(filter_columns) | set(extra_columns) | ({"geometry"} if test.geometries else set()))
-        table = self.columns.read(path, wanted)
-        if ROW_NUMBER not in table.column_names:
-            table = table.append_column(ROW_NUMBER, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        groups, only = self._groups_to_read(plan, test, data_file, first_row)
+        table = self.columns.read(path, wanted, groups)
+        if only is not None:
+            positions = np.searchsorted(table.column(ROW_NUMBER).to_numpy(), only)
+            table = table.take(pa.array(positions[positions < table.num_rows]))
         if first_row:
-            table = table.slice(first_row)
+            table = table.filter(pc.greater_equal(table.column(ROW_NUMBER), first_row))
         for name, data_type in filter_columns.items():
             if name not in table.column_names:
                 # Files written before a column existed lack it: it is null there, as Iceberg reads it.
@@ -214,7 +245,7 @@ class SearchEngine:
         for name in extra_columns:
             if name not in table.column_names:
                 table = table.append_column(name, pa.nulls(table.num_rows, state.arrow_schema.field(name).type))
-        if test.arrow_filter is not None:
+        if test.arrow_filter is not None and table.num_rows:
             table = table.filter(test.arrow_filter)
         if test.geometries and table.num_rows:
             shapes = shapely.from_wkb(table.column("geometry").to_numpy(zero_copy_only=False))
@@ -224,22 +255,34 @@ class SearchEngine:
             table = table.filter(pa.array(mask))
         return table
 
+    def _groups_to_read(
+        self, plan: SearchPlan, test: RowTest, data_file: DataFile, first_row: int
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The row groups of a file that may hold a match from ``first_row`` on, and the only rows to test (ids)."""
+        layout = self.columns.layout(data_file.file_path)
+        groups = np.arange(layout.num_row_groups)
+        only = self.keys.rows(data_file, plan.id_hashes) if plan.id_hashes is not None else None
+        if only is not None:
+            groups = layout.groups_of(only)
+        if test.geometries:
+            groups = np.intersect1d(groups, layout.groups_reaching(test.geometries), assume_unique=True)
+        if first_row:
+            groups = groups[layout.starts[groups + 1] > first_row]
+        return groups, only
+
     def _matching_row_numbers(
-        self, state: SnapshotState, test: RowTest, data_file: DataFile, first_row: int
+        self, state: SnapshotState, plan: SearchPlan, test: RowTest, data_file: DataFile, first_row: int
     ) -> np.ndarray:
         """The numbers of the rows of one file, from ``first_row`` on, that the test's filters let through."""
         all_rows_match = test.all_rows_match is not None and test.all_rows_match(data_file)
         if test.needs_rows_test and not all_rows_match:
-            matched = self._matching_rows(state, test, data_file.file_path, [], first_row)
+            matched = self._matching_rows(state, plan, test, data_file, [], first_row=first_row)
             return matched.column(ROW_NUMBER).to_numpy()
         return np.arange(first_row, data_file.record_count, dtype=np.int64)
 
     def _rows(self, path: str, rows: np.ndarray) -> pa.Table:
-        """The full rows at ``rows`` (sorted row numbers) of one file."""
-        table = self.columns.read(path)
-        if len(rows) == table.num_rows:
-            return table
-        return table.take(pa.array(rows))
+        """The full rows at ``rows`` (sorted row numbers) of one file: only the row groups holding them are read."""
+        return self.columns.rows(path, rows)
 
     def _items(self, snapshot_id: str, table: pa.Table) -> list[dict[str, Any]]:
         return [served_arrays_asset(item, self.arrays_url, snapshot_id) for item in arrow_to_items(table)]
@@ -317,25 +360,102 @@ class SearchEngine:
     def _page(self, state: SnapshotState, plan: SearchPlan, position: tuple[int, int]) -> SearchPage:
         """The next page of an unsorted search, in file order from ``position`` (a file index and a row)."""
         tests = self._row_tests(state, plan)
+        if plan.id_hashes is not None and plan.residual is None and not plan.filtered_properties:
+            return self._ids_page(state, plan, tests, position)
         found: list[dict[str, Any]] = []
+        # Rows of several files are turned into items together (a conversion has a fixed cost of ~0.2 ms).
+        pending: list[pa.Table] = []
+        held = 0
         start_file, start_row = position
         for index, data_file, test in self._candidates(state, plan, tests, start_file):
             first_row = start_row if index == start_file else 0
-            rows = self._matching_row_numbers(state, test, data_file, first_row)
+            rows = self._matching_row_numbers(state, plan, test, data_file, first_row)
             if len(rows) == 0:
                 continue
             path = data_file.file_path
             if test.residual is not None:
+                found.extend(self._items_of(state.snapshot_id, pending))
+                pending, held = [], 0
                 next_row = self._add_residual_matches(state, test.residual, path, rows, found=found, limit=plan.limit)
                 if next_row is not None:
                     return self._finish(state, plan, tests, found, index, next_row, None)
                 continue
-            wanted = plan.limit - len(found)
+            wanted = plan.limit - len(found) - held
             taken = rows[:wanted]
-            found.extend(self._items(state.snapshot_id, self._rows(path, taken)))
-            if len(found) >= plan.limit:
+            pending.append(self._rows(path, taken))
+            held += len(taken)
+            if len(found) + held >= plan.limit:
+                found.extend(self._items_of(state.snapshot_id, pending))
                 return self._finish(state, plan, tests, found, index, int(taken[-1]) + 1, len(rows) > wanted)
+        found.extend(self._items_of(state.snapshot_id, pending))
         return SearchPage(found, state.snapshot_id)
+
+    def _ids_page(
+        self, state: SnapshotState, plan: SearchPlan, tests: RowTests, position: tuple[int, int]
+    ) -> SearchPage:
+        """The next page of a search by ids: the key index names the rows; they are tested and converted together.
+
+        Ids are scattered over many files (a file holds a place and a month,
+        ids follow neither), so the cost that matters is per file: each
+        candidate file contributes just the rows whose id hash is wanted (their
+        row groups, cached), and the filter and the conversion to items run
+        once over a chunk of files rather than once a file.
+        """
+        assert plan.id_hashes is not None
+        test = tests.translated
+        start_file, start_row = position
+        candidates = self._candidates(state, plan, tests, start_file)
+        matched: list[pa.Table] = []
+        held = 0
+        while held < plan.limit:
+            chunk = list(itertools.islice(candidates, _IDS_CHUNK_FILES))
+            if not chunk:
+                break
+            gathered: list[pa.Table] = []
+            for index, data_file, _ in chunk:
+                rows = self.keys.rows(data_file, plan.id_hashes)
+                if index == start_file:
+                    rows = rows[rows >= start_row]
+                if len(rows):
+                    table = self.columns.rows(data_file.file_path, rows, numbered=True)
+                    gathered.append(table.append_column(_FILE, pa.array(np.full(len(rows), index, dtype=np.int64))))
+            for table in _runs_of_one_schema(gathered):
+                passed = self._passing(test, table)
+                matched.append(passed)
+                held += passed.num_rows
+        if held < plan.limit:
+            return SearchPage(self._items_of(state.snapshot_id, matched), state.snapshot_id)
+        page: list[pa.Table] = []
+        for table in matched:
+            page.append(table.slice(0, plan.limit - sum(part.num_rows for part in page)))
+        last_file = int(page[-1].column(_FILE)[-1].as_py())
+        last_row = int(page[-1].column(ROW_NUMBER)[-1].as_py())
+        found = self._items_of(state.snapshot_id, page)
+        # Rows matched beyond the page go next; else later candidate files may hold some (_finish looks).
+        return self._finish(state, plan, tests, found, last_file, last_row + 1, held > plan.limit or False)
+
+    def _passing(self, test: RowTest, table: pa.Table) -> pa.Table:
+        """The rows of ``table`` that pass the test's Arrow filter and geometries (a column a file lacks is null)."""
+        added = [name for name in test.filter_columns if name not in table.column_names]
+        for name in added:
+            table = table.append_column(name, pa.nulls(table.num_rows, test.filter_columns[name]))
+        if test.arrow_filter is not None and table.num_rows:
+            table = table.filter(test.arrow_filter)
+        if test.geometries and table.num_rows:
+            shapes = shapely.from_wkb(table.column("geometry").to_numpy(zero_copy_only=False))
+            mask = np.ones(table.num_rows, dtype=bool)
+            for geometry in test.geometries:
+                mask &= shapely.intersects(shapes, geometry)
+            table = table.filter(pa.array(mask))
+        return table.drop_columns(added)
+
+    def _items_of(self, snapshot_id: str, tables: list[pa.Table]) -> list[dict[str, Any]]:
+        """The items of ``tables`` in order, converting each run of tables with one schema at once."""
+        items: list[dict[str, Any]] = []
+        for table in _runs_of_one_schema(tables):
+            added = [name for name in _POSITION if name in table.column_names]
+            items.extend(self._items(snapshot_id, table.drop_columns(added)))
+        return items
 
     def _add_residual_matches(
         self,
@@ -414,7 +534,7 @@ class SearchEngine:
             if held >= need and bounds.cannot_improve(data_file, kth_best(keys, need, first.descending)):
                 return pa.concat_tables(keys, promote_options="permissive"), True
             path = data_file.file_path
-            matched = self._matching_rows(state, test, path, columns)
+            matched = self._matching_rows(state, plan, test, data_file, columns)
             if test.residual is not None and matched.num_rows:
                 rows = matched.column(ROW_NUMBER).to_numpy()
                 items = self._items(state.snapshot_id, self._rows(path, rows))
@@ -459,6 +579,17 @@ class SearchEngine:
             if page.next_token is None:
                 return
             request = dataclasses.replace(request, token=page.next_token)
+
+
+def _runs_of_one_schema(tables: list[pa.Table]) -> Iterator[pa.Table]:
+    """``tables`` in order, each run of consecutive tables with the same schema concatenated into one."""
+    start = 0
+    while start < len(tables):
+        end = start + 1
+        while end < len(tables) and tables[end].schema == tables[start].schema:
+            end += 1
+        yield pa.concat_tables(tables[start:end]) if end - start > 1 else tables[start]
+        start = end
 
 
 def _matches(expression: cql2.Expr, item: dict[str, Any]) -> bool:

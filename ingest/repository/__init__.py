@@ -10,7 +10,8 @@ Modules, in the order a commit flows through them:
   :class:`CommitMetadata`, floe's record in every Icechunk commit.
 - ``_plan``: a writer's table change, replayable on any base.
 - ``_files``, ``_append``, ``_replace``, ``_keys``: data files, the Iceberg snapshot
-  (manifests, manifest list), copy-on-write replacement, which files hold which items.
+  (manifests, manifest list), copy-on-write replacement, which rows of which files hold which ids
+  (:class:`KeyIndex`, also used by searches by ids).
 - ``_optimize``: compaction of a partition's files into clustered runs (``floe optimize``).
 - ``_catalog``: :class:`PointerCatalog`, the Iceberg catalog whose table lives at a pointer.
 - ``_groups``: group existence and shared parents; ``_containers``: virtual chunk containers.
@@ -19,6 +20,7 @@ Modules, in the order a commit flows through them:
 
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import CommitMetadata
+from ingest.repository._keys import KeyIndex, id_hashes
 from ingest.repository._optimize import OptimizeResult
 from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
 from ingest.repository._view import View
@@ -27,6 +29,7 @@ from ingest.repository._writer import CommitResult, Writer
 __all__ = [
     "CommitMetadata",
     "CommitResult",
+    "KeyIndex",
     "LogEntry",
     "OptimizeResult",
     "PointerCatalog",
@@ -35,4 +38,5 @@ __all__ = [
     "View",
     "Writer",
     "check_ref_name",
+    "id_hashes",
 ]

@@ -1,13 +1,18 @@
-"""Which data files hold which items: hashes of every row's (collection, id), read once per file.
+"""Which rows of which data files hold which item ids: hashes of every row's id, read once per file.
 
-A batch's re-run check (which of its items the table holds already) and a
-replacement's search must find the files that hold some keys. Column bounds
-prune by id only when ids follow the order items arrive in; real archives name
-items tile first (``S2B_T33UUP_20240105...``), so every file's id range spans
-nearly every id and each batch would read the ids of the whole table again.
-Data files never change, so their keys are read once per process and kept as
-sorted 64-bit hashes (8 bytes a row): a lookup probes them in memory and reads
-only the files that hold a key (to confirm it), so its cost follows the batch.
+A batch's re-run check (which of its items the table holds already), a
+replacement's search and a search by ids must find the files, and the rows,
+that hold some ids. Column bounds prune by id only when ids follow the order
+items arrive in; real archives name items tile first (``S2B_T33UUP_20240105...``)
+and compacted files are ordered by place, so every file's id range spans nearly
+every id and each lookup would read the ids of the whole table again. Data
+files never change, so their ids are read once per process and kept as sorted
+64-bit hashes with the row each came from (12 bytes a row): a lookup probes
+them in memory and reads only the files (and the rows) that hold an id, to
+confirm it, so its cost follows the ids asked for, not the table.
+
+Only the id is hashed, not (collection, id): a search by ids names no
+collection, and an id held in another collection only adds a confirming read.
 """
 
 from __future__ import annotations
@@ -20,52 +25,77 @@ import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 
-Key = tuple[str, str]
+
+def id_hashes(ids: Iterable[str]) -> np.ndarray:
+    """Sorted, distinct hashes of ``ids`` (Python's string hash: stable within a process, all the index lives)."""
+    return np.unique(np.fromiter((hash(item_id) for item_id in ids), dtype=np.int64))
 
 
-def key_hashes(keys: Iterable[Key]) -> np.ndarray:
-    """Sorted hashes of ``keys`` (Python's string hash: stable within a process, which is all the index lives)."""
-    return np.sort(np.fromiter((hash(key) for key in keys), dtype=np.int64))
+class _FileIds:
+    """One file's id hashes, sorted, and the row number each came from."""
+
+    __slots__ = ("hashes", "rows")
+
+    def __init__(self, ids: list[str]) -> None:
+        hashes = np.fromiter((hash(item_id) for item_id in ids), dtype=np.int64, count=len(ids))
+        order = np.argsort(hashes, kind="stable")
+        self.hashes = hashes[order]
+        self.rows = order.astype(np.int32)
+
+    def rows_of(self, wanted: np.ndarray) -> np.ndarray:
+        """Sorted row numbers whose id hash is one of ``wanted`` (sorted, distinct)."""
+        if len(self.hashes) == 0 or len(wanted) == 0:
+            return np.empty(0, dtype=np.int64)
+        starts = np.searchsorted(self.hashes, wanted, side="left")
+        ends = np.searchsorted(self.hashes, wanted, side="right")
+        hit = ends > starts
+        if not hit.any():
+            return np.empty(0, dtype=np.int64)
+        spans = [self.rows[start:end] for start, end in zip(starts[hit], ends[hit], strict=True)]
+        return np.sort(np.concatenate(spans)).astype(np.int64)
+
+    def holds_any(self, wanted: np.ndarray) -> bool:
+        if len(self.hashes) == 0 or len(wanted) == 0:
+            return False
+        positions = np.searchsorted(self.hashes, wanted).clip(max=len(self.hashes) - 1)
+        return bool(np.any(self.hashes[positions] == wanted))
 
 
 class KeyIndex:
-    """The hashes of the keys of each data file read so far (files never change)."""
+    """The id hashes of each data file read so far (files never change)."""
 
     def __init__(self, io: FileIO) -> None:
         self.io = io
-        self._files: dict[str, np.ndarray] = {}
+        self._files: dict[str, _FileIds] = {}
         self._lock = threading.Lock()
 
-    def _hashes(self, data_file: DataFile) -> np.ndarray:
+    def _ids(self, data_file: DataFile) -> _FileIds:
         path = data_file.file_path
         with self._lock:
             cached = self._files.get(path)
         if cached is None:
             with self.io.new_input(path).open() as stream:
-                columns = pq.read_table(stream, columns=["collection", "id"])
-            cached = key_hashes(
-                zip(columns.column("collection").to_pylist(), columns.column("id").to_pylist(), strict=True)
-            )
+                ids = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
+            cached = _FileIds(ids)
             with self._lock:
                 self._files[path] = cached
         return cached
 
-    def holding(self, files: Iterable[DataFile], keys: Collection[Key]) -> list[DataFile]:
-        """The files of ``files`` that may hold one of ``keys`` (a hash collision may add one; none is missed)."""
-        wanted = key_hashes(keys)
+    def holding(self, files: Iterable[DataFile], ids: Collection[str] | np.ndarray) -> list[DataFile]:
+        """The files of ``files`` that may hold one of ``ids`` (a hash collision may add one; none is missed).
+
+        ``ids`` may be given as their :func:`id_hashes` already.
+        """
+        wanted = ids if isinstance(ids, np.ndarray) else id_hashes(ids)
         if len(wanted) == 0:
             return []
-        found = []
-        for data_file in files:
-            held = self._hashes(data_file)
-            if len(held) == 0:
-                continue
-            positions = np.searchsorted(held, wanted).clip(max=len(held) - 1)
-            if np.any(held[positions] == wanted):
-                found.append(data_file)
-        return found
+        return [data_file for data_file in files if self._ids(data_file).holds_any(wanted)]
+
+    def rows(self, data_file: DataFile, ids: Collection[str] | np.ndarray) -> np.ndarray:
+        """Sorted numbers of the rows of one file that may hold one of ``ids`` (confirm them: hashes may collide)."""
+        return self._ids(data_file).rows_of(ids if isinstance(ids, np.ndarray) else id_hashes(ids))
 
     def retain(self, paths: Collection[str]) -> None:
         """Forget the files not in ``paths`` (no longer live in the version last listed)."""
         with self._lock:
-            self._files = {path: hashes for path, hashes in self._files.items() if path in paths}
+            self._files = {path: entry for path, entry in self._files.items() if path in paths}

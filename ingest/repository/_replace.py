@@ -66,7 +66,7 @@ def locate(cache: ManifestCache, files: Iterable[DataFile], keys: set[Key]) -> d
     io = cache.io
     found: dict[str, tuple[DataFile, set[Key]]] = {}
     files = [data_file for data_file in files if data_file.partition[0] in collections]
-    for data_file in cache.keys.holding(files, keys):
+    for data_file in cache.keys.holding(files, {item_id for _, item_id in keys}):
         with io.new_input(data_file.file_path).open() as stream:
             columns = pq.read_table(stream, columns=["collection", "id"])
         held = set(zip(columns.column("collection").to_pylist(), columns.column("id").to_pylist(), strict=True))

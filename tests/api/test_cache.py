@@ -13,8 +13,10 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from ingest.api._cache import ROW_NUMBER, ColumnCache, SnapshotCache, SnapshotState
 
 
-def _write(path: Path, rows: int) -> str:
-    pq.write_table(pa.table({"a": np.arange(rows, dtype=np.int64), "b": np.ones(rows)}), path)
+def _write(path: Path, rows: int, row_group_size: int | None = None) -> str:
+    pq.write_table(
+        pa.table({"a": np.arange(rows, dtype=np.int64), "b": np.ones(rows)}), path, row_group_size=row_group_size
+    )
     return str(path)
 
 
@@ -34,12 +36,34 @@ def test_columns_are_decoded_once_and_only_those_asked_for(tmp_path: Path) -> No
     io = _CountingIO()
     cache = ColumnCache(io, max_bytes=10_000_000)
     path = _write(tmp_path / "one.parquet", 100)
-    assert cache.read(path, ["a", "missing"]).column_names == ["a"]
+    assert cache.read(path, ["a", "missing"]).column_names == ["a", ROW_NUMBER]
+    assert io.opened == [path, path]  # the footer, then the column
     assert cache.read(path, ["a"]).column("a").to_pylist() == list(range(100))
-    assert io.opened == [path]  # the second read came from the cache
+    assert io.opened == [path, path]  # the second read came from the cache
     assert cache.read(path, []).column(ROW_NUMBER).to_pylist() == list(range(100))
-    assert cache.read(path).column_names == ["a", "b"]
-    assert io.opened == [path, path]  # only "b" was still to decode
+    assert cache.read(path).column_names == ["a", "b", ROW_NUMBER]
+    assert io.opened == [path, path, path]  # only "b" was still to decode
+
+
+def test_only_the_row_groups_asked_for_are_decoded(tmp_path: Path) -> None:
+    io = _CountingIO()
+    path = _write(tmp_path / "groups.parquet", 1000, row_group_size=100)
+    whole = ColumnCache(io, max_bytes=10_000_000)
+    whole.read(path, ["a"])
+    cache = ColumnCache(io, max_bytes=10_000_000)
+    assert cache.layout(path).num_row_groups == 10
+    table = cache.read(path, ["a"], np.array([2, 7]))
+    assert table.column("a").to_pylist() == [*range(200, 300), *range(700, 800)]
+    assert table.column(ROW_NUMBER).to_pylist() == table.column("a").to_pylist()
+    assert cache.cached_bytes * 5 == whole.cached_bytes  # two row groups of ten
+    rows = cache.rows(path, np.array([5, 250, 999]))
+    assert rows.column_names == ["a", "b"]
+    assert rows.column("a").to_pylist() == [5, 250, 999]
+    io.opened.clear()
+    cache.read(path, ["a"], np.array([2]))  # cached: groups 0, 2, 7 and 9 only
+    assert io.opened == []
+    assert cache.read(path, ["a"]).column("a").to_pylist() == list(range(1000))
+    assert io.opened == [path]  # the six missing row groups, in one read
 
 
 def test_the_least_recently_used_file_goes_once_over_budget(tmp_path: Path) -> None:
@@ -59,7 +83,7 @@ def test_the_least_recently_used_file_goes_once_over_budget(tmp_path: Path) -> N
     cache.read(paths[2], ["a"])
     assert io.opened == []
     cache.read(paths[1], ["a"])
-    assert io.opened == [paths[1]]
+    assert io.opened == [paths[1]]  # its footer stayed: only the column is read again
 
 
 def test_snapshot_states_are_loaded_once_and_the_oldest_dropped() -> None:

@@ -20,6 +20,7 @@ import shapely.geometry
 from ingest import Repository, Settings
 from ingest.api import SearchEngine
 from ingest.api._request import SearchRequest
+from ingest.repository import _files as files_module
 from ingest.stac._validate import parse_datetime
 from tests.conftest import make_item, with_square
 
@@ -56,22 +57,26 @@ def compacted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 class _Counting:
-    """A search engine whose data file reads are counted (distinct files per search)."""
+    """A search engine whose data file reads are counted (distinct files and row groups per search)."""
 
     def __init__(self, repository: Repository) -> None:
         self.engine = SearchEngine(repository, cache_mb=0)
         self.files: set[str] = set()
+        self.groups: set[tuple[str, int]] = set()
         read = self.engine.columns.read
 
-        def counted(path: str, names: list[str] | None = None) -> Any:
+        def counted(path: str, names: list[str] | None = None, row_groups: Any = None) -> Any:
             self.files.add(path)
-            return read(path, names)
+            every = range(self.engine.columns.layout(path).num_row_groups)
+            self.groups.update((path, int(group)) for group in (every if row_groups is None else row_groups))
+            return read(path, names, row_groups)
 
         self.engine.columns.read = counted  # type: ignore[method-assign]
 
     def all_pages(self, request: SearchRequest, ref: str) -> tuple[list[dict], int]:
         """Every item of ``request`` at ``ref``, page after page, and the distinct files read for them."""
         self.files = set()
+        self.groups = set()
         found: list[dict] = []
         snapshot_id = self.engine.resolve(ref)
         while True:
@@ -144,6 +149,18 @@ QUERIES: list[tuple[str, SearchRequest, Callable[[dict], bool], Callable[[dict],
         "ids",
         SearchRequest(ids=["i-0003", "i-0400", "i-0719", "nope"]),
         lambda item: item["id"] in {"i-0003", "i-0400", "i-0719"},
+        None,
+    ),
+    (
+        "ids, two a page",
+        SearchRequest(ids=[f"i-{n:04d}" for n in range(0, 720, 37)], limit=2),
+        lambda item: int(item["id"][2:]) % 37 == 0,
+        None,
+    ),
+    (
+        "ids in an aoi and a collection",
+        SearchRequest(ids=[f"i-{n:04d}" for n in range(720)], bbox=list(AOI), collections=["north"], limit=3),
+        lambda item: _intersects(AOI)(item) and item["collection"] == "north",
         None,
     ),
 ]
@@ -286,3 +303,30 @@ def test_file_pruning_by_bbox_keeps_files_of_antimeridian_items(tmp_path: Path) 
     for bbox in ([175, 2, 179, 5], [-179, 2, -175, 5]):
         assert [item["id"] for item in engine.search(SearchRequest(bbox=bbox)).items] == ["crossing"]
     assert engine.search(SearchRequest(bbox=[100, 2, 120, 5])).items == []
+
+
+def test_a_search_reads_only_the_row_groups_that_can_hold_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row groups of 10 rows (2,048 in use): an area search skips those whose bbox statistics miss it,
+    a search by ids reads just the row groups the key index names."""
+    monkeypatch.setattr(files_module, "ROW_GROUP_SIZE", 10)
+    repository = Repository.create(tmp_path / "repo", Settings(optimize={"target_file_rows": 200}))
+    items = [_item(n) for n in range(720)]
+    for start in range(0, len(items), 90):
+        writer = repository.writer()
+        writer.add_items(items[start : start + 90])
+        writer.commit(f"batch {start // 90}")
+    repository.optimize()
+    counting = _Counting(repository)
+
+    found, _ = counting.all_pages(SearchRequest(bbox=list(AOI), limit=1000), "main")
+    assert sorted(item["id"] for item in found) == sorted(item["id"] for item in items if _intersects(AOI)(item))
+    in_files = sum(counting.engine.columns.layout(path).num_row_groups for path in counting.files)
+    assert in_files >= 10 * len(counting.files)  # the files were written in row groups of 10
+    assert len(counting.groups) < in_files / 2, (len(counting.groups), in_files)
+
+    wanted = ["i-0003", "i-0400", "i-0719", "i-0500", "nope"]
+    found, files_read = counting.all_pages(SearchRequest(ids=wanted), "main")
+    assert sorted(item["id"] for item in found) == sorted(wanted[:4])
+    assert len(counting.groups) <= 4 and files_read <= 4
