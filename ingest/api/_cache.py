@@ -24,6 +24,8 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from ingest.api._prune import FileStats
+
 DEFAULT_CACHE_MB = 256
 SNAPSHOT_CACHE_SIZE = 64
 ROW_NUMBER = "__floe_row"
@@ -212,6 +214,8 @@ class SnapshotState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     bounds: BoxBounds | None = None
     """The files' bbox bounds as arrays, made on first use (under ``lock``)."""
+    stats: FileStats | None = None
+    """The files' column metrics as arrays, made on first use (under ``lock``)."""
     compiled: OrderedDict[str, Any] = field(default_factory=OrderedDict)
     """Row tests compiled for recent searches, by search fingerprint (under ``lock``)."""
 
@@ -220,6 +224,12 @@ class SnapshotState:
             if self.bounds is None:
                 self.bounds = BoxBounds.of_files(self.schema, self.files)
             return self.bounds
+
+    def file_stats(self) -> FileStats:
+        with self.lock:
+            if self.stats is None:
+                self.stats = FileStats(self.files)
+            return self.stats
 
     def compiled_for(self, fingerprint: str, compile_tests: Callable[[], Any]) -> Any:
         """What ``compile_tests`` makes for a search, kept for the next page and the next identical search."""

@@ -42,7 +42,7 @@ from pyiceberg.expressions import (
     LessThanOrEqual,
     Or,
 )
-from pyiceberg.expressions.visitors import bind, extract_field_ids
+from pyiceberg.expressions.visitors import bind, extract_field_ids, rewrite_not
 from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.schema import Schema
 from pyiceberg.types import PrimitiveType
@@ -331,6 +331,8 @@ class RowTest:
     geometries: tuple[Any, ...]
     may_match: FileTest | None
     """False for a file no row of which can match, from its column bounds (None: every file may)."""
+    bound_prune: BooleanExpression | None
+    """``prune`` bound to the schema (NOT rewritten away), for testing every file at once (None: every file may)."""
     arrow_filter: pc.Expression | None
     """``prune`` as an Arrow filter over ``filter_columns`` (None: column values rule no row out)."""
     filter_columns: dict[str, pa.DataType]
@@ -396,6 +398,7 @@ def _row_test(
         residual=residual,
         geometries=geometries,
         may_match=None if isinstance(prune, AlwaysTrue) else may_match(schema, prune),
+        bound_prune=None if isinstance(prune, AlwaysTrue) else bind(schema, rewrite_not(prune), case_sensitive=True),
         arrow_filter=arrow_filter,
         filter_columns=filter_columns,
         all_rows_match=all_rows_match,

@@ -193,19 +193,29 @@ class SearchEngine:
     ) -> Iterator[tuple[int, DataFile, RowTest]]:
         """The data files from index ``start`` on that may hold matches, each with the test its rows need."""
         without_filter = tests.without_filter
-        # Files whose bboxes cannot reach the search area go first, all at once (pyiceberg tests one at a time).
-        reach = state.file_bounds().may_reach(plan.geometries) if plan.geometries else None
-        for index in range(start, len(state.files)):
+        # Files whose bboxes cannot reach the search area go first, all at once (pyiceberg tests one at a time);
+        # then the files whose column bounds rule out the filter-free test (a superset of what the full test
+        # rules out: files it rules out are out either way, unread), also all at once.
+        stats = state.file_stats()
+        keep = stats.record_counts != 0
+        keep[:start] = False
+        if plan.geometries:
+            keep &= state.file_bounds().may_reach(plan.geometries)
+        loose_exact = full_exact = True
+        if without_filter.bound_prune is not None:
+            loose, loose_exact = stats.may_match(without_filter.bound_prune)
+            keep &= loose
+        full, full_exact = (
+            stats.may_match(tests.translated.bound_prune) if tests.translated.bound_prune is not None else (keep, True)
+        )
+        for index in np.flatnonzero(keep).tolist():
             data_file = state.files[index]
-            if data_file.record_count == 0 or (reach is not None and not reach[index]):
-                continue
-            # The filter-free test prunes a superset: files it rules out are out either way, unread.
-            if without_filter.may_match is not None and not without_filter.may_match(data_file):
+            if not loose_exact and without_filter.may_match is not None and not without_filter.may_match(data_file):
                 continue
             test = tests.translated
             if plan.filtered_properties and plan.filtered_properties & self._overflow_keys(state, data_file):
                 test = without_filter
-            if test.may_match is not None and not test.may_match(data_file):
+            elif not full[index] or (not full_exact and test.may_match is not None and not test.may_match(data_file)):
                 continue
             # A search by ids reads a file's ids once (kept as hashes), then only files holding one of them.
             if plan.id_hashes is not None and not self.keys.holding([data_file], plan.id_hashes):

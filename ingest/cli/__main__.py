@@ -2,4 +2,6 @@
 
 from ingest.cli import app
 
-app()
+# Guarded: a spawned helper process (the ingest's read-ahead) imports this module again as ``__mp_main__``.
+if __name__ == "__main__":
+    app()

@@ -25,6 +25,9 @@ import pyarrow.parquet as pq
 from pyiceberg.conversions import to_bytes
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import (
+    MetricModeTypes,
+    MetricsMode,
+    StatisticsCollector,
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
     parquet_path_to_id_mapping,
@@ -34,11 +37,11 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
-from pyiceberg.types import DoubleType
+from pyiceberg.types import BinaryType, DoubleType, PrimitiveType, StringType
 
 from ingest._compat import geoparquet_metadata
 from ingest._faults import fault_point
-from ingest.stac import items_to_arrow, normalize_type, parse_datetime
+from ingest.stac import RESERVED, items_to_arrow, normalize_type, parse_datetime
 
 Fit = Literal["same", "widen", "conflict"]
 ROW_GROUP_SIZE = 2_048
@@ -313,7 +316,7 @@ def to_data_file(staged: StagedFile, metadata: TableMetadata) -> DataFile:
     schema = metadata.schema()
     statistics = data_file_statistics_from_parquet_metadata(
         parquet_metadata=staged.parquet_metadata,
-        stats_columns=compute_statistics_plan(schema, metadata.properties),
+        stats_columns=statistics_plan(schema, metadata.properties),
         parquet_column_mapping=parquet_path_to_id_mapping(schema),
     )
     serialized = statistics.to_serialized_dict()
@@ -330,6 +333,41 @@ def to_data_file(staged: StagedFile, metadata: TableMetadata) -> DataFile:
         key_metadata=None,
         **serialized,
     )
+
+
+PROPERTY_STRING_BOUNDS = MetricsMode(MetricModeTypes.TRUNCATE, 16)
+"""Bounds of a string property: its first 16 characters (Iceberg's default for every column)."""
+
+
+def statistics_plan(schema: Schema, properties: dict[str, str]) -> dict[int, StatisticsCollector]:
+    """What each data file records about each column: the table's metrics properties, and typed properties' bounds.
+
+    The table records bounds for id, collection, the datetimes and the bbox
+    (its ``write.metadata.metrics.*`` properties; everything else ``none``,
+    so asset hrefs and links do not bloat manifests). Each property with a
+    column of its own and a primitive type (``eo:cloud_cover``, ``platform``,
+    ``gsd`` ...) records bounds too, whatever the properties say, so a filter
+    on it rules files out; a column the properties name explicitly keeps
+    the mode they give.
+    """
+    plan = compute_statistics_plan(schema, properties)
+    for table_field in schema.fields:
+        name = table_field.name
+        if name in RESERVED or not isinstance(table_field.field_type, PrimitiveType):
+            continue
+        if isinstance(table_field.field_type, BinaryType) or f"write.metadata.metrics.column.{name}" in properties:
+            continue
+        collector = plan.get(table_field.field_id)
+        if collector is not None and collector.mode.type == MetricModeTypes.NONE:
+            mode = (
+                PROPERTY_STRING_BOUNDS
+                if isinstance(table_field.field_type, StringType)
+                else MetricsMode(MetricModeTypes.FULL)
+            )
+            plan[table_field.field_id] = StatisticsCollector(
+                collector.field_id, collector.iceberg_type, mode, collector.column_name
+            )
+    return plan
 
 
 NESTED_BOUNDS = ("bbox.xmin", "bbox.ymin", "bbox.xmax", "bbox.ymax")

@@ -15,6 +15,7 @@ from ingest.stac._geometry import GEOMETRY_TYPES, TOLERANCE, coordinates_problem
 from ingest.stac._json import loads_json
 from ingest.stac._rows import (
     OVERFLOW,
+    RESERVED,
     TIMESTAMP,
     arrow_to_items,
     items_to_arrow,
@@ -33,6 +34,7 @@ __all__ = [
     "ARRAYS_MEDIA_TYPE",
     "GEOMETRY_TYPES",
     "OVERFLOW",
+    "RESERVED",
     "TIMESTAMP",
     "TOLERANCE",
     "ArraysAsset",
