@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,7 +44,7 @@ from ingest.api._order import SortBounds, kth_best
 from ingest.api._plan import RowTest, RowTests, SearchPlan, plan_search, row_tests
 from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
-from ingest.repository import KeyIndex, Repository
+from ingest.repository import IdIndex, Repository
 from ingest.stac import OVERFLOW, arrow_to_items, overflow_keys, served_arrays_asset
 from ingest.storage import ARRAYS_DIR
 
@@ -52,6 +53,9 @@ from ingest.storage import ARRAYS_DIR
 _RESIDUAL_CHUNK = 256
 # The column of data-file indexes in the table of sort keys.
 _FILE = "__floe_file"
+_NO_ROWS = np.empty(0, dtype=np.int64)
+ID_INDEXES_KEPT = 2
+"""Versions whose id index a server keeps (at ten million items, 160 MB each)."""
 _POSITION = (_FILE, ROW_NUMBER)
 """Columns searches add to rows read (which file, which row): never part of an item."""
 _IDS_CHUNK_FILES = 64
@@ -74,8 +78,9 @@ class SearchEngine:
         self.refuse_over_limit = refuse_over_limit
         self.arrays_url = repository.location.join(ARRAYS_DIR)
         self.columns = ColumnCache(repository.io, cache_mb * 1_000_000)
-        self.keys = KeyIndex(repository.io)
-        """Each data file's id hashes and rows, for searches by ids (12 bytes a row of the files they reach)."""
+        self._id_indexes: OrderedDict[str, IdIndex] = OrderedDict()
+        """The id index of the versions searched by ids most recently (16 bytes a row each)."""
+        self._id_lock = threading.Lock()
         self._snapshots = SnapshotCache(self._load_state)
         self._tags: dict[str, str] = {}
         self._overflow: dict[str, frozenset[str]] = {}
@@ -201,6 +206,10 @@ class SearchEngine:
         keep[:start] = False
         if plan.geometries:
             keep &= state.file_bounds().may_reach(plan.geometries)
+        if plan.id_hashes is not None:  # a search by ids: only the files holding one of them
+            holding = np.zeros(len(state.files), dtype=bool)
+            holding[list(self._named_rows(state, plan))] = True
+            keep &= holding
         loose_exact = full_exact = True
         if without_filter.bound_prune is not None:
             loose, loose_exact = stats.may_match(without_filter.bound_prune)
@@ -217,9 +226,6 @@ class SearchEngine:
                 test = without_filter
             elif not full[index] or (not full_exact and test.may_match is not None and not test.may_match(data_file)):
                 continue
-            # A search by ids reads a file's ids once (kept as hashes), then only files holding one of them.
-            if plan.id_hashes is not None and not self.keys.holding([data_file], plan.id_hashes):
-                continue
             yield index, data_file, test
 
     def _matching_rows(
@@ -227,7 +233,7 @@ class SearchEngine:
         state: SnapshotState,
         plan: SearchPlan,
         test: RowTest,
-        data_file: DataFile,
+        index: int,
         extra_columns: list[str],
         *,
         first_row: int = 0,
@@ -238,40 +244,58 @@ class SearchEngine:
         statistics reach the search area and, for a search by ids, those
         holding a row whose id the key index names (those rows alone are tested).
         """
+        data_file = state.files[index]
         path = data_file.file_path
         filter_columns = test.filter_columns
         wanted = sorted(set(filter_columns) | set(extra_columns) | ({"geometry"} if test.geometries else set()))
-        groups, only = self._groups_to_read(plan, test, data_file, first_row)
+        groups, only = self._groups_to_read(state, plan, test, index, first_row)
         table = self.columns.read(path, wanted, groups)
         if only is not None:
-            positions = np.searchsorted(table.column(ROW_NUMBER).to_numpy(), only)
-            table = table.take(pa.array(positions[positions < table.num_rows]))
+            # The named rows that the row groups read hold (a group the area rules out is not read).
+            numbers = table.column(ROW_NUMBER).to_numpy()
+            positions = np.searchsorted(numbers, only).clip(max=max(len(numbers) - 1, 0))
+            held = positions[numbers[positions] == only] if len(numbers) else positions[:0]
+            table = table.take(pa.array(held))
         if first_row:
             table = table.filter(pc.greater_equal(table.column(ROW_NUMBER), first_row))
-        for name, data_type in filter_columns.items():
-            if name not in table.column_names:
-                # Files written before a column existed lack it: it is null there, as Iceberg reads it.
-                table = table.append_column(name, pa.nulls(table.num_rows, data_type))
         for name in extra_columns:
             if name not in table.column_names:
                 table = table.append_column(name, pa.nulls(table.num_rows, state.arrow_schema.field(name).type))
-        if test.arrow_filter is not None and table.num_rows:
-            table = table.filter(test.arrow_filter)
-        if test.geometries and table.num_rows:
-            shapes = shapely.from_wkb(table.column("geometry").to_numpy(zero_copy_only=False))
-            mask = np.ones(table.num_rows, dtype=bool)
-            for geometry in test.geometries:
-                mask &= shapely.intersects(shapes, geometry)
-            table = table.filter(pa.array(mask))
-        return table
+        return self._passing(test, table)
+
+    def _id_index(self, state: SnapshotState) -> IdIndex:
+        """Every row's id hash at a snapshot, built on the first search by ids there (the last few kept)."""
+        with self._id_lock:
+            found = self._id_indexes.get(state.snapshot_id)
+            if found is not None:
+                self._id_indexes.move_to_end(state.snapshot_id)
+                return found
+        made = IdIndex.build(self.repository.io, state.files)
+        with self._id_lock:
+            self._id_indexes[state.snapshot_id] = made
+            while len(self._id_indexes) > ID_INDEXES_KEPT:
+                self._id_indexes.popitem(last=False)
+        return made
+
+    def _named_rows(self, state: SnapshotState, plan: SearchPlan) -> dict[int, np.ndarray]:
+        """File index -> the rows whose id hash the search names (one probe of the id index, kept per search)."""
+        assert plan.id_hashes is not None
+        hashes = plan.id_hashes
+        named: dict[int, np.ndarray] = state.compiled_for(
+            f"{plan.fingerprint}/ids", lambda: self._id_index(state).locate(hashes)
+        )
+        return named
+
+    def _rows_named(self, state: SnapshotState, plan: SearchPlan, index: int) -> np.ndarray:
+        return self._named_rows(state, plan).get(index, _NO_ROWS)
 
     def _groups_to_read(
-        self, plan: SearchPlan, test: RowTest, data_file: DataFile, first_row: int
+        self, state: SnapshotState, plan: SearchPlan, test: RowTest, index: int, first_row: int
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """The row groups of a file that may hold a match from ``first_row`` on, and the only rows to test (ids)."""
-        layout = self.columns.layout(data_file.file_path)
+        layout = self.columns.layout(state.files[index].file_path)
         groups = np.arange(layout.num_row_groups)
-        only = self.keys.rows(data_file, plan.id_hashes) if plan.id_hashes is not None else None
+        only = self._rows_named(state, plan, index) if plan.id_hashes is not None else None
         if only is not None:
             groups = layout.groups_of(only)
         if test.geometries:
@@ -281,12 +305,13 @@ class SearchEngine:
         return groups, only
 
     def _matching_row_numbers(
-        self, state: SnapshotState, plan: SearchPlan, test: RowTest, data_file: DataFile, first_row: int
+        self, state: SnapshotState, plan: SearchPlan, test: RowTest, index: int, first_row: int
     ) -> np.ndarray:
         """The numbers of the rows of one file, from ``first_row`` on, that the test's filters let through."""
+        data_file = state.files[index]
         all_rows_match = test.all_rows_match is not None and test.all_rows_match(data_file)
         if test.needs_rows_test and not all_rows_match:
-            matched = self._matching_rows(state, plan, test, data_file, [], first_row=first_row)
+            matched = self._matching_rows(state, plan, test, index, [], first_row=first_row)
             return matched.column(ROW_NUMBER).to_numpy()
         return np.arange(first_row, data_file.record_count, dtype=np.int64)
 
@@ -379,7 +404,7 @@ class SearchEngine:
         start_file, start_row = position
         for index, data_file, test in self._candidates(state, plan, tests, start_file):
             first_row = start_row if index == start_file else 0
-            rows = self._matching_row_numbers(state, plan, test, data_file, first_row)
+            rows = self._matching_row_numbers(state, plan, test, index, first_row)
             if len(rows) == 0:
                 continue
             path = data_file.file_path
@@ -423,7 +448,7 @@ class SearchEngine:
                 break
             gathered: list[pa.Table] = []
             for index, data_file, _ in chunk:
-                rows = self.keys.rows(data_file, plan.id_hashes)
+                rows = self._rows_named(state, plan, index)
                 if index == start_file:
                     rows = rows[rows >= start_row]
                 if len(rows):
@@ -445,7 +470,10 @@ class SearchEngine:
         return self._finish(state, plan, tests, found, last_file, last_row + 1, held > plan.limit or False)
 
     def _passing(self, test: RowTest, table: pa.Table) -> pa.Table:
-        """The rows of ``table`` that pass the test's Arrow filter and geometries (a column a file lacks is null)."""
+        """The rows of ``table`` that pass the test's Arrow filter and geometries.
+
+        Files written before a column existed lack it: it is null there, as Iceberg reads it.
+        """
         added = [name for name in test.filter_columns if name not in table.column_names]
         for name in added:
             table = table.append_column(name, pa.nulls(table.num_rows, test.filter_columns[name]))
@@ -544,7 +572,7 @@ class SearchEngine:
             if held >= need and bounds.cannot_improve(data_file, kth_best(keys, need, first.descending)):
                 return pa.concat_tables(keys, promote_options="permissive"), True
             path = data_file.file_path
-            matched = self._matching_rows(state, plan, test, data_file, columns)
+            matched = self._matching_rows(state, plan, test, index, columns)
             if test.residual is not None and matched.num_rows:
                 rows = matched.column(ROW_NUMBER).to_numpy()
                 items = self._items(state.snapshot_id, self._rows(path, rows))

@@ -1,10 +1,12 @@
 """Which rows of which data files hold which item ids: hashes of every row's id, read once per file.
 
-A batch's re-run check (which of its items the table holds already), a
-replacement's search and a search by ids must find the files, and the rows,
-that hold some ids. Column bounds prune by id only when ids follow the order
-items arrive in; real archives name items tile first (``S2B_T33UUP_20240105...``)
-and compacted files are ordered by place, so every file's id range spans nearly
+A batch's re-run check (which of its items the table holds already) and a
+replacement's search must find the files that hold some ids (:class:`KeyIndex`,
+per file, kept across versions); a search by ids must find the files and rows
+that hold them (:class:`IdIndex`, one sorted array per table version).
+Column bounds prune by id only when ids follow the order items arrive in;
+real archives name items tile first (``S2B_T33UUP_20240105...``) and
+compacted files are ordered by place, so every file's id range spans nearly
 every id and each lookup would read the ids of the whole table again. Data
 files never change, so their ids are read once per process and kept as sorted
 64-bit hashes with the row each came from (12 bytes a row): a lookup probes
@@ -13,6 +15,8 @@ confirm it, so its cost follows the ids asked for, not the table.
 
 Only the id is hashed, not (collection, id): a search by ids names no
 collection, and an id held in another collection only adds a confirming read.
+The key index probes files one by one, fine for the few files a batch's
+partitions hold; a search by ids may reach every file of the table.
 """
 
 from __future__ import annotations
@@ -99,3 +103,46 @@ class KeyIndex:
         """Forget the files not in ``paths`` (no longer live in the version last listed)."""
         with self._lock:
             self._files = {path: entry for path, entry in self._files.items() if path in paths}
+
+
+class IdIndex:
+    """Every row's id hash of a set of files in one sorted array: the files and rows holding some ids, in one probe.
+
+    A search by ids over a large table would otherwise probe each file's
+    hashes in turn: ids follow time and compacted files follow place, so at
+    ten million items about 30 files' id bounds contain each id. 16 bytes a
+    row (hash, file, row); built once per table version that is searched by ids.
+    """
+
+    def __init__(self, hashes: np.ndarray, files: np.ndarray, rows: np.ndarray) -> None:
+        self.hashes, self.files, self.rows = hashes, files, rows
+
+    @classmethod
+    def build(cls, io: FileIO, data_files: list[DataFile]) -> IdIndex:
+        """Read the ids of ``data_files`` (file numbers are positions in that list)."""
+        parts, owners, numbers = [], [], []
+        for position, data_file in enumerate(data_files):
+            with io.new_input(data_file.file_path).open() as stream:
+                ids = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
+            parts.append(np.fromiter((hash(item_id) for item_id in ids), dtype=np.int64, count=len(ids)))
+            owners.append(np.full(len(ids), position, dtype=np.int32))
+            numbers.append(np.arange(len(ids), dtype=np.int32))
+        if not parts:
+            empty = np.empty(0, dtype=np.int64)
+            return cls(empty, empty.astype(np.int32), empty.astype(np.int32))
+        hashes = np.concatenate(parts)
+        order = np.argsort(hashes, kind="stable")
+        return cls(hashes[order], np.concatenate(owners)[order], np.concatenate(numbers)[order])
+
+    def locate(self, wanted: np.ndarray) -> dict[int, np.ndarray]:
+        """File number -> sorted row numbers whose id hash is one of ``wanted`` (confirm them: hashes may collide)."""
+        if len(self.hashes) == 0 or len(wanted) == 0:
+            return {}
+        starts = np.searchsorted(self.hashes, wanted, side="left")
+        ends = np.searchsorted(self.hashes, wanted, side="right")
+        spans = [np.arange(start, end) for start, end in zip(starts, ends, strict=True) if end > start]
+        if not spans:
+            return {}
+        found = np.concatenate(spans)
+        files, rows = self.files[found], self.rows[found].astype(np.int64)
+        return {int(file): np.sort(rows[files == file]) for file in np.unique(files)}

@@ -1,0 +1,49 @@
+"""The id index: one probe names every file and row holding some ids, across all files of a version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+from ingest.repository import IdIndex, id_hashes
+
+
+def _file(path: Path, ids: list[str]) -> DataFile:
+    pq.write_table(pa.table({"id": ids, "other": list(range(len(ids)))}), path)
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=str(path),
+        file_format=FileFormat.PARQUET,
+        record_count=len(ids),
+        file_size_in_bytes=path.stat().st_size,
+    )
+
+
+def test_every_row_holding_a_named_id_is_found_in_every_file(tmp_path: Path) -> None:
+    files = [
+        _file(tmp_path / "a.parquet", ["x", "y", "z", "y"]),
+        _file(tmp_path / "b.parquet", []),
+        _file(tmp_path / "c.parquet", ["q", "x", "w"]),
+    ]
+    index = IdIndex.build(PyArrowFileIO(), files)
+    found = index.locate(id_hashes(["y", "x", "absent"]))
+    assert {file: rows.tolist() for file, rows in found.items()} == {0: [0, 1, 3], 2: [1]}
+    assert index.locate(id_hashes(["absent"])) == {}
+    assert index.locate(id_hashes([])) == {}
+    assert IdIndex.build(PyArrowFileIO(), []).locate(id_hashes(["x"])) == {}
+
+
+def test_rows_of_one_hash_in_many_files_come_back_sorted_per_file() -> None:
+    """Equal hashes (a collision, or one id in two collections) name every row that holds them."""
+    index = IdIndex(
+        hashes=np.array([5, 7, 7, 7, 9], dtype=np.int64),
+        files=np.array([0, 1, 0, 1, 2], dtype=np.int32),
+        rows=np.array([3, 8, 2, 1, 0], dtype=np.int32),
+    )
+    found = index.locate(np.array([7], dtype=np.int64))
+    assert {file: rows.tolist() for file, rows in found.items()} == {0: [2], 1: [1, 8]}
