@@ -281,6 +281,8 @@ class SearchEngine:
         """File index -> the rows whose id hash the search names (one probe of the id index, kept per search)."""
         assert plan.id_hashes is not None
         hashes = plan.id_hashes
+        if not plan.fingerprint:
+            return self._id_index(state).locate(hashes)
         named: dict[int, np.ndarray] = state.compiled_for(
             f"{plan.fingerprint}/ids", lambda: self._id_index(state).locate(hashes)
         )
