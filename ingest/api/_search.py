@@ -628,7 +628,8 @@ def _runs_of_one_schema(tables: list[pa.Table]) -> Iterator[pa.Table]:
         end = start + 1
         while end < len(tables) and tables[end].schema == tables[start].schema:
             end += 1
-        yield pa.concat_tables(tables[start:end]) if end - start > 1 else tables[start]
+        # One chunk a column: Arrow's filter pays per chunk (50 rows from 48 files took 6.7 ms as 48 chunks).
+        yield pa.concat_tables(tables[start:end]).combine_chunks() if end - start > 1 else tables[start]
         start = end
 
 
