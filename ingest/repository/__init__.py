@@ -11,7 +11,7 @@ Modules, in the order a commit flows through them:
 - ``_plan``: a writer's table change, replayable on any base.
 - ``_files``, ``_append``, ``_replace``, ``_keys``: data files, the Iceberg snapshot
   (manifests, manifest list), copy-on-write replacement, which rows of which files hold which ids
-  (:class:`KeyIndex`; :class:`IdIndex` for searches by ids).
+  (``KeyIndex``; :class:`IdIndex` for searches by ids).
 - ``_optimize``: compaction of a partition's files into clustered runs (``floe optimize``).
 - ``_catalog``: :class:`PointerCatalog`, the Iceberg catalog whose table lives at a pointer.
 - ``_groups``: group existence and shared parents; ``_containers``: virtual chunk containers.
@@ -20,7 +20,7 @@ Modules, in the order a commit flows through them:
 
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import CommitMetadata
-from ingest.repository._keys import IdIndex, KeyIndex, id_hashes
+from ingest.repository._keys import IdIndex, id_hashes
 from ingest.repository._optimize import OptimizeResult
 from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
 from ingest.repository._view import View
@@ -30,7 +30,6 @@ __all__ = [
     "CommitMetadata",
     "CommitResult",
     "IdIndex",
-    "KeyIndex",
     "LogEntry",
     "OptimizeResult",
     "PointerCatalog",

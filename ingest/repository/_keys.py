@@ -9,9 +9,9 @@ real archives name items tile first (``S2B_T33UUP_20240105...``) and
 compacted files are ordered by place, so every file's id range spans nearly
 every id and each lookup would read the ids of the whole table again. Data
 files never change, so their ids are read once per process and kept as sorted
-64-bit hashes with the row each came from (12 bytes a row): a lookup probes
-them in memory and reads only the files (and the rows) that hold an id, to
-confirm it, so its cost follows the ids asked for, not the table.
+64-bit hashes (8 bytes a row): a lookup probes them in memory and reads only
+the files that hold an id, to confirm it, so its cost follows the ids asked
+for, not the table.
 
 Only the id is hashed, not (collection, id): a search by ids names no
 collection, and an id held in another collection only adds a confirming read.
@@ -36,27 +36,12 @@ def id_hashes(ids: Iterable[str]) -> np.ndarray:
 
 
 class _FileIds:
-    """One file's id hashes, sorted, and the row number each came from."""
+    """One file's id hashes, sorted."""
 
-    __slots__ = ("hashes", "rows")
+    __slots__ = ("hashes",)
 
     def __init__(self, ids: list[str]) -> None:
-        hashes = np.fromiter((hash(item_id) for item_id in ids), dtype=np.int64, count=len(ids))
-        order = np.argsort(hashes, kind="stable")
-        self.hashes = hashes[order]
-        self.rows = order.astype(np.int32)
-
-    def rows_of(self, wanted: np.ndarray) -> np.ndarray:
-        """Sorted row numbers whose id hash is one of ``wanted`` (sorted, distinct)."""
-        if len(self.hashes) == 0 or len(wanted) == 0:
-            return np.empty(0, dtype=np.int64)
-        starts = np.searchsorted(self.hashes, wanted, side="left")
-        ends = np.searchsorted(self.hashes, wanted, side="right")
-        hit = ends > starts
-        if not hit.any():
-            return np.empty(0, dtype=np.int64)
-        spans = [self.rows[start:end] for start, end in zip(starts[hit], ends[hit], strict=True)]
-        return np.sort(np.concatenate(spans)).astype(np.int64)
+        self.hashes = np.sort(np.fromiter((hash(item_id) for item_id in ids), dtype=np.int64, count=len(ids)))
 
     def holds_any(self, wanted: np.ndarray) -> bool:
         if len(self.hashes) == 0 or len(wanted) == 0:
@@ -85,19 +70,12 @@ class KeyIndex:
                 self._files[path] = cached
         return cached
 
-    def holding(self, files: Iterable[DataFile], ids: Collection[str] | np.ndarray) -> list[DataFile]:
-        """The files of ``files`` that may hold one of ``ids`` (a hash collision may add one; none is missed).
-
-        ``ids`` may be given as their :func:`id_hashes` already.
-        """
-        wanted = ids if isinstance(ids, np.ndarray) else id_hashes(ids)
+    def holding(self, files: Iterable[DataFile], ids: Collection[str]) -> list[DataFile]:
+        """The files of ``files`` that may hold one of ``ids`` (a hash collision may add one; none is missed)."""
+        wanted = id_hashes(ids)
         if len(wanted) == 0:
             return []
         return [data_file for data_file in files if self._ids(data_file).holds_any(wanted)]
-
-    def rows(self, data_file: DataFile, ids: Collection[str] | np.ndarray) -> np.ndarray:
-        """Sorted numbers of the rows of one file that may hold one of ``ids`` (confirm them: hashes may collide)."""
-        return self._ids(data_file).rows_of(ids if isinstance(ids, np.ndarray) else id_hashes(ids))
 
     def retain(self, paths: Collection[str]) -> None:
         """Forget the files not in ``paths`` (no longer live in the version last listed)."""
