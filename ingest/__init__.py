@@ -14,6 +14,7 @@ from ingest.errors import (
     RefNotFound,
     RepositoryExists,
     RepositoryNotFound,
+    UnsupportedLayout,
     WriterClosed,
 )
 from ingest.repository import CommitResult, LogEntry, Ref, Repository, View, Writer
@@ -36,6 +37,7 @@ __all__ = [
     "RepositoryExists",
     "RepositoryNotFound",
     "Settings",
+    "UnsupportedLayout",
     "View",
     "Writer",
     "WriterClosed",

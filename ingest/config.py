@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from pydantic_settings import (
@@ -73,6 +73,20 @@ class OptimizeSettings(BaseModel):
     fan_in: int = Field(default=4, ge=2)
 
 
+class ArraysSettings(BaseModel):
+    """How granules' rasters become arrays (see ingest/rasters/_stack.py for the layout)."""
+
+    # "tiled": every granule is a window of its lattice (CRS, pixel size, alignment) cut into tiles;
+    # "fixed": one stack per exact grid (CRS, transform, shape), which virtual references always use.
+    layout: Literal["tiled", "fixed"] = "tiled"
+    # Side of a lattice tile, in pixels: a tiled stack is one tile.
+    tile: int = Field(default=4096, ge=16)
+    # Side of a chunk, in pixels (one slot and one band deep).
+    chunk: int = Field(default=512, ge=16)
+    # Slots each stack has room for (a chunk never written costs nothing).
+    stack_capacity: int = Field(default=65536, ge=1)
+
+
 class Settings(BaseSettings):
     """Everything floe can be configured with."""
 
@@ -88,6 +102,7 @@ class Settings(BaseSettings):
     commit: CommitSettings = Field(default_factory=CommitSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     optimize: OptimizeSettings = Field(default_factory=OptimizeSettings)
+    arrays: ArraysSettings = Field(default_factory=ArraysSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -20,6 +20,7 @@ The tree::
     │   └── RefExists
     ├── InvalidInput                  (also a ValueError)   400
     │   ├── InvalidRoot
+    │   ├── UnsupportedLayout
     │   ├── InvalidRefName
     │   ├── InvalidItem
     │   ├── InvalidCollection
@@ -116,6 +117,16 @@ class InvalidRoot(InvalidInput):
     """A root that is neither a local path nor an s3:// URL."""
 
     kind = "invalid-root"
+
+
+class UnsupportedLayout(InvalidInput):
+    """A repository written with an array layout this floe does not read (an earlier floe's group per item)."""
+
+    kind = "unsupported-layout"
+
+    def __init__(self, message: str, *, layout: int | None = None) -> None:
+        self.layout = layout
+        super().__init__(message)
 
 
 class InvalidRefName(InvalidInput):

@@ -15,11 +15,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.errors import CommitConflict, InvalidItem, InvalidRaster
+from ingest.errors import CommitConflict, InvalidItem, InvalidRaster, NotVirtualizable
+from ingest.pipeline._arrays import stage_copy, stage_references
 from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
 from ingest.pipeline._report import BatchOutcome, Rejection
 from ingest.repository import Repository, Writer
-from ingest.stac import ARRAYS_ASSET, arrays_asset, read_arrays_asset, with_arrays_asset, without_arrays_asset
+from ingest.stac import (
+    ARRAYS_ASSET,
+    ARRAYS_LAYOUT,
+    AssetPixels,
+    arrays_asset,
+    read_arrays_asset,
+    with_arrays_asset,
+    without_arrays_asset,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +83,6 @@ def _plan_steps(writer: Writer, granules: list[Granule]) -> tuple[list[_Step], i
     skipped = 0
     for granule in granules:
         item = granule.item
-        group = f"{item['collection']}/{item['id']}"
         previous = stored.get((item["collection"], item["id"]))
         stored_arrays = read_arrays_asset(previous) if previous is not None else None
         # The row keeps its stored asset as it is until the rasters are written again.
@@ -82,7 +90,8 @@ def _plan_steps(writer: Writer, granules: list[Granule]) -> tuple[list[_Step], i
         # Without rasters selected this run, arrays already in the repository are kept as they are.
         same_rasters = not granule.rasters or (
             stored_arrays is not None
-            and writer.group_exists(group)
+            and stored_arrays.layout == ARRAYS_LAYOUT
+            and all(writer.group_exists(stack) for stack in {piece.stack for piece in stored_arrays.pieces()})
             and sources_unchanged(stored_arrays.sources, granule.rasters, virtual=stored_arrays.virtual)
         )
         if previous is not None and same_rasters and without_arrays_asset(previous) == without_arrays_asset(item):
@@ -156,27 +165,30 @@ def _stage(writer: Writer, step: _Step, outcome: BatchOutcome, reads: _ReadAhead
     """Stage one granule's arrays (when its rasters are new or changed) and row; bad input becomes a rejection."""
     granule, arrays = step.granule, step.arrays
     item = granule.item
-    group = f"{item['collection']}/{item['id']}"
     try:
         if step.write_rasters:
-            from ingest.rasters import write_granule, write_virtual_or_copy
-
             referenced = False
+            settings = writer.repository.settings.arrays
+            pixels: dict[str, AssetPixels] | None = None
             if virtual:
-                sources = _fingerprints(granule.rasters, digest=False)
-                stored_as = write_virtual_or_copy(writer.store, group, granule.rasters)
-                written, referenced = stored_as.arrays, stored_as.virtual
-                if stored_as.fallback is not None:
-                    outcome.fallbacks.append(Rejection(granule.source, item["id"], stored_as.fallback))
                 # A reference is stale after any change to its file; only a copy is worth a digest.
-                if not referenced:
-                    sources = _fingerprints(granule.rasters)
-            else:
-                sources, read = reads.next()
-                written = write_granule(writer.store, group, granule.rasters, read=read)
-            arrays = arrays_asset(group, sorted(written.variables), sources, virtual=referenced)
-            outcome.bytes_written += written.bytes_written
+                sources = _fingerprints(granule.rasters, digest=False)
+                try:
+                    pixels, nbytes = stage_references(writer, item, granule.rasters, settings)
+                    referenced = True
+                except NotVirtualizable as error:
+                    log.info("granule %s is copied: %s", item["id"], error.reason)
+                    outcome.fallbacks.append(Rejection(granule.source, item["id"], error.reason))
+            if pixels is None:
+                sources, read = _read_copy(granule.rasters) if virtual else reads.next()
+                pixels, nbytes = stage_copy(writer, item, read, settings)
+                outcome.bytes_written += nbytes
+            arrays = arrays_asset(pixels, sources, virtual=referenced)
             outcome.virtual += referenced
+            previous = read_arrays_asset(step.previous) if step.previous is not None else None
+            if previous is not None and previous.layout == ARRAYS_LAYOUT:
+                # The old slices go in the same commit as the new ones and the new row.
+                writer.clear_pieces(previous.pieces())
         if arrays is not None:
             item = with_arrays_asset(item, arrays)
         writer.add_item(item, source=granule.source, replace=True, validated=True)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyproj
 import rasterio
+import rasterio.crs
 import rasterio.errors
 import xarray as xr
 import zarr
@@ -78,6 +79,18 @@ from ingest.rasters._copy import (
     replace_groups,
     write_granule,
 )
+from ingest.rasters._stack import (
+    AssetPlan,
+    GranulePlan,
+    Grid,
+    Kind,
+    Stack,
+    fixed_stack_path,
+    kind_of,
+    stack_digest,
+    write_slot_coordinates,
+)
+from ingest.stac import Piece
 from ingest.storage import FILE_SCHEME, local_url
 
 if TYPE_CHECKING:
@@ -496,3 +509,129 @@ async def _write_references(store: Store, path: str, source: _Source, last_updat
             "(no virtual chunk container covers it)",
             path=source.path,
         )
+
+
+# -- references into stacks (array layout 2) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReferenceKind(Kind):
+    """A kind whose chunks are a source file's own tiles: the tiling and the codecs are part of it.
+
+    Two granules on one grid whose files are tiled or compressed differently
+    are two kinds (two arrays of the stack): a reference is a whole tile of a
+    file, decoded by the array's codecs.
+    """
+
+    document: str = ""
+    """The JSON of virtual-tiff's array metadata for the file (its chunking and codec chain)."""
+
+    @property
+    def signature(self) -> str:
+        decoding = {key: json.loads(self.document).get(key) for key in ("data_type", "chunk_grid", "codecs")}
+        return stack_digest(self.dtype, self.bands, self.attributes, json.dumps(decoding, sort_keys=True))
+
+    def metadata(self, stack: Stack, *, capacity: int, chunk: int) -> ArrayV3Metadata:
+        copied = Kind.metadata(self, stack, capacity=capacity, chunk=chunk).to_dict()
+        document = json.loads(self.document)
+        _bands_chunk, tile_height, tile_width = document["chunk_grid"]["configuration"]["chunk_shape"]
+        document.update(
+            shape=copied["shape"],
+            chunk_grid={"name": "regular", "configuration": {"chunk_shape": [1, 1, tile_height, tile_width]}},
+            chunk_key_encoding=copied["chunk_key_encoding"],
+            attributes=copied["attributes"],
+            dimension_names=copied["dimension_names"],
+        )
+        return ArrayV3Metadata.from_dict(document)
+
+
+@dataclass
+class ReferencePlan:
+    """A granule placed in fixed stacks, with the references to write for each asset."""
+
+    plan: GranulePlan
+    sources: dict[str, _Source]
+
+    @property
+    def bytes_referenced(self) -> int:
+        return sum(int(source.manifest.size) * source.manifest.dtype.itemsize for source in self.sources.values())
+
+
+def plan_references(store: Store, collection: str, assets: Mapping[str, str | Path]) -> ReferencePlan:
+    """Check that every asset can be referenced from ``store`` and place each in its grid's fixed stack.
+
+    Writes nothing. Raises ``NotVirtualizable`` (copy the granule instead),
+    ``InvalidRaster`` (copying would fail too) or ``ValueError`` (no assets).
+    """
+    if not assets:
+        raise ValueError(f"a granule of {collection} has no assets to reference")
+    for key in assets:
+        _check_asset_key(key)
+    config = getattr(getattr(store, "session", None), "config", None)
+    prefixes = tuple((getattr(config, "virtual_chunk_containers", None) or {}).keys())
+    sources = {key: _plan_source(key, path, prefixes) for key, path in assets.items()}
+    stacks: dict[str, Stack] = {}
+    kinds: dict[str, list[Kind]] = {}
+    planned = []
+    for key, source in sources.items():
+        grid = _grid_of(source)
+        pixels = source.dataset[GRANULE_VARIABLE]
+        kind = ReferenceKind(
+            key,
+            str(pixels.dtype),
+            int(pixels.shape[0]),
+            kind_of(key, source.dataset).attributes,
+            document=json.dumps(source.manifest.metadata.to_dict(), default=str, sort_keys=True),
+        )
+        stack = Stack(fixed_stack_path(collection, grid), grid)
+        stacks.setdefault(stack.path, stack)
+        if kind not in kinds.setdefault(stack.path, []):
+            kinds[stack.path].append(kind)
+        piece = Piece(stack.path, key, (0, 0, grid.height, grid.width), (0, 0))
+        planned.append(AssetPlan(key, kind, grid, [piece], np.empty((0, 0, 0), dtype=pixels.dtype)))
+    return ReferencePlan(GranulePlan(planned, stacks, kinds), sources)
+
+
+def _grid_of(source: _Source) -> Grid:
+    """The grid of a referenced asset, from the georeferencing computed for it (no pixel is read)."""
+    reference = source.dataset.coords[GRID_MAPPING].attrs
+    c, a, b, f, d, e = (float(value) for value in str(reference["GeoTransform"]).split())
+    _bands, height, width = source.manifest.shape
+    crs = rasterio.crs.CRS.from_wkt(reference["crs_wkt"])
+    return Grid(crs.to_wkt(), crs.to_string(), (a, b, c, d, e, f), int(height), int(width))
+
+
+async def write_references(store: Store, references: ReferencePlan, *, item_id: str, datetime_us: int) -> int:
+    """Write the references of every asset at its slot (slots and names assigned) and the slot coordinates.
+
+    Returns the number of references written. Raises ``NotVirtualizable``
+    when Icechunk refuses them (no virtual chunk container covers a file).
+    """
+    plan = references.plan
+    await write_slot_coordinates(store, plan, item_id=item_id, datetime_us=datetime_us)
+    # Icechunk refuses to read a referenced file modified after this moment (it keeps whole seconds: a margin).
+    last_updated_at = datetime.now(UTC) + timedelta(seconds=1)
+    count = 0
+    for asset in plan.assets:
+        (piece,) = asset.pieces
+        source = references.sources[asset.key]
+        entries = source.manifest.manifest
+        paths, offsets, lengths = manifest_entries(entries)
+        failed = await store.set_virtual_refs_arr_async(  # type: ignore[attr-defined]
+            array_path=f"/{piece.stack}/{piece.array}",
+            chunk_grid_shape=(1, *entries.shape_chunk_grid),
+            locations=paths.flatten().tolist(),
+            offsets=offsets.flatten(),
+            lengths=lengths.flatten(),
+            arr_offset=(piece.slot, 0, 0, 0),
+            validate_containers=True,
+            checksum=last_updated_at,
+        )
+        if failed:
+            raise NotVirtualizable(
+                f"granule {source.path}: Icechunk refused {len(failed)} virtual references to {source.url} "
+                "(no virtual chunk container covers it)",
+                path=source.path,
+            )
+        count += int(np.count_nonzero(lengths))
+    return count

@@ -53,7 +53,7 @@ import logging
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -234,13 +234,15 @@ def commit_change(
     change: TableChange,
     *,
     caller_metadata: Mapping[str, Any] | None = None,
+    rebaser: Callable[[icechunk.Session, str], None] | None = None,
 ) -> Landed:
     """Commit the arrays staged in ``session`` and ``change`` to the table, together, on ``branch``.
 
     Runs the protocol of this module's docstring. Raises ``CommitConflict``
     when the staged arrays collide with a concurrent commit (re-plan from the
     new tip) and ``ConflictRetriesExhausted`` after ``commit.max_attempts``
-    lost races.
+    lost races. ``rebaser`` replaces phase 6's :func:`rebase` (a writer whose
+    granules took slots in stacks moves them past the winner's first).
     """
     settings = repository.settings.commit
     base = Base.at(repository, session.snapshot_id)
@@ -270,7 +272,7 @@ def commit_change(
                     "committed. Retry later, or raise commit.max_attempts (FLOE_COMMIT__MAX_ATTEMPTS)"
                 ) from error
             log.debug("commit attempt %d on %s lost the race; rebasing", attempt, branch)
-            rebase(session, branch)
+            (rebaser or rebase)(session, branch)
             time.sleep(backoff_seconds(attempt, settings.backoff_initial_ms, settings.backoff_max_ms))
             continue
         return Landed(snapshot_id, applied, attempt)

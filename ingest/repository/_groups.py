@@ -14,7 +14,7 @@ counts as created.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import icechunk
@@ -78,3 +78,25 @@ def ensure_groups(
         except CommitConflict:
             continue  # someone created (or updated) the same group meanwhile: look again from the new tip
     raise ConflictRetriesExhausted(f"could not create {wanted} on {branch!r}: every attempt met a concurrent change")
+
+
+def commit_alone(repository: Repository, branch: str, stage: Callable[[icechunk.Session], str | None]) -> str | None:
+    """Stage shared nodes with ``stage`` on the tip of ``branch`` and commit them in a commit of their own.
+
+    ``stage`` changes a fresh session and returns the commit message, or None
+    when there is nothing to do (the nodes exist already). A collision with
+    someone else's creation of the same nodes is looked at again from the new
+    tip, where ``stage`` finds them made. Returns the new snapshot id, or None.
+    """
+    for _ in range(repository.settings.commit.max_attempts):
+        session = repository.icechunk.writable_session(branch)
+        message = stage(session)
+        if message is None:
+            return None
+        try:
+            return commit_change(repository, session, branch, message, KeepTable()).snapshot_id
+        except CommitConflict:
+            continue
+    raise ConflictRetriesExhausted(
+        f"could not commit shared nodes on {branch!r}: every attempt met a concurrent change"
+    )

@@ -73,6 +73,7 @@ class ItemsPlan(TableChange):
         self._replacement = ReplacementPlan(replace, primed=located)
         self._files: list[StagedFile] | None = None
         self._files_base: str | None = None
+        self._moved: dict[Key, dict[str, Any]] = {}
         self._added_manifest: AddedManifest | None = None
         self.files_written = 0
         """Data files written so far (the batch's files, their rewrites, and the copies replacement made)."""
@@ -82,6 +83,15 @@ class ItemsPlan(TableChange):
     @property
     def rows(self) -> int:
         return len(self._items)
+
+    def moved(self, items: dict[Key, dict[str, Any]]) -> None:
+        """These items' slices moved to other slots (the writer lost a race): their rows change.
+
+        Only the data files that hold them are written again, at the next
+        attempt (the others are re-used as they are).
+        """
+        self._moved.update(items)
+        self._items = [items.get((item["collection"], item["id"]), item) for item in self._items]
 
     def prepare(self, base: Base) -> None:
         """Write the data files, typed by the table at the writer's base."""
@@ -105,8 +115,24 @@ class ItemsPlan(TableChange):
             self._files, rewritten = self._reconcile_files(self._files, table)
             self.files_written += rewritten
             self.files_rewritten += rewritten
+        if self._moved:
+            self._files = self._rewrite_moved(self._files, table)
         self._files_base = table.metadata_location
         return self._files
+
+    def _rewrite_moved(self, files: list[StagedFile], table: Table) -> list[StagedFile]:
+        """Write again the files holding items whose slices moved, with their new ``floe:arrays`` assets."""
+        moved, self._moved = self._moved, {}
+        column_types = table_column_types(table.schema())
+        out = []
+        for staged in files:
+            if not any((item["collection"], item["id"]) in moved for item in staged.items):
+                out.append(staged)
+                continue
+            items = [moved.get((item["collection"], item["id"]), item) for item in staged.items]
+            out.append(write_group(self._io, table.location(), items, column_types, untyped=staged.untyped))
+            self.files_written += 1
+        return out
 
     def _write_files(self, table: Table) -> list[StagedFile]:
         groups: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)

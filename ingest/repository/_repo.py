@@ -29,6 +29,7 @@ from ingest.errors import (
     RepositoryExists,
     RepositoryMoved,
     RepositoryNotFound,
+    UnsupportedLayout,
 )
 from ingest.repository._append import ManifestCache
 from ingest.repository._catalog import PointerCatalog
@@ -47,7 +48,7 @@ from ingest.repository._groups import ensure_groups
 from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
-from ingest.stac import check_name, shown
+from ingest.stac import ARRAYS_LAYOUT, LAYOUT_ATTR, check_name, shown
 from ingest.storage import TABLES_DIR, Location, local_url, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ class Repository:
             repo = icechunk.Repository.create(storage)
         self = cls(location, settings, repo)
         session = repo.writable_session("main")
-        zarr.open_group(session.store, mode="a")
+        zarr.open_group(session.store, mode="a", attributes={LAYOUT_ATTR: ARRAYS_LAYOUT})
         initial = _InitialTable(self.catalog, location.join(TABLES_DIR, ITEMS_TABLE_DIR))
         snapshot_id = commit_change(self, session, "main", "floe: initialize repository", initial).snapshot_id
         if settings.branch != "main":
@@ -174,6 +175,7 @@ class Repository:
             # Virtual references to local files read only through authorized containers.
             repo = repo.reopen(authorize_virtual_chunk_access=access)
         repository = cls(location, settings, repo)
+        repository.check_layout()
         if not moved_ok:
             repository.check_rooted()
         return repository
@@ -212,6 +214,22 @@ class Repository:
     def recorded_table_location(self) -> str:
         """The table location the metadata of the sentinel branch's tip records (see :meth:`check_rooted`)."""
         return self.table_at(self.icechunk.lookup_branch(self.sentinel_branch())).location().rstrip("/")
+
+    def check_layout(self) -> None:
+        """Refuse a repository whose arrays an earlier floe laid out otherwise (read at ``main``'s tip)."""
+        try:
+            session = self.icechunk.readonly_session(branch="main")
+        except icechunk.IcechunkError:
+            return  # no main branch: nothing written by floe's first commit to look at
+        layout = zarr.open_group(session.store, mode="r").attrs.get(LAYOUT_ATTR, 1)
+        if layout != ARRAYS_LAYOUT:
+            raise UnsupportedLayout(
+                f"the repository at {self.location.url} keeps its arrays in layout {layout} "
+                f"(one Zarr group per item), and this floe reads layout {ARRAYS_LAYOUT} only (granules stacked "
+                "by grid). Open it with the floe that wrote it, or export its items (`floe export`) and ingest "
+                "them into a new repository",
+                layout=layout if isinstance(layout, int) else None,
+            )
 
     def check_rooted(self) -> None:
         """Raise ``RepositoryMoved`` if the table metadata names another root than this one.

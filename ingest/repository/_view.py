@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import icechunk
 import pyarrow as pa
+import xarray as xr
 import zarr
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
+from ingest.errors import ItemNotFound
+from ingest.repository._arrays import item_arrays, open_stack, stack_paths
 from ingest.repository._groups import group_exists
 from ingest.repository._read import read_batches
 from ingest.stac import arrow_to_items
@@ -69,6 +72,26 @@ class View:
         """Stream the STAC items at this snapshot, exactly as they were ingested."""
         for batch in self.batches(row_filter):
             yield from arrow_to_items(pa.Table.from_batches([batch]))
+
+    def item(self, collection: str, item_id: str) -> dict[str, Any]:
+        """The STAC item ``item_id`` of ``collection`` at this snapshot, as stored. Raises ItemNotFound."""
+        from pyiceberg.expressions import And, EqualTo
+
+        for found in self.items(And(EqualTo("collection", collection), EqualTo("id", item_id))):
+            return found
+        raise ItemNotFound(f"no item {item_id!r} in collection {collection!r} at {self.ref}")
+
+    def item_arrays(self, collection: str, item_id: str, assets: Sequence[str] | None = None) -> xr.Dataset:
+        """The arrays of one item: a georeferenced ``(band, y, x)`` variable per asset (see ``_arrays.py``)."""
+        return item_arrays(self, collection, item_id, assets)
+
+    def stacks(self, collection: str) -> list[str]:
+        """The stacks (arrays shared by the granules of one grid or tile) of ``collection``."""
+        return stack_paths(self, collection)
+
+    def stack(self, stack: str) -> xr.Dataset:
+        """A stack as a lazy time series: its granules' slices ordered by datetime, with ``item`` ids."""
+        return open_stack(self, stack)
 
     def count(self) -> int:
         """The number of items at this snapshot (from the table's metadata; no row is read)."""

@@ -10,7 +10,7 @@ Icechunk commit whatever other writers do meanwhile.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,11 +18,12 @@ import icechunk
 import zarr
 
 from ingest.errors import CommitConflict, InvalidItem, RefNotFound, WriterClosed
-from ingest.repository._commit import commit_change, rebase
-from ingest.repository._groups import group_exists
+from ingest.repository._commit import commit_change
+from ingest.repository._groups import commit_alone, group_exists
 from ingest.repository._plan import ItemsPlan
 from ingest.repository._replace import Located, find, read_rows
-from ingest.stac import arrow_to_items, check_name, item_as_dict, shown, validate_item
+from ingest.repository._slots import Moves, Slots, clear_pieces, rebase_following
+from ingest.stac import Piece, arrow_to_items, check_name, item_as_dict, moved_slots, shown, validate_item
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -68,6 +69,8 @@ class Writer:
         self._replace: set[tuple[str, str]] = set()
         self._manifests = repository.manifests
         self._located: Located | None = None
+        self._slots = Slots()
+        self._plan: ItemsPlan | None = None
 
     # -- staging ----------------------------------------------------------------------------
     @property
@@ -101,15 +104,54 @@ class Writer:
         if group_exists(self._session, collection):
             return
         self.repository.ensure_groups([collection], branch=self.branch)
+        self._catch_up()
+
+    def commit_alone(self, stage: Callable[[icechunk.Session], str | None]) -> None:
+        """Commit shared nodes (stacks, their arrays) in a commit of their own, then carry on from it.
+
+        ``stage`` gets a fresh session on the branch's tip and returns the
+        commit message, or None when the nodes exist already (see
+        :func:`~ingest.repository._groups.commit_alone`). This writer's staged
+        changes are rebased onto the new tip.
+        """
+        self._check_open()
+        if commit_alone(self.repository, self.branch, stage) is not None:
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Bring the session to the branch's tip: staged arrays carry forward (their slots follow the tip's)."""
         if self._session.has_uncommitted_changes:
-            # The staged arrays carry forward; a collision is a CommitConflict, as at commit time.
+            # A collision is a CommitConflict, as at commit time.
             try:
-                rebase(self._session, self.branch)
+                self._rebase(self._session, self.branch)
             except CommitConflict:
                 self._closed = True
                 raise
         else:
             self._session = self.repository.icechunk.writable_session(self.branch)
+
+    def take_slot(self, stack: str, collection: str, item_id: str) -> int:
+        """A slot of ``stack`` (which must exist in this writer's session) for the slice of item ``item_id``."""
+        self._check_open()
+        return self._slots.take(self._session, stack, (collection, item_id))
+
+    def clear_pieces(self, pieces: Iterable[Piece]) -> int:
+        """Remove the slices ``pieces`` name from the arrays (staged: the commit removes them); returns chunks."""
+        self._check_open()
+        return clear_pieces(self._session, pieces)
+
+    def _rebase(self, session: icechunk.Session, branch: str) -> None:
+        """The commit protocol's phase 6 for this writer: slots follow the tip's, and rows follow their slots."""
+        moves = rebase_following(self.repository.icechunk, session, branch, self._slots)
+        if moves:
+            self._follow_moves(moves)
+
+    def _follow_moves(self, moves: Moves) -> None:
+        owners = {key for (stack, _old), slot in moves.items() if (key := self._slots.owners.get((stack, slot)))}
+        changed = {key: moved_slots(self._items[key], moves) for key in owners if key in self._items}
+        self._items.update(changed)
+        if self._plan is not None:
+            self._plan.moved(changed)
 
     def group_exists(self, path: str) -> bool:
         """Whether the group at ``path`` exists in this writer's session (base or staged)."""
@@ -203,7 +245,7 @@ class Writer:
         afterwards, whatever happened.
         """
         self._check_open()
-        plan = ItemsPlan(
+        plan = self._plan = ItemsPlan(
             self.repository.io,
             self.repository.catalog,
             self._manifests,
@@ -214,7 +256,15 @@ class Writer:
         )
         base = self._session.snapshot_id
         try:
-            landed = commit_change(self.repository, self._session, self.branch, message, plan, caller_metadata=metadata)
+            landed = commit_change(
+                self.repository,
+                self._session,
+                self.branch,
+                message,
+                plan,
+                caller_metadata=metadata,
+                rebaser=self._rebase,
+            )
         except icechunk.SnapshotNotFoundError as error:
             # `floe gc --expire-older-than` removed the snapshot this writer opened at (it was no branch tip
             # or tag any more): the staged changes have no base to rebase from. Nothing was committed.

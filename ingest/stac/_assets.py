@@ -1,89 +1,205 @@
 """floe's STAC vocabulary: the ``floe:arrays`` asset that ties an item's row to its arrays.
 
 An item whose rasters floe stored has one extra asset, ``floe:arrays``. Its
-stored form (what the row keeps) names the item's Zarr group inside the
-Icechunk repository, the variables in it, and which version of each source
-raster the arrays were made from::
+stored form (what the row keeps) says, for each source asset, where its
+pixels are in the Icechunk repository: granules are slices of shared arrays
+(*stacks*, array layout 2, see ``ingest/rasters/_stack.py``), so an asset is
+one or more *pieces*, each a window of one stack array at one slot::
 
-    {"href": "<collection>/<id>", "type": "application/vnd+zarr", "roles": ["data"],
-     "floe:group": "<collection>/<id>", "floe:variables": [...],
+    {"href": "<first stack>", "type": "application/vnd+zarr", "roles": ["data"],
+     "floe:layout": 2,
+     "floe:variables": [asset keys],
+     "floe:pieces": {asset key: {"crs": "EPSG:32633", "transform": [a, b, c, d, e, f],
+                                 "shape": [bands, height, width],
+                                 "pieces": [{"stack": "<collection>/stacks/<lattice>/<row>_<col>",
+                                             "array": "<name>", "slot": 17,
+                                             "window": [row, col, height, width],   # in the stack
+                                             "at": [row, col]}]}},                  # in the granule
      "floe:sources": {asset key: {"size", "mtime_ns", "blake2b"?}},   # optional
      "floe:virtual": true}                                               # referenced in place, not copied
+
+Any zarr client puts an asset back together from that: an array of the
+asset's shape filled with the stack array's fill value, and each piece's
+``array[slot, :, window]`` copied to ``at``.
 
 Its served form (what the STAC API and ``floe search`` return) adds where the
 repository is and which snapshot the response was read at, and points
 ``href`` at the repository, so a client can open the arrays of exactly that
-version (``floe:repository``, ``floe:snapshot``, ``floe:group``). Neither form
-is built or parsed anywhere else.
+version (``floe:repository``, ``floe:snapshot``). Neither form is built or
+parsed anywhere else; the names of the stack layout's nodes are defined here
+too, since the asset refers to them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 ARRAYS_ASSET = "floe:arrays"
 ARRAYS_MEDIA_TYPE = "application/vnd+zarr"
 
+ARRAYS_LAYOUT = 2
+"""The array layout this version of floe writes and reads (1: one group per item, before stacks)."""
+LAYOUT_ATTR = "floe:arrays-layout"
+"""The root group's attribute recording the array layout of a repository."""
+STACKS = "stacks"
+"""A collection's stacks live under ``<collection>/stacks/``."""
+SLOT = "slot"
+"""The stack axis: one slot per granule."""
+ITEM = "item"
+"""A stack's coordinate on the slot axis: the item id of each slot (``""`` when free)."""
+DATETIME = "datetime"
+"""A stack's coordinate on the slot axis: the item's datetime (microseconds since 1970, CF-encoded)."""
+
+_LAYOUT = "floe:layout"
 _GROUP = "floe:group"
 _VARIABLES = "floe:variables"
+_PIECES = "floe:pieces"
 _SOURCES = "floe:sources"
 _VIRTUAL = "floe:virtual"
 _REPOSITORY = "floe:repository"
 _SNAPSHOT = "floe:snapshot"
 
 
+@dataclass
+class Piece:
+    """One window of one asset's pixels, in one slot of one stack array."""
+
+    stack: str
+    array: str
+    window: tuple[int, int, int, int]
+    """Row, column, height and width of the window in the stack's grid."""
+    at: tuple[int, int]
+    """Row and column of the window's first pixel in the granule."""
+    slot: int = -1
+    """The slot on the stack axis (-1 until the writer assigns one)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "array": self.array,
+            "slot": self.slot,
+            "window": list(self.window),
+            "at": list(self.at),
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> Piece:
+        row, column, height, width = (int(value) for value in document["window"])
+        at_row, at_column = (int(value) for value in document["at"])
+        return cls(
+            str(document["stack"]),
+            str(document["array"]),
+            (row, column, height, width),
+            (at_row, at_column),
+            int(document["slot"]),
+        )
+
+
+@dataclass
+class AssetPixels:
+    """Where one asset's pixels are: its own grid, and the pieces that hold them."""
+
+    crs: str
+    transform: tuple[float, float, float, float, float, float]
+    shape: tuple[int, int, int]
+    """Bands, height and width of the asset."""
+    pieces: list[Piece]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "crs": self.crs,
+            "transform": list(self.transform),
+            "shape": list(self.shape),
+            "pieces": [piece.to_json() for piece in self.pieces],
+        }
+
+    @classmethod
+    def from_json(cls, document: Mapping[str, Any]) -> AssetPixels:
+        a, b, c, d, e, f = (float(value) for value in document["transform"])
+        bands, height, width = (int(value) for value in document["shape"])
+        return cls(
+            str(document["crs"]),
+            (a, b, c, d, e, f),
+            (bands, height, width),
+            [Piece.from_json(piece) for piece in document["pieces"]],
+        )
+
+
 @dataclass(frozen=True)
 class ArraysAsset:
     """The ``floe:arrays`` asset of a stored row, read."""
 
-    group: str
-    """The item's group in the Icechunk repository (``<collection>/<id>``)."""
+    layout: int
+    """The array layout it was written with (1: a group per item, which this floe no longer reads)."""
     variables: list[str] = field(default_factory=list)
+    pixels: dict[str, AssetPixels] = field(default_factory=dict)
+    """Asset key -> where its pixels are (layout 2)."""
     sources: dict[str, dict[str, Any]] | None = None
     """Asset key -> size, mtime and (for copies) BLAKE2b of the raster the arrays were made from."""
     virtual: bool = False
     """The arrays reference the source files in place (reading them needs the files, unchanged)."""
+    group: str | None = None
+    """Layout 1 only: the item's own group."""
+
+    def pieces(self) -> list[Piece]:
+        """Every piece of every asset."""
+        return [piece for pixels in self.pixels.values() for piece in pixels.pieces]
 
 
 def arrays_asset(
-    group: str, variables: list[str], sources: dict[str, dict[str, Any]] | None = None, *, virtual: bool = False
+    pixels: Mapping[str, AssetPixels],
+    sources: dict[str, dict[str, Any]] | None = None,
+    *,
+    virtual: bool = False,
 ) -> dict[str, Any]:
-    """The stored ``floe:arrays`` asset of an item whose arrays are the group ``group``.
+    """The stored ``floe:arrays`` asset of an item whose assets' pixels are ``pixels`` (asset key -> where).
 
-    The href is the group path inside the Icechunk repository; a server fills
-    in the repository location and the snapshot id of the version it serves
-    (:func:`served_arrays_asset`). ``sources`` records which version of each
-    raster was copied (or, with ``virtual``, is referenced in place).
+    A server fills in the repository location and the snapshot id of the
+    version it serves (:func:`served_arrays_asset`). ``sources`` records which
+    version of each raster was copied (or, with ``virtual``, is referenced in
+    place).
     """
+    if not pixels:
+        raise ValueError("an arrays asset needs at least one asset's pixels")
+    first = next(iter(pixels.values()))
     return {
-        "href": group,
+        "href": first.pieces[0].stack if first.pieces else "",
         "type": ARRAYS_MEDIA_TYPE,
         "roles": ["data"],
         "title": "Arrays of this item in the floe repository (Icechunk)",
-        _GROUP: group,
-        _VARIABLES: variables,
+        _LAYOUT: ARRAYS_LAYOUT,
+        _VARIABLES: sorted(pixels),
+        _PIECES: {key: where.to_json() for key, where in pixels.items()},
         **({_SOURCES: sources} if sources else {}),
         **({_VIRTUAL: True} if virtual else {}),
     }
 
 
 def read_arrays_asset(item: dict[str, Any]) -> ArraysAsset | None:
-    """The item's ``floe:arrays`` asset, or None when it has none (or one without a group)."""
+    """The item's ``floe:arrays`` asset, or None when it has none (or one floe cannot read)."""
     asset = (item.get("assets") or {}).get(ARRAYS_ASSET)
     if not isinstance(asset, dict):
         return None
-    group = asset.get(_GROUP) or asset.get("href")
-    if not isinstance(group, str):
-        return None
     sources = asset.get(_SOURCES)
     variables = asset.get(_VARIABLES)
-    return ArraysAsset(
-        group=group.strip("/"),
-        variables=list(variables) if isinstance(variables, list) else [],
-        sources=sources if isinstance(sources, dict) else None,
-        virtual=bool(asset.get(_VIRTUAL)),
-    )
+    common: dict[str, Any] = {
+        "variables": list(variables) if isinstance(variables, list) else [],
+        "sources": sources if isinstance(sources, dict) else None,
+        "virtual": bool(asset.get(_VIRTUAL)),
+    }
+    if asset.get(_LAYOUT) is None:
+        group = asset.get(_GROUP) or asset.get("href")
+        return ArraysAsset(layout=1, group=group.strip("/"), **common) if isinstance(group, str) else None
+    pieces = asset.get(_PIECES)
+    if asset.get(_LAYOUT) != ARRAYS_LAYOUT or not isinstance(pieces, dict):
+        return None
+    try:
+        pixels = {str(key): AssetPixels.from_json(where) for key, where in pieces.items()}
+    except (KeyError, TypeError, ValueError):
+        return None
+    return ArraysAsset(layout=ARRAYS_LAYOUT, pixels=pixels, **common)
 
 
 def has_arrays_asset(item: dict[str, Any]) -> bool:
@@ -104,16 +220,33 @@ def without_arrays_asset(item: dict[str, Any]) -> dict[str, Any]:
     return {**item, "assets": {key: value for key, value in item["assets"].items() if key != ARRAYS_ASSET}}
 
 
+def moved_slots(item: dict[str, Any], moves: Mapping[tuple[str, int], int]) -> dict[str, Any]:
+    """A copy of ``item`` whose pieces at (stack, slot) keys of ``moves`` are at the new slots."""
+    asset = (item.get("assets") or {}).get(ARRAYS_ASSET)
+    if not isinstance(asset, dict) or not isinstance(asset.get(_PIECES), dict):
+        return item
+    pieces = {
+        key: {
+            **where,
+            "pieces": [
+                {**piece, "slot": moves.get((piece["stack"], piece["slot"]), piece["slot"])}
+                for piece in where["pieces"]
+            ],
+        }
+        for key, where in asset[_PIECES].items()
+    }
+    return with_arrays_asset(item, {**asset, _PIECES: pieces})
+
+
 def served_arrays_asset(item: dict[str, Any], repository_url: str, snapshot_id: str) -> dict[str, Any]:
     """Turn the item's stored ``floe:arrays`` asset, in place, into the form a server returns; returns ``item``.
 
-    ``href`` becomes the repository, and ``floe:repository``, ``floe:snapshot``
-    and ``floe:group`` say where in it, at which version, the arrays are.
+    ``href`` becomes the repository, and ``floe:repository`` and
+    ``floe:snapshot`` say which repository, at which version, the pieces are in.
     """
     asset = (item.get("assets") or {}).get(ARRAYS_ASSET)
     if isinstance(asset, dict):
         asset[_SNAPSHOT] = snapshot_id
         asset[_REPOSITORY] = repository_url
-        asset.setdefault(_GROUP, asset.get("href"))
         asset["href"] = repository_url
     return item

@@ -1,0 +1,106 @@
+"""A granule's rasters into stacks: plan where they go, make the shared nodes, take slots, write the slices.
+
+The steps (array layout 2, see ``ingest/rasters/_stack.py``):
+
+1. plan: each asset's pieces, the stacks and arrays they need;
+2. the stacks and arrays that do not exist yet are created in a commit of
+   their own (every writer of the grid shares them), and the writer carries
+   on from it;
+3. the writer takes one slot per stack for this granule;
+4. the slices are written (staged in the writer's session), and the pieces
+   of the item's previous arrays (a changed raster) are cleared in the same
+   commit.
+
+A failure while writing clears what was staged for the granule, so an
+item's arrays are whole or absent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from zarr.core.sync import sync
+
+from ingest.rasters import (
+    GranulePlan,
+    name_arrays,
+    plan_granule,
+    plan_references,
+    stage_nodes,
+    write_references,
+    write_slices,
+)
+from ingest.stac import AssetPixels, Piece, parse_datetime
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+    from ingest.config import ArraysSettings
+    from ingest.repository import Writer
+
+
+def datetime_us(item: dict[str, Any]) -> int:
+    """The item's datetime (or its start) in microseconds since 1970: a stack's time coordinate."""
+    properties = item.get("properties") or {}
+    value = properties.get("datetime") or properties.get("start_datetime")
+    if not isinstance(value, str):
+        return 0
+    moment = parse_datetime(value)
+    return int(moment.timestamp()) * 1_000_000 + moment.microsecond
+
+
+def stage_copy(
+    writer: Writer, item: dict[str, Any], read: dict[str, xr.Dataset], settings: ArraysSettings
+) -> tuple[dict[str, AssetPixels], int]:
+    """Stage the pixels of ``read`` (asset key -> Dataset) as slices of the item's stacks.
+
+    Returns where each asset's pixels went (for the item's ``floe:arrays``
+    asset) and the uncompressed bytes of the pixels.
+    """
+    plan = plan_granule(item["collection"], read, layout=settings.layout, tile=settings.tile, chunk=settings.chunk)
+    _take_slots(writer, item, plan, settings)
+    try:
+        sync(write_slices(writer.store, plan, item_id=item["id"], datetime_us=datetime_us(item), chunk=settings.chunk))
+    except BaseException:
+        writer.clear_pieces(_pieces(plan))
+        raise
+    written = sum(asset.pixels.nbytes for asset in plan.assets)
+    return {asset.key: asset.where() for asset in plan.assets}, written
+
+
+def stage_references(
+    writer: Writer, item: dict[str, Any], rasters: dict[str, str], settings: ArraysSettings
+) -> tuple[dict[str, AssetPixels], int]:
+    """Stage references to ``rasters`` (asset key -> local COG) as slices of the fixed stacks of their grids.
+
+    Returns where each asset's pixels are and the bytes the references stand
+    for. Raises ``NotVirtualizable`` (nothing staged: copy the granule) or
+    ``InvalidRaster``.
+    """
+    references = plan_references(writer.store, item["collection"], rasters)
+    plan = references.plan
+    _take_slots(writer, item, plan, settings)
+    try:
+        sync(write_references(writer.store, references, item_id=item["id"], datetime_us=datetime_us(item)))
+    except BaseException:
+        writer.clear_pieces(_pieces(plan))
+        raise
+    return {asset.key: asset.where() for asset in plan.assets}, references.bytes_referenced
+
+
+def _take_slots(writer: Writer, item: dict[str, Any], plan: GranulePlan, settings: ArraysSettings) -> None:
+    """Make the stacks and arrays ``plan`` needs (a commit of their own), name its arrays, take its slots."""
+    if name_arrays(writer.store, plan):
+        writer.commit_alone(
+            lambda session: stage_nodes(session.store, plan, capacity=settings.stack_capacity, chunk=settings.chunk)
+        )
+        name_arrays(writer.store, plan)
+    for stack in plan.stack_paths():
+        slot = writer.take_slot(stack, item["collection"], item["id"])
+        for piece in _pieces(plan):
+            if piece.stack == stack:
+                piece.slot = slot
+
+
+def _pieces(plan: GranulePlan) -> list[Piece]:
+    return [piece for asset in plan.assets for piece in asset.pieces]

@@ -1,0 +1,595 @@
+"""Granules as slices of shared arrays: the array layout whose node count grows with grids, not granules.
+
+Icechunk writes the whole list of nodes into every snapshot, so a group per
+granule makes every commit cost more than the one before (DESIGN §2). In
+this layout (array layout 2) granules that share a pixel grid are slices of
+one array, a *stack*:
+
+* **Tiled stacks** (the default for copies). A granule's grid is a window of
+  an infinite *lattice*: its CRS, its pixel size and its alignment (the
+  origin modulo the pixel size). The lattice is cut into square tiles of
+  ``tile`` pixels; a tile is a stack group
+  ``<collection>/stacks/<lattice>/<row>_<col>``. A granule writes, into
+  each tile it overlaps, the window it covers, at a *slot* of its own on the
+  stack axis. Chunks outside its window, and chunks holding only the fill
+  value (nodata), are not written. Fixed grids (Sentinel-2 MGRS tiles, DEM
+  tiles) and snapped grids (Landsat scenes whose extents vary a little) both
+  stack this way: only the CRS, the pixel size and the alignment must match.
+* **Fixed stacks**: the stack is the granule's own grid (CRS, transform and
+  shape), ``<collection>/stacks/<grid>``, and a granule is one whole slice.
+  Virtual references need it (a reference is a whole tile of the source file,
+  so the stack's chunks must be the file's tiles), and it suits collections
+  whose grids repeat exactly. A granule whose grid matches no other stacks
+  alone.
+
+A stack group is an ``xarray`` Dataset: ``x``/``y`` coordinates and
+``spatial_ref`` (``crs_wkt``, ``GeoTransform``) of the tile or grid, and on
+the ``slot`` axis the coordinates ``item`` (the item id, ``""`` for a free
+slot) and ``datetime`` (microseconds since 1970, CF-encoded), beside one
+``(slot, <name>_band, y, x)`` array per asset kind. Arrays are created with
+room for ``capacity`` slots (unwritten chunks cost nothing), chunked one
+slot by one band by ``chunk`` x ``chunk`` pixels, so two writers appending to
+one stack never write the same chunk unless they pick the same slot, which
+the writer's commit resolves (:mod:`ingest.repository._slots`).
+
+An array's name is the asset key; an asset whose pixels do not fit the
+array of that name (another dtype, band count, fill value or scale) gets an
+array of its own, ``<key>.<hash>`` (:func:`array_name`).
+
+Where an item's pixels are is recorded in its row (the ``floe:arrays``
+asset, :mod:`ingest.stac._assets`): for each asset, its grid and its
+*pieces* (stack, array, slot, window in the stack, offset in the granule),
+so any zarr client can put the granule back together; :func:`read_asset`
+does, exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import xarray as xr
+import zarr
+from xarray.backends.zarr import FillValueCoder, encode_zarr_attr_value
+from zarr.codecs import BytesCodec, ZstdCodec
+from zarr.core.array import AsyncArray
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
+from zarr.core.common import ZARR_JSON
+from zarr.core.group import GroupMetadata
+from zarr.core.metadata.v3 import ArrayV3Metadata
+from zarr.core.sync import sync
+from zarr.dtype import parse_data_type
+from zarr.storage import StorePath
+
+from ingest.rasters._copy import GRANULE_VARIABLE, GRID_MAPPING
+from ingest.stac import DATETIME, ITEM, SLOT, STACKS, AssetPixels, Piece
+
+if TYPE_CHECKING:
+    from zarr.abc.store import Store
+
+Layout = Literal["tiled", "fixed"]
+
+#: An alignment closer to a whole pixel than this (in pixels) is a whole pixel: float noise in origins.
+_ALIGNMENT_TOLERANCE = 1e-6
+_CODECS = (BytesCodec(endian="little"), ZstdCodec(level=0, checksum=False))
+_DATETIME_UNITS = "microseconds since 1970-01-01T00:00:00Z"
+
+
+def stack_digest(*parts: object) -> str:
+    """A short, stable name for a tuple of values (lattices, grids, kinds)."""
+    return hashlib.blake2b(repr(parts).encode(), digest_size=6).hexdigest()
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A raster's pixel grid: CRS, affine transform (rasterio's order a, b, c, d, e, f) and size."""
+
+    crs_wkt: str
+    crs: str
+    """``EPSG:<code>`` when the CRS has one, else the WKT: the name a client shows."""
+    transform: tuple[float, float, float, float, float, float]
+    height: int
+    width: int
+
+    @classmethod
+    def of(cls, dataset: xr.Dataset) -> Grid:
+        """The grid of a Dataset :func:`ingest.rasters.read_granule` returned."""
+        pixels = dataset[GRANULE_VARIABLE]
+        crs = pixels.rio.crs
+        a, b, c, d, e, f = tuple(pixels.rio.transform())[:6]
+        _bands, height, width = pixels.shape
+        return cls(crs.to_wkt(), crs.to_string(), (a, b, c, d, e, f), int(height), int(width))
+
+    @property
+    def geotransform(self) -> str:
+        """GDAL's GeoTransform attribute (c, a, b, f, d, e), as rioxarray writes it."""
+        a, b, c, d, e, f = self.transform
+        return " ".join(repr(float(value)) for value in (c, a, b, f, d, e))
+
+    def coordinates(self) -> tuple[np.ndarray, np.ndarray]:
+        """Pixel-centre ``x`` and ``y`` coordinates (axis-aligned grids), as rioxarray computes them."""
+        a, _b, c, _d, e, f = self.transform
+        x = c + a * (np.arange(self.width) + 0.5)
+        y = f + e * (np.arange(self.height) + 0.5)
+        return x, y
+
+
+@dataclass(frozen=True)
+class Lattice:
+    """The infinite pixel grid a raster lies on: CRS, pixel size, and the origin modulo the pixel size."""
+
+    crs_wkt: str
+    crs: str
+    x_step: float
+    y_step: float
+    x_align: float
+    y_align: float
+
+    @property
+    def name(self) -> str:
+        return f"l{stack_digest(self.crs_wkt, self.x_step, self.y_step, self.x_align, self.y_align)}"
+
+    @classmethod
+    def of(cls, grid: Grid) -> Lattice:
+        a, b, c, d, e, f = grid.transform
+        if b or d:
+            raise ValueError(f"grid {grid} is rotated: only axis-aligned grids stack")
+        return cls(grid.crs_wkt, grid.crs, a, e, _alignment(c, a), _alignment(f, e))
+
+    def index(self, grid: Grid) -> tuple[int, int]:
+        """The lattice row and column of the grid's first pixel."""
+        _a, _b, c, _d, _e, f = grid.transform
+        column = (c - self.x_align) / self.x_step
+        row = (f - self.y_align) / self.y_step
+        return round(row), round(column)
+
+    def tile_grid(self, tile_row: int, tile_column: int, tile: int) -> Grid:
+        """The grid of tile (row, column) of ``tile`` x ``tile`` pixels."""
+        c = self.x_align + tile_column * tile * self.x_step
+        f = self.y_align + tile_row * tile * self.y_step
+        return Grid(self.crs_wkt, self.crs, (self.x_step, 0.0, c, 0.0, self.y_step, f), tile, tile)
+
+
+def _alignment(origin: float, step: float) -> float:
+    """``origin`` modulo ``|step|``, snapped to 0 within float noise, rounded so equal lattices compare equal."""
+    size = abs(step)
+    fraction = (origin % size) / size
+    if fraction > 1 - _ALIGNMENT_TOLERANCE or fraction < _ALIGNMENT_TOLERANCE:
+        return 0.0
+    return round(fraction, 6) * size
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A stack group: where it is, and the grid every slice of it is on."""
+
+    path: str
+    grid: Grid
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What fixes an array of a stack: everything about an asset's pixels but where they are."""
+
+    key: str
+    """The asset key (the array's name unless another kind took it)."""
+    dtype: str
+    bands: int
+    attributes: tuple[tuple[str, Any], ...]
+    """The pixels' attributes among :data:`KIND_ATTRIBUTES`, sorted."""
+
+    @property
+    def fill_value(self) -> Any:
+        attrs = dict(self.attributes)
+        if "_FillValue" in attrs:
+            return attrs["_FillValue"]
+        return np.nan if np.dtype(self.dtype).kind == "f" else 0
+
+    @property
+    def signature(self) -> str:
+        return stack_digest(self.dtype, self.bands, self.attributes)
+
+    def metadata(self, stack: Stack, *, capacity: int, chunk: int) -> ArrayV3Metadata:
+        """The zarr v3 document of this kind's array in ``stack``."""
+        dtype = np.dtype(self.dtype)
+        attrs = dict(self.attributes)
+        if "_FillValue" in attrs:
+            attrs["_FillValue"] = FillValueCoder.encode(attrs["_FillValue"], dtype)
+        attrs.update({"grid_mapping": GRID_MAPPING, "coordinates": f"{GRID_MAPPING} {ITEM} {DATETIME}"})
+        attrs["floe:kind"] = self.signature
+        height, width = stack.grid.height, stack.grid.width
+        return ArrayV3Metadata(
+            shape=(capacity, self.bands, height, width),
+            data_type=parse_data_type(dtype, zarr_format=3),
+            chunk_grid={
+                "name": "regular",
+                "configuration": {"chunk_shape": (1, 1, min(chunk, height), min(chunk, width))},
+            },
+            chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
+            fill_value=self.fill_value,
+            codecs=_CODECS,
+            attributes={key: encode_zarr_attr_value(value) for key, value in attrs.items()},
+            dimension_names=[SLOT, band_dimension(self.key), "y", "x"],
+            storage_transformers=None,
+        )
+
+
+#: The attributes of an asset's pixels an array keeps (CF decoding, and how a pixel value is meant).
+KIND_ATTRIBUTES = ("_FillValue", "scale_factor", "add_offset", "AREA_OR_POINT")
+
+
+def band_dimension(name: str) -> str:
+    """The band axis of array ``name``: one per array, since kinds of one stack differ in band count."""
+    return f"{name}_band"
+
+
+def kind_of(key: str, dataset: xr.Dataset) -> Kind:
+    """The kind of asset ``key``'s pixels (a Dataset :func:`~ingest.rasters.read_granule` returned)."""
+    pixels = dataset[GRANULE_VARIABLE]
+    attrs = {name: pixels.attrs[name] for name in KIND_ATTRIBUTES if name in pixels.attrs}
+    normalised = tuple(sorted((name, _plain(value)) for name, value in attrs.items()))
+    return Kind(key, str(pixels.dtype), int(pixels.shape[0]), normalised)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python ones, so kinds hash and compare by value; NaN stays NaN."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def array_name(kind: Kind, existing: Mapping[str, str]) -> str:
+    """The name of ``kind``'s array in a stack whose arrays are ``existing`` (name -> kind signature).
+
+    The asset key when that name is free or holds this kind; otherwise
+    ``<key>.<signature>``, which only this kind can hold.
+    """
+    if existing.get(kind.key, kind.signature) == kind.signature:
+        return kind.key
+    return f"{kind.key}.{kind.signature}"
+
+
+@dataclass
+class AssetPlan:
+    """Where one asset of a granule goes: its kind, its own grid, and its pieces."""
+
+    key: str
+    kind: Kind
+    grid: Grid
+    pieces: list[Piece]
+    pixels: np.ndarray = field(repr=False)
+
+    def where(self) -> AssetPixels:
+        """The asset's record in the item's ``floe:arrays`` asset (slots assigned)."""
+        bands = self.kind.bands
+        return AssetPixels(self.grid.crs, self.grid.transform, (bands, self.grid.height, self.grid.width), self.pieces)
+
+
+@dataclass
+class GranulePlan:
+    """Where every asset of a granule goes, and the stacks (with the kinds in each) it needs."""
+
+    assets: list[AssetPlan]
+    stacks: dict[str, Stack]
+    kinds: dict[str, list[Kind]]
+    """Stack path -> the kinds this granule writes there."""
+
+    def stack_paths(self) -> list[str]:
+        return sorted(self.stacks)
+
+
+def plan_granule(
+    collection: str,
+    datasets: Mapping[str, xr.Dataset],
+    *,
+    layout: Layout = "tiled",
+    tile: int = 4096,
+    chunk: int = 512,
+) -> GranulePlan:
+    """Place a granule's assets (asset key -> Dataset from :func:`~ingest.rasters.read_granule`) in stacks.
+
+    Array names are left as the asset keys; the writer renames a kind whose
+    name is taken in the stack (:func:`array_name`). Slots are assigned by
+    the writer too.
+    """
+    if tile < 1 or chunk < 1:
+        raise ValueError(f"tile and chunk must be positive, got {tile} and {chunk}")
+    assets: list[AssetPlan] = []
+    stacks: dict[str, Stack] = {}
+    kinds: dict[str, list[Kind]] = {}
+    for key, dataset in datasets.items():
+        grid = Grid.of(dataset)
+        kind = kind_of(key, dataset)
+        if layout == "fixed":
+            placed = [(Stack(fixed_stack_path(collection, grid), grid), (0, 0, grid.height, grid.width), (0, 0))]
+        else:
+            placed = _tiles(collection, grid, tile)
+        pieces = []
+        for stack, window, at in placed:
+            stacks.setdefault(stack.path, stack)
+            if kind not in kinds.setdefault(stack.path, []):
+                kinds[stack.path].append(kind)
+            pieces.append(Piece(stack.path, key, window, at))
+        assets.append(AssetPlan(key, kind, grid, pieces, np.asarray(dataset[GRANULE_VARIABLE].values)))
+    return GranulePlan(assets, stacks, kinds)
+
+
+def fixed_stack_path(collection: str, grid: Grid) -> str:
+    """The fixed stack of ``grid`` in ``collection``: every granule on exactly this grid is a slice of it."""
+    return f"{collection}/{STACKS}/g{stack_digest(grid)}"
+
+
+def _tiles(collection: str, grid: Grid, tile: int) -> list[tuple[Stack, tuple[int, int, int, int], tuple[int, int]]]:
+    """The tiles of its lattice a grid overlaps, with the window it covers in each and where that is in the grid."""
+    lattice = Lattice.of(grid)
+    row0, column0 = lattice.index(grid)
+    placed = []
+    for tile_row in range(math.floor(row0 / tile), math.floor((row0 + grid.height - 1) / tile) + 1):
+        for tile_column in range(math.floor(column0 / tile), math.floor((column0 + grid.width - 1) / tile) + 1):
+            top, left = tile_row * tile, tile_column * tile
+            first_row, first_column = max(row0, top), max(column0, left)
+            last_row = min(row0 + grid.height, top + tile)
+            last_column = min(column0 + grid.width, left + tile)
+            stack = Stack(
+                f"{collection}/{STACKS}/{lattice.name}/{tile_row}_{tile_column}",
+                lattice.tile_grid(tile_row, tile_column, tile),
+            )
+            window = (first_row - top, first_column - left, last_row - first_row, last_column - first_column)
+            placed.append((stack, window, (first_row - row0, first_column - column0)))
+    return placed
+
+
+# -- creating stacks ---------------------------------------------------------------------------------
+
+
+def stack_documents(stack: Stack, *, capacity: int) -> tuple[dict[str, bytes], dict[str, tuple[Any, np.ndarray]]]:
+    """The zarr documents of a new stack group (group and coordinates) and the coordinate values to write.
+
+    Returns ``(documents, values)``: store key -> zarr.json bytes, and array
+    path -> (metadata, values) for the coordinates that hold data (``x``,
+    ``y``). The ``item`` and ``datetime`` coordinates start empty.
+    """
+    prototype = default_buffer_prototype()
+    group = GroupMetadata(zarr_format=3, attributes={"floe:stack": {"crs": stack.grid.crs}})
+    documents = {f"{stack.path}/{ZARR_JSON}": group.to_buffer_dict(prototype)[ZARR_JSON].to_bytes()}
+    x, y = stack.grid.coordinates()
+    arrays: dict[str, tuple[ArrayV3Metadata, np.ndarray]] = {
+        "x": (_coordinate_metadata(x, "x", {"axis": "X"}), x),
+        "y": (_coordinate_metadata(y, "y", {"axis": "Y"}), y),
+    }
+    spatial_ref = {
+        "crs_wkt": stack.grid.crs_wkt,
+        "spatial_ref": stack.grid.crs_wkt,
+        "GeoTransform": stack.grid.geotransform,
+    }
+    arrays[GRID_MAPPING] = (_scalar_metadata(spatial_ref), np.array(0, dtype="int64"))
+    item = _ITEM_META.update_shape((capacity,)).update_attributes(
+        {"long_name": "STAC item id of the slot ('' for a free slot)"}
+    )
+    when = _DATETIME_META.update_shape((capacity,)).update_attributes(
+        {"units": _DATETIME_UNITS, "calendar": "proleptic_gregorian", "standard_name": "time"}
+    )
+    for path, meta in ((ITEM, item), (DATETIME, when)):
+        documents[f"{stack.path}/{path}/{ZARR_JSON}"] = meta.to_buffer_dict(prototype)[ZARR_JSON].to_bytes()
+    values = {}
+    for name, (meta, data) in arrays.items():
+        documents[f"{stack.path}/{name}/{ZARR_JSON}"] = meta.to_buffer_dict(prototype)[ZARR_JSON].to_bytes()
+        values[f"{stack.path}/{name}"] = (meta, data)
+    return documents, values
+
+
+def _coordinate_metadata(values: np.ndarray, name: str, attrs: dict[str, Any]) -> ArrayV3Metadata:
+    return ArrayV3Metadata(
+        shape=values.shape,
+        data_type=parse_data_type(values.dtype, zarr_format=3),
+        chunk_grid={"name": "regular", "configuration": {"chunk_shape": values.shape}},
+        chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
+        fill_value=np.nan,
+        codecs=_CODECS,
+        attributes=attrs,
+        dimension_names=[name],
+        storage_transformers=None,
+    )
+
+
+def _scalar_metadata(attrs: dict[str, Any]) -> ArrayV3Metadata:
+    return ArrayV3Metadata(
+        shape=(),
+        data_type=parse_data_type(np.dtype("int64"), zarr_format=3),
+        chunk_grid={"name": "regular", "configuration": {"chunk_shape": ()}},
+        chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
+        fill_value=0,
+        codecs=_CODECS,
+        attributes=attrs,
+        dimension_names=None,
+        storage_transformers=None,
+    )
+
+
+async def create_stack(store: Store, stack: Stack, *, capacity: int) -> None:
+    """Write a new stack group with its coordinates (no pixel array yet) into ``store``."""
+    documents, values = stack_documents(stack, capacity=capacity)
+    prototype = default_buffer_prototype()
+    await asyncio.gather(*(store.set(key, prototype.buffer.from_bytes(body)) for key, body in documents.items()))
+    await asyncio.gather(
+        *(
+            AsyncArray(metadata=meta, store_path=StorePath(store, path)).setitem(..., data)
+            for path, (meta, data) in values.items()
+        )
+    )
+
+
+async def create_array(store: Store, stack: Stack, name: str, kind: Kind, *, capacity: int, chunk: int) -> None:
+    """Write the (empty) array ``name`` of ``kind`` into an existing stack group."""
+    prototype = default_buffer_prototype()
+    document = kind.metadata(stack, capacity=capacity, chunk=chunk).to_buffer_dict(prototype)[ZARR_JSON]
+    await store.set(f"{stack.path}/{name}/{ZARR_JSON}", document)
+
+
+# -- writing slices ------------------------------------------------------------------------------
+
+
+async def write_slices(store: Store, plan: GranulePlan, *, item_id: str, datetime_us: int, chunk: int) -> int:
+    """Write every piece of ``plan`` (slots and array names assigned) and its slots' coordinates.
+
+    Only the chunks a piece overlaps are written, and of those only the ones
+    holding something besides the fill value; each is written whole (zarr
+    then never reads it first). Returns the number of pixel chunks written.
+    """
+    writes: list[Any] = [write_slot_coordinates(store, plan, item_id=item_id, datetime_us=datetime_us)]
+    chunks = 0
+    for asset in plan.assets:
+        for piece in asset.pieces:
+            stack = plan.stacks[piece.stack]
+            array = _array(
+                store, f"{piece.stack}/{piece.array}", asset.kind.metadata(stack, capacity=piece.slot + 1, chunk=chunk)
+            )
+            for selection, block in _piece_chunks(asset, piece, stack.grid, chunk):
+                writes.append(array.setitem((piece.slot, *selection), block))
+                chunks += 1
+    await asyncio.gather(*writes)
+    return chunks
+
+
+async def write_slot_coordinates(store: Store, plan: GranulePlan, *, item_id: str, datetime_us: int) -> None:
+    """Write the ``item`` and ``datetime`` coordinates of every slot ``plan`` took."""
+    writes = []
+    slots = sorted({(piece.stack, piece.slot) for asset in plan.assets for piece in asset.pieces})
+    for stack_path, slot in slots:
+        if slot < 0:
+            raise ValueError(f"granule {item_id}: no slot assigned in stack {stack_path}")
+        item = np.array(item_id, dtype=object)
+        writes.append(_array(store, f"{stack_path}/{ITEM}", _ITEM_META).setitem(slot, item))
+        writes.append(_array(store, f"{stack_path}/{DATETIME}", _DATETIME_META).setitem(slot, np.int64(datetime_us)))
+    await asyncio.gather(*writes)
+
+
+def _array(store: Store, path: str, metadata: ArrayV3Metadata) -> AsyncArray[Any]:
+    """A handle on an array whose document is known (no read of its zarr.json)."""
+    return AsyncArray(metadata=metadata, store_path=StorePath(store, path))
+
+
+def _piece_chunks(
+    asset: AssetPlan, piece: Piece, grid: Grid, chunk: int
+) -> list[tuple[tuple[int, slice, slice], np.ndarray]]:
+    """Each chunk (band, rows, columns) a piece overlaps, with the whole chunk's pixels.
+
+    A chunk is the fill value where the piece does not cover it; a chunk that
+    is the fill value everywhere is left out.
+    """
+    row, column, height, width = piece.window
+    at_row, at_column = piece.at
+    fill = asset.kind.fill_value
+    out = []
+    for chunk_row in range(row // chunk, (row + height - 1) // chunk + 1):
+        for chunk_column in range(column // chunk, (column + width - 1) // chunk + 1):
+            top, left = chunk_row * chunk, chunk_column * chunk
+            bottom, right = min(top + chunk, grid.height), min(left + chunk, grid.width)
+            r0, c0 = max(row, top), max(column, left)
+            r1, c1 = min(row + height, bottom), min(column + width, right)
+            source = asset.pixels[
+                :, at_row + r0 - row : at_row + r1 - row, at_column + c0 - column : at_column + c1 - column
+            ]
+            for band in range(asset.kind.bands):
+                block = np.full((bottom - top, right - left), fill, dtype=asset.pixels.dtype)
+                block[r0 - top : r1 - top, c0 - left : c1 - left] = source[band]
+                if _all_fill(block, fill):
+                    continue
+                out.append(((band, slice(top, bottom), slice(left, right)), block))
+    return out
+
+
+def _all_fill(block: np.ndarray, fill: Any) -> bool:
+    if isinstance(fill, float) and math.isnan(fill):
+        return bool(np.isnan(block).all())
+    return bool((block == fill).all())
+
+
+_ITEM_META = ArrayV3Metadata(
+    shape=(1 << 62,),
+    data_type=parse_data_type(str, zarr_format=3),
+    chunk_grid={"name": "regular", "configuration": {"chunk_shape": (1,)}},
+    chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
+    fill_value="",
+    codecs=({"name": "vlen-utf8"}, ZstdCodec(level=0, checksum=False)),
+    attributes={},
+    dimension_names=[SLOT],
+    storage_transformers=None,
+)
+_DATETIME_META = ArrayV3Metadata(
+    shape=(1 << 62,),
+    data_type=parse_data_type(np.dtype("int64"), zarr_format=3),
+    chunk_grid={"name": "regular", "configuration": {"chunk_shape": (1,)}},
+    chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
+    fill_value=0,
+    codecs=_CODECS,
+    attributes={},
+    dimension_names=[SLOT],
+    storage_transformers=None,
+)
+
+
+# -- the nodes a plan needs ------------------------------------------------------------------------
+
+
+def _exists(store: Store, path: str) -> bool:
+    return bool(sync(store.exists(f"{path}/{ZARR_JSON}")))
+
+
+def _kinds_in(store: Store, stack: str) -> dict[str, str]:
+    """Array name -> kind signature of the pixel arrays of an existing stack."""
+    group = zarr.open_group(store, path=stack, mode="r")
+    return {name: str(array.attrs["floe:kind"]) for name, array in group.arrays() if "floe:kind" in array.attrs}
+
+
+def name_arrays(store: Store, plan: GranulePlan) -> list[tuple[Stack, str, Kind]]:
+    """Give each piece of ``plan`` its array's name in its stack; return the arrays that do not exist yet.
+
+    A missing stack counts as holding no array (every kind is then missing).
+    """
+    missing: list[tuple[Stack, str, Kind]] = []
+    names: dict[tuple[str, str], str] = {}
+    for path, kinds in plan.kinds.items():
+        existing = _kinds_in(store, path) if _exists(store, path) else {}
+        for kind in kinds:
+            name = array_name(kind, existing)
+            names[(path, kind.signature)] = name
+            if name not in existing:
+                existing[name] = kind.signature
+                missing.append((plan.stacks[path], name, kind))
+    for asset in plan.assets:
+        for piece in asset.pieces:
+            piece.array = names[(piece.stack, asset.kind.signature)]
+    return missing
+
+
+def stage_nodes(store: Store, plan: GranulePlan, *, capacity: int, chunk: int) -> str | None:
+    """Create in ``store`` the stacks (and their parent groups) and arrays ``plan`` needs and that are missing.
+
+    Returns a commit message naming what was created, or None when everything
+    exists. Shared by every writer of these grids, so the caller commits this
+    alone (``Writer.commit_alone``) before staging slices in them.
+    """
+    missing_arrays = name_arrays(store, plan)
+    if not missing_arrays:
+        return None
+    created: list[str] = []
+    group_document = GroupMetadata(zarr_format=3).to_buffer_dict(default_buffer_prototype())[ZARR_JSON]
+    for path in plan.stack_paths():
+        if _exists(store, path):
+            continue
+        parents = path.split("/")
+        for depth in range(1, len(parents)):
+            parent = "/".join(parents[:depth])
+            if not _exists(store, parent):
+                sync(store.set(f"{parent}/{ZARR_JSON}", group_document))
+        sync(create_stack(store, plan.stacks[path], capacity=capacity))
+        created.append(path)
+    for stack, name, kind in missing_arrays:
+        sync(create_array(store, stack, name, kind, capacity=capacity, chunk=chunk))
+    arrays = ", ".join(f"{stack.path}/{name}" for stack, name, _ in missing_arrays)
+    return f"floe: create {len(created)} stack(s), array(s) {arrays}"[:500]

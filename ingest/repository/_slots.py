@@ -1,0 +1,206 @@
+"""Slots in stacks: where a writer's granules go on a stack's slot axis, and how they move when it loses a race.
+
+Granules that share a pixel grid are slices of one stack (array layout 2,
+``ingest/rasters/_stack.py``); each granule takes a *slot*, one position on
+the stack axis, in every stack it writes to. Writers never coordinate, so:
+
+1. **Take.** A writer takes the slots after the last one its base holds
+   (the highest chunk of the stack's ``item`` coordinate, plus one), one
+   after another. Another writer on the same base takes the same ones.
+2. **Lose a race.** The commit protocol (:mod:`ingest.repository._commit`)
+   rebases the loser's session onto the winner's tip. Two writers that wrote
+   the same slot wrote the same chunks, which Icechunk cannot merge
+   (``ChunkDoubleUpdate``). So first (:meth:`Slots.follow`) every slot the
+   loser took in a stack the winner appended to moves past the winner's last
+   slot, with Icechunk's ``reindex_array``: the chunk references move, no
+   pixel is read or written again.
+3. **Check, then rebase.** Moving a chunk leaves its old position cleared in
+   the loser's changes, and where the winner wrote there that is a conflict
+   with no meaning (the loser never wanted that slot). Every chunk both
+   sides changed is compared against those vacated slots: any other (both
+   replaced the same item's slices, say) is a real conflict and the caller
+   re-plans (``CommitConflict``). Otherwise the rebase keeps the winner's
+   chunks at the vacated slots (``BasicConflictSolver`` with ``UseTheirs``).
+4. **Tell the rows.** The items whose pieces moved get their new slots in
+   their ``floe:arrays`` asset (:func:`~ingest.stac.moved_slots`); the table
+   change rewrites just the data files that hold them
+   (:meth:`ItemsPlan.moved <ingest.repository._plan.ItemsPlan.moved>`).
+
+Slots a commit cleared (an item replaced or withdrawn) are not reused unless
+they were the stack's last; a free slot reads as ``item == ""``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import icechunk
+import zarr
+import zarr.errors
+from zarr.core.sync import sync
+
+from ingest.errors import CommitConflict
+from ingest.repository._commit import rebase
+from ingest.stac import DATETIME, ITEM, SLOT, Piece
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+Moves = dict[tuple[str, int], int]
+"""(stack, old slot) -> new slot."""
+
+
+def next_free_slot(session: icechunk.Session, stack: str) -> int:
+    """The slot after the last one taken in ``stack`` (0 for an empty stack), in the session's view."""
+
+    async def last() -> int:
+        highest = -1
+        async for coordinates in session.chunk_coordinates(f"/{stack}/{ITEM}"):
+            highest = max(highest, coordinates[0])
+        return highest
+
+    return sync(last()) + 1
+
+
+def slot_arrays(session: icechunk.Session, stack: str) -> list[str]:
+    """The arrays of stack ``stack`` that lie along the slot axis (its coordinates and its pixel arrays)."""
+    group = zarr.open_group(session.store, path=stack, mode="r")
+    return sorted(
+        name
+        for name, array in group.arrays()
+        if (array.metadata.dimension_names or (None,))[0] == SLOT  # type: ignore[union-attr]
+    )
+
+
+class Slots:
+    """The slots one writer took, stack by stack, and which item each belongs to."""
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+        self._taken: dict[str, list[int]] = {}
+        self.owners: dict[tuple[str, int], Key] = {}
+        """(stack, slot) -> the (collection, id) of the item whose slice it holds."""
+
+    def __bool__(self) -> bool:
+        return bool(self.owners)
+
+    def take(self, session: icechunk.Session, stack: str, owner: Key) -> int:
+        """The next slot of ``stack`` for ``owner``'s slice."""
+        if stack not in self._next:
+            self._next[stack] = next_free_slot(session, stack)
+        slot = self._next[stack]
+        self._next[stack] = slot + 1
+        self._taken.setdefault(stack, []).append(slot)
+        self.owners[(stack, slot)] = owner
+        return slot
+
+    def follow(self, repository_icechunk: icechunk.Repository, session: icechunk.Session, tip: str) -> Moves:
+        """Step 2: move this writer's slots past the slots snapshot ``tip`` took meanwhile; return the moves."""
+        if not self._taken:
+            return {}
+        at_tip = repository_icechunk.readonly_session(snapshot_id=tip)
+        moves: Moves = {}
+        for stack, slots in self._taken.items():
+            try:
+                tip_next = next_free_slot(at_tip, stack)
+            except icechunk.IcechunkError:
+                continue  # the stack is not at the tip (it cannot have taken slots in it)
+            if min(slots) >= tip_next:
+                continue
+            new = {old: tip_next + index for index, old in enumerate(slots)}
+            for array in slot_arrays(session, stack):
+                session.reindex_array(f"/{stack}/{array}", _forward(new))
+            moves.update({(stack, old): slot for old, slot in new.items()})
+            self._taken[stack] = [new[old] for old in slots]
+            self._next[stack] = tip_next + len(slots)
+        if moves:
+            self.owners = {(stack, moves.get((stack, slot), slot)): key for (stack, slot), key in self.owners.items()}
+            log.info("moved %d slot(s) past a concurrent writer's", len(moves))
+        return moves
+
+
+def _forward(new: dict[int, int]) -> Any:
+    def forward(coordinates: Iterable[int]) -> list[int] | None:
+        index = list(coordinates)
+        slot = new.get(index[0])
+        return None if slot is None else [slot, *index[1:]]
+
+    return forward
+
+
+def rebase_following(
+    repository_icechunk: icechunk.Repository, session: icechunk.Session, branch: str, slots: Slots | None
+) -> Moves:
+    """Steps 2 and 3: move this writer's slots past the tip's, then rebase onto the tip; return the moves.
+
+    Raises ``CommitConflict`` when the staged changes collide with the tip's
+    anywhere but at the slots this writer vacated (the caller re-plans).
+    """
+    tip = repository_icechunk.lookup_branch(branch)
+    moves = slots.follow(repository_icechunk, session, tip) if slots else {}
+    if not moves:
+        rebase(session, branch)
+        return moves
+    vacated = {key for key in moves} - {(stack, slot) for (stack, _old), slot in moves.items()}
+    ours = session.status().updated_chunks
+    theirs = repository_icechunk.diff(from_snapshot_id=session.snapshot_id, to_snapshot_id=tip).updated_chunks
+    for path, coordinates in ours.items():
+        stack = path.strip("/").rsplit("/", 1)[0]
+        both = {tuple(index) for index in coordinates} & {tuple(index) for index in theirs.get(path, [])}
+        real = sorted(index for index in both if (stack, index[0]) not in vacated)
+        if real:
+            raise CommitConflict(
+                f"changes staged on {branch!r} conflict with a commit made meanwhile at {path} (chunks {real[:5]}): "
+                "another writer changed the same slices; re-plan these items from the new tip",
+                paths=[path],
+            )
+    solver = icechunk.BasicConflictSolver(
+        on_chunk_conflict=icechunk.VersionSelection.UseTheirs,
+        fail_on_delete_of_updated_array=True,
+        fail_on_delete_of_updated_group=True,
+    )
+    try:
+        session.rebase(solver)
+    except icechunk.RebaseFailedError as error:
+        paths = sorted({conflict.path for conflict in error.conflicts})
+        raise CommitConflict(
+            f"changes staged on {branch!r} conflict with a commit made meanwhile at {', '.join(paths)}: "
+            "re-plan these items from the new tip",
+            paths=paths,
+        ) from error
+    return moves
+
+
+def clear_pieces(session: icechunk.Session, pieces: Iterable[Piece]) -> int:
+    """Remove the slices ``pieces`` name (their chunks and their slots' coordinates); returns chunks removed.
+
+    Used when an item's arrays are written again (the old slices go in the
+    same commit) or the item is withdrawn. Older snapshots keep them.
+    """
+    store = session.store
+    keys: list[str] = []
+    for piece in pieces:
+        try:
+            array = zarr.open_array(store, path=f"{piece.stack}/{piece.array}", mode="r")
+        except (FileNotFoundError, zarr.errors.NodeNotFoundError):
+            continue
+        _slots, _bands, chunk_height, chunk_width = array.metadata.chunks  # type: ignore[union-attr]
+        row, column, height, width = piece.window
+        for band in range(array.shape[1]):
+            for chunk_row in range(row // chunk_height, (row + height - 1) // chunk_height + 1):
+                for chunk_column in range(column // chunk_width, (column + width - 1) // chunk_width + 1):
+                    keys.append(f"{piece.stack}/{piece.array}/c/{piece.slot}/{band}/{chunk_row}/{chunk_column}")
+        keys.append(f"{piece.stack}/{ITEM}/c/{piece.slot}")
+        keys.append(f"{piece.stack}/{DATETIME}/c/{piece.slot}")
+
+    async def delete_all() -> int:
+        count = 0
+        for key in dict.fromkeys(keys):
+            if await store.exists(key):
+                await store.delete(key)
+                count += 1
+        return count
+
+    return sync(delete_all())
