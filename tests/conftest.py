@@ -15,9 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import rioxarray  # noqa: F401 - registers the .rio accessor
+import xarray as xr
 import zarr
 import zarr.errors
+from affine import Affine
 
 from ingest import Repository, Settings
 from ingest.config import S3Settings
@@ -59,6 +63,42 @@ def with_square(item: dict, x: float, y: float, size: float) -> dict:
     item["geometry"] = {"type": "Polygon", "coordinates": [ring]}
     item["bbox"] = [x, y, x + size, y + size]
     return item
+
+
+def raster_dataset(
+    pixels: np.ndarray,
+    *,
+    crs: str = "EPSG:32633",
+    origin: tuple[float, float] = (500000.0, 4200000.0),
+    res: float = 10.0,
+) -> xr.Dataset:
+    """A georeferenced ``(band, y, x)`` Dataset like ``read_granule`` gives: ``pixels`` at ``origin`` (top-left)."""
+    if pixels.ndim == 2:
+        pixels = pixels[np.newaxis]
+    bands, height, width = pixels.shape
+    x0, y0 = origin
+    array = xr.DataArray(
+        pixels,
+        dims=("band", "y", "x"),
+        coords={
+            "band": np.arange(1, bands + 1),
+            "x": x0 + res * (np.arange(width) + 0.5),
+            "y": y0 - res * (np.arange(height) + 0.5),
+        },
+    )
+    array = array.rio.write_crs(crs).rio.write_transform(Affine(res, 0.0, x0, 0.0, -res, y0))
+    return array.to_dataset(name="data")
+
+
+def stage_raster(writer, item: dict, pixels: np.ndarray, *, key: str = "data", **where: Any) -> dict:
+    """Stage ``pixels`` as asset ``key`` of ``item`` in ``writer`` (stacked as ingest does); returns the item with
+    its ``floe:arrays`` asset, ready for ``writer.add_item``."""
+    from ingest.pipeline import stage_arrays
+    from ingest.stac import arrays_asset, with_arrays_asset
+
+    writer.ensure_collection(item["collection"])
+    placed, _ = stage_arrays(writer, item, {key: raster_dataset(pixels, **where)})
+    return with_arrays_asset(item, arrays_asset(placed))
 
 
 def group_exists(store, path: str) -> bool:

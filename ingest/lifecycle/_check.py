@@ -17,7 +17,7 @@ from pyiceberg.table import Table
 
 from ingest.errors import FloeError
 from ingest.repository import Repository, View
-from ingest.stac import has_arrays_asset, read_arrays_asset
+from ingest.stac import ARRAYS_LAYOUT, has_arrays_asset, read_arrays_asset
 
 log = logging.getLogger(__name__)
 
@@ -57,16 +57,66 @@ def _size_problem(repository: Repository, kind: str, path: str, recorded: int) -
 
 
 def _missing_arrays(view: View) -> list[str]:
-    """Problems with rows whose ``floe:arrays`` asset names a group that does not exist at the view's snapshot."""
+    """Rows and slices that do not match at the view's snapshot.
+
+    Every piece a row's ``floe:arrays`` asset names must be a slot of an
+    existing stack array whose ``item`` coordinate is that row's id; and every
+    occupied slot of every stack must be named by a row (no slice without its
+    row).
+    """
     problems = []
+    claimed: dict[str, set[int]] = {}
+    arrays_seen: dict[str, bool] = {}
+    slot_items = _SlotItems(view)
     for item in view.items():
         if not has_arrays_asset(item):
             continue
+        name = f"item {item.get('id')!r} ({item.get('collection')})"
         arrays = read_arrays_asset(item)
-        if arrays is None or not view.has_group(arrays.group):
-            group = arrays.group if arrays is not None else None
-            problems.append(f"item {item.get('id')!r} ({item.get('collection')}): array group {group!r} is missing")
+        if arrays is None:
+            problems.append(f"{name}: its floe:arrays asset cannot be read")
+            continue
+        if arrays.layout != ARRAYS_LAYOUT:
+            problems.append(f"{name}: its arrays are in layout {arrays.layout} (group {arrays.group!r})")
+            continue
+        for piece in arrays.pieces():
+            path = f"{piece.stack}/{piece.array}"
+            if path not in arrays_seen:
+                arrays_seen[path] = view.has_array(path)
+            if not arrays_seen[path]:
+                problems.append(f"{name}: stack array {path!r} is missing")
+                continue
+            holder = slot_items.at(piece.stack, piece.slot)
+            if holder != item.get("id"):
+                problems.append(f"{name}: slot {piece.slot} of {piece.stack!r} holds {holder!r}, not this item")
+            claimed.setdefault(piece.stack, set()).add(piece.slot)
+    for stack, occupied in slot_items.all().items():
+        for slot, holder in occupied.items():
+            if slot not in claimed.get(stack, set()):
+                problems.append(f"slot {slot} of {stack!r} holds {holder!r}, which no row names (a slice without row)")
     return problems
+
+
+class _SlotItems:
+    """The ``item`` coordinate of every stack of a view, read once per stack."""
+
+    def __init__(self, view: View) -> None:
+        self._view = view
+        self._read: dict[str, dict[int, str]] = {}
+
+    def at(self, stack: str, slot: int) -> str | None:
+        return self._of(stack).get(slot)
+
+    def all(self) -> dict[str, dict[int, str]]:
+        for collection, _group in self._view.arrays().groups():
+            for stack in self._view.stacks(collection):
+                self._of(stack)
+        return self._read
+
+    def _of(self, stack: str) -> dict[int, str]:
+        if stack not in self._read:
+            self._read[stack] = self._view.slot_items(stack) if self._view.has_group(stack) else {}
+        return self._read[stack]
 
 
 def _missing_virtual_sources(view: View) -> list[str]:

@@ -1,5 +1,6 @@
 """Getting items into a repository: sources, granules, batch ingestion in-process or with Ray actors."""
 
+from ingest.pipeline._arrays import stage_arrays
 from ingest.pipeline._granules import Granule, granule_from_item
 from ingest.pipeline._ingest import ingest_items
 from ingest.pipeline._ray import ingest_with_ray, start_ray
@@ -17,5 +18,6 @@ __all__ = [
     "ingest_items",
     "ingest_with_ray",
     "read_items",
+    "stage_arrays",
     "start_ray",
 ]

@@ -49,14 +49,19 @@ def datetime_us(item: dict[str, Any]) -> int:
     return int(moment.timestamp()) * 1_000_000 + moment.microsecond
 
 
-def stage_copy(
-    writer: Writer, item: dict[str, Any], read: dict[str, xr.Dataset], settings: ArraysSettings
+def stage_arrays(
+    writer: Writer, item: dict[str, Any], read: dict[str, xr.Dataset], settings: ArraysSettings | None = None
 ) -> tuple[dict[str, AssetPixels], int]:
     """Stage the pixels of ``read`` (asset key -> Dataset) as slices of the item's stacks.
 
-    Returns where each asset's pixels went (for the item's ``floe:arrays``
-    asset) and the uncompressed bytes of the pixels.
+    Each Dataset is what :func:`ingest.rasters.read_granule` returns (one
+    ``(band, y, x)`` variable named ``data``, georeferenced with rioxarray).
+    Returns where each asset's pixels went (give it to
+    :func:`ingest.stac.arrays_asset` for the item's ``floe:arrays`` asset) and
+    the uncompressed bytes of the pixels. ``settings`` default to the
+    repository's ``arrays`` settings.
     """
+    settings = settings or writer.repository.settings.arrays
     plan = plan_granule(item["collection"], read, layout=settings.layout, tile=settings.tile, chunk=settings.chunk)
     _take_slots(writer, item, plan, settings)
     try:

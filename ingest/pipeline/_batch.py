@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ingest.errors import CommitConflict, InvalidItem, InvalidRaster, NotVirtualizable
-from ingest.pipeline._arrays import stage_copy, stage_references
+from ingest.pipeline._arrays import stage_arrays, stage_references
 from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
 from ingest.pipeline._report import BatchOutcome, Rejection
 from ingest.repository import Repository, Writer
@@ -181,7 +181,7 @@ def _stage(writer: Writer, step: _Step, outcome: BatchOutcome, reads: _ReadAhead
                     outcome.fallbacks.append(Rejection(granule.source, item["id"], error.reason))
             if pixels is None:
                 sources, read = _read_copy(granule.rasters) if virtual else reads.next()
-                pixels, nbytes = stage_copy(writer, item, read, settings)
+                pixels, nbytes = stage_arrays(writer, item, read, settings)
                 outcome.bytes_written += nbytes
             arrays = arrays_asset(pixels, sources, virtual=referenced)
             outcome.virtual += referenced

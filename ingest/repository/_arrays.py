@@ -141,6 +141,15 @@ def stack_paths(view: View, collection: str) -> list[str]:
     return sorted(found)
 
 
+def slot_items(view: View, stack: str) -> dict[int, str]:
+    """Slot -> item id of the occupied slots of ``stack``."""
+    used = next_free_slot(view.session, stack)
+    if used == 0:
+        return {}
+    values = zarr.open_array(view.session.store, path=f"{stack}/{ITEM}", mode="r")[:used]
+    return {int(slot): str(values[slot]) for slot in np.flatnonzero(values != "")}
+
+
 def open_stack(view: View, stack: str) -> xr.Dataset:
     """One stack at ``view``'s snapshot as a lazy Dataset over ``time``: its occupied slots, oldest first.
 

@@ -48,7 +48,7 @@ from ingest.repository._groups import ensure_groups
 from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
-from ingest.stac import ARRAYS_LAYOUT, LAYOUT_ATTR, check_name, shown
+from ingest.stac import ARRAYS_LAYOUT, LAYOUT_ATTR, SLOT, check_name, shown
 from ingest.storage import TABLES_DIR, Location, local_url, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,26 @@ class LogEntry:
         return document
 
 
+def stack_config(split: int) -> icechunk.RepositoryConfig:
+    """The Icechunk configuration of a new repository: manifests split every ``split`` slots of a stack.
+
+    A commit rewrites the manifest of every array it touches; split along the
+    slot axis, that is the newest split of each stack it appends to, so the
+    cost of a commit stays bounded by its granules, not by the stack's length.
+    """
+    config = icechunk.RepositoryConfig.default()
+    config.manifest = icechunk.ManifestConfig(
+        splitting=icechunk.ManifestSplittingConfig.from_dict(
+            {
+                icechunk.ManifestSplitCondition.path_matches(".*"): {
+                    icechunk.ManifestSplitDimCondition.DimensionName(f"^{SLOT}$"): split
+                }
+            }
+        )
+    )
+    return config
+
+
 class _InitialTable(TableChange):
     """The first commit's table change: version 0 of an empty items table (written once, whatever the attempt)."""
 
@@ -141,7 +161,7 @@ class Repository:
         with location.mutation_lock():
             if icechunk.Repository.exists(storage):
                 raise RepositoryExists(f"a repository exists already at {location.url}")
-            repo = icechunk.Repository.create(storage)
+            repo = icechunk.Repository.create(storage, config=stack_config(settings.arrays.manifest_split))
         self = cls(location, settings, repo)
         session = repo.writable_session("main")
         zarr.open_group(session.store, mode="a", attributes={LAYOUT_ATTR: ARRAYS_LAYOUT})

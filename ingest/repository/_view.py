@@ -9,11 +9,12 @@ import icechunk
 import pyarrow as pa
 import xarray as xr
 import zarr
+import zarr.errors
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.table import Table
 
 from ingest.errors import ItemNotFound
-from ingest.repository._arrays import item_arrays, open_stack, stack_paths
+from ingest.repository._arrays import item_arrays, open_stack, slot_items, stack_paths
 from ingest.repository._groups import group_exists
 from ingest.repository._read import read_batches
 from ingest.stac import arrow_to_items
@@ -88,6 +89,18 @@ class View:
     def stacks(self, collection: str) -> list[str]:
         """The stacks (arrays shared by the granules of one grid or tile) of ``collection``."""
         return stack_paths(self, collection)
+
+    def has_array(self, path: str) -> bool:
+        """Whether an array exists at ``path`` in this snapshot."""
+        try:
+            zarr.open_array(self.session.store, path=path.strip("/"), mode="r")
+        except (FileNotFoundError, zarr.errors.NodeNotFoundError, zarr.errors.ContainsGroupError):
+            return False
+        return True
+
+    def slot_items(self, stack: str) -> dict[int, str]:
+        """The occupied slots of a stack and the item id each holds."""
+        return slot_items(self, stack)
 
     def stack(self, stack: str) -> xr.Dataset:
         """A stack as a lazy time series: its granules' slices ordered by datetime, with ``item`` ids."""

@@ -115,7 +115,9 @@ class Writer:
         changes are rebased onto the new tip.
         """
         self._check_open()
-        if commit_alone(self.repository, self.branch, stage) is not None:
+        commit_alone(self.repository, self.branch, stage)
+        # Even when nothing was committed (another writer made the nodes first), they are at the tip.
+        if self.repository.icechunk.lookup_branch(self.branch) != self._session.snapshot_id:
             self._catch_up()
 
     def _catch_up(self) -> None:

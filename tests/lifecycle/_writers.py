@@ -13,19 +13,14 @@ import numpy as np
 from ingest import Repository, Settings
 from ingest.repository import CommitMetadata
 from ingest.repository import _commit as commit_module
-from ingest.stac import arrays_asset
-from tests.conftest import make_item
+from tests.conftest import make_item, stage_raster
 
 
 def commit_with_arrays(repository: Repository, item_id: str, value: int, collection: str = "c") -> str:
     """One commit: an item whose 64x64 array (random, so too big to inline: a chunk object of its own) in its group."""
     writer = repository.writer()
-    group = writer.item_group(collection, item_id)
     pixels = np.random.default_rng(value).integers(0, 2**31 - 1, size=(64, 64), dtype="int32")
-    group.create_array("band", shape=(64, 64), chunks=(64, 64), dtype="int32")[:] = pixels
-    item = make_item(item_id, collection, value=value)
-    item["assets"]["floe:arrays"] = arrays_asset(f"{collection}/{item_id}", ["band"])
-    writer.add_item(item)
+    writer.add_item(stage_raster(writer, make_item(item_id, collection, value=value), pixels, key="band"))
     return writer.commit(f"add {item_id}").snapshot_id
 
 
