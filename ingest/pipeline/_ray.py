@@ -23,7 +23,7 @@ from ingest.pipeline._batch import commit_batch
 from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._granules import Granule, select_assets
 from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback, record
-from ingest.pipeline._stream import VALIDATION_CHUNK, batched, granule_stream
+from ingest.pipeline._stream import VALIDATION_CHUNK, granule_stream, routed_batches
 from ingest.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -137,13 +137,13 @@ def ingest_with_ray(
         chunk=min(VALIDATION_CHUNK, batch_size),
     )
     try:
-        for number, batch in enumerate(batched(granules, batch_size, raster_bytes), start=1):
+        for number, (lane, batch) in enumerate(routed_batches(granules, workers, batch_size, raster_bytes), start=1):
             # A collection's group is created in a commit of its own before writers stage arrays under it.
             collections = {granule.item["collection"] for granule in batch} - known_collections
             if collections:
                 repository.ensure_groups(sorted(collections), branch=branch)
                 known_collections |= collections
-            pool.submit(batch, f"{message} (batch {number})", virtual)
+            pool.submit(batch, f"{message} (batch {number})", virtual, lane=lane)
         pool.drain()
         pool.compactor.finish()
     finally:
@@ -183,11 +183,17 @@ class _ActorPool:
         self.progress = progress
         self.compactor = compactor
 
-    def submit(self, batch: list[Granule], message: str, virtual: bool) -> None:
-        """Give ``batch`` to an idle actor, first waiting for one to finish if none is."""
-        if not self.idle:
+    def submit(self, batch: list[Granule], message: str, virtual: bool, *, lane: int | None = None) -> None:
+        """Give ``batch`` to actor ``lane`` (any actor: None) once it is idle, waiting for it if it is not.
+
+        Routing a lane's batches to one actor keeps the slices of a stack with
+        one writer within a run (``routed_batches``).
+        """
+        wanted = self.actors[lane % len(self.actors)] if lane is not None else None
+        while not self.idle or (wanted is not None and wanted not in self.idle):
             self._collect_one()
-        actor = self.idle.pop()
+        actor = wanted if wanted is not None else self.idle[-1]
+        self.idle.remove(actor)
         self.in_flight[actor.ingest.remote(batch, message, virtual)] = actor
         self._report_progress()
 

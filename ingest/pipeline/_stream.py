@@ -24,7 +24,9 @@ input order.
 
 from __future__ import annotations
 
+import math
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -95,6 +97,47 @@ def batched(granules: Iterable[Granule], size: int, raster_bytes: int | None = N
             held = 0
     if batch:
         yield batch
+
+
+def lane_of(granule: Granule, lanes: int) -> int | None:
+    """The lane (actor) whose stacks a granule's rasters probably go to; None for a granule without rasters.
+
+    Granules near each other share stacks (tiles of one lattice), so granules
+    are routed by collection and the one-degree cell of their footprint's
+    centre: within a run one actor writes a tile's slices and writers rarely
+    take the same slots (when they do, slots move at commit time; correctness
+    never depends on the routing).
+    """
+    if not granule.rasters:
+        return None
+    bbox = granule.item.get("bbox") or [0.0, 0.0, 0.0, 0.0]
+    try:
+        cell = (math.floor((bbox[0] + bbox[-2]) / 2), math.floor((bbox[1] + bbox[-1]) / 2))
+    except (TypeError, IndexError):
+        cell = (0, 0)
+    return zlib.crc32(f"{granule.item.get('collection')}|{cell}".encode()) % lanes
+
+
+def routed_batches(
+    granules: Iterable[Granule], lanes: int, size: int, raster_bytes: int | None = None
+) -> Iterator[tuple[int, list[Granule]]]:
+    """Batches as :func:`batched` makes them, each for one lane (:func:`lane_of`); granules without rasters
+    fill whichever lane is emptiest."""
+    batches: list[list[Granule]] = [[] for _ in range(lanes)]
+    held = [0] * lanes
+    for granule in granules:
+        lane = lane_of(granule, lanes)
+        if lane is None:
+            lane = min(range(lanes), key=lambda index: len(batches[index]))
+        batches[lane].append(granule)
+        if raster_bytes is not None:
+            held[lane] += sum(_size(path) for path in granule.rasters.values())
+        if len(batches[lane]) >= size or (raster_bytes is not None and held[lane] >= raster_bytes):
+            yield lane, batches[lane]
+            batches[lane], held[lane] = [], 0
+    for lane, batch in enumerate(batches):
+        if batch:
+            yield lane, batch
 
 
 def _size(path: str) -> int:
