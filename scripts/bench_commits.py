@@ -31,6 +31,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ingest import Repository, Settings
+from ingest.pipeline import georeferenced, stage_arrays
+from ingest.stac import arrays_asset, with_arrays_asset
 
 ROWS = 10
 
@@ -67,10 +69,14 @@ def make_items(prefix: str, rows: int = ROWS) -> list[dict[str, Any]]:
 def floe_commit(repository: Repository, prefix: str, with_array: bool) -> tuple[float, Any]:
     started = time.perf_counter()
     writer = repository.writer()
+    items = make_items(prefix)
     if with_array:
-        group = writer.item_group("bench", prefix)
-        group.create_array("band", shape=(64, 64), dtype="uint16", chunks=(64, 64))[:] = 7
-    writer.add_items(make_items(prefix))
+        # One 64x64 granule on a grid every writer shares: its slice goes into the same stack as theirs.
+        pixels = np.full((64, 64), 7, dtype="uint16")
+        granule = georeferenced(pixels, "EPSG:32633", (10.0, 0.0, 500_000.0, 0.0, -10.0, 4_200_000.0))
+        placed, _ = stage_arrays(writer, items[0], {"band": granule})
+        items[0] = with_arrays_asset(items[0], arrays_asset(placed))
+    writer.add_items(items)
     result = writer.commit(prefix)
     return time.perf_counter() - started, result
 

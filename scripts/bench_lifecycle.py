@@ -34,6 +34,8 @@ import numpy as np
 
 from ingest import Repository, Settings
 from ingest.lifecycle import gc, replicate
+from ingest.pipeline import georeferenced, stage_arrays
+from ingest.stac import arrays_asset, with_arrays_asset
 from ingest.storage import quiet_icechunk_logs
 
 
@@ -60,10 +62,11 @@ def commit_tiny(repository: Repository, number: int) -> None:
 
 def commit_with_array(repository: Repository, number: int) -> None:
     writer = repository.writer()
-    group = writer.item_group("bench", f"item-{number:06d}")
     pixels = np.random.default_rng(number).integers(0, 2**31 - 1, size=(64, 64), dtype="int32")
-    group.create_array("band", shape=(64, 64), chunks=(64, 64), dtype="int32")[:] = pixels
-    writer.add_item(tiny_item(number))
+    granule = georeferenced(pixels, "EPSG:32633", (10.0, 0.0, 500_000.0, 0.0, -10.0, 4_200_000.0))
+    item = tiny_item(number)
+    placed, _ = stage_arrays(writer, item, {"band": granule})
+    writer.add_item(with_arrays_asset(item, arrays_asset(placed)))
     writer.commit(f"array {number}")
 
 

@@ -1,8 +1,10 @@
 """Integrity checks: every ref's pointer resolves and every file its table version references exists.
 
 With ``deep``, also: every data file and manifest has the size the table records
-(``file_size_in_bytes``, ``manifest_length``), and every row's arrays (the group
-its ``floe:arrays`` asset names) exist at that snapshot.
+(``file_size_in_bytes``, ``manifest_length``), every piece of every row's
+``floe:arrays`` asset is a slot of an existing stack array holding that row's
+id, every occupied slot is named by a row, and the local files virtual chunks
+reference exist.
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ def _missing_arrays(view: View) -> list[str]:
             problems.append(f"{name}: its arrays are in layout {arrays.layout} (group {arrays.group!r})")
             continue
         for piece in arrays.pieces():
+            # Claimed first: a row naming a slot whose array is missing still names that slot.
+            claimed.setdefault(piece.stack, set()).add(piece.slot)
             path = f"{piece.stack}/{piece.array}"
             if path not in arrays_seen:
                 arrays_seen[path] = view.has_array(path)
@@ -89,7 +93,6 @@ def _missing_arrays(view: View) -> list[str]:
             holder = slot_items.at(piece.stack, piece.slot)
             if holder != item.get("id"):
                 problems.append(f"{name}: slot {piece.slot} of {piece.stack!r} holds {holder!r}, not this item")
-            claimed.setdefault(piece.stack, set()).add(piece.slot)
     for stack, occupied in slot_items.all().items():
         for slot, holder in occupied.items():
             if slot not in claimed.get(stack, set()):
@@ -145,7 +148,7 @@ def check_ref(repository: Repository, ref: str, *, deep: bool = False) -> list[P
 def _check_table(repository: Repository, ref: str, *, deep: bool = False) -> list[Problem]:
     """Problems with one ref: its pointer, metadata.json, manifest list, manifests and data files.
 
-    ``deep`` also compares recorded sizes and checks every row's array group.
+    ``deep`` also compares recorded sizes and checks rows and slots against each other (``_missing_arrays``).
     """
     loaded = _table_version(repository, ref)
     if isinstance(loaded, Problem):

@@ -1,6 +1,6 @@
 """Getting items into a repository: sources, granules, batch ingestion in-process or with Ray actors."""
 
-from ingest.pipeline._arrays import stage_arrays
+from ingest.pipeline._arrays import georeferenced, stage_arrays
 from ingest.pipeline._granules import Granule, granule_from_item
 from ingest.pipeline._ingest import ingest_items
 from ingest.pipeline._ray import ingest_with_ray, start_ray
@@ -13,6 +13,7 @@ __all__ = [
     "IngestReport",
     "Rejection",
     "SourcedItem",
+    "georeferenced",
     "granule_from_item",
     "granule_stream",
     "ingest_items",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from zarr.core.sync import sync
 
 from ingest.rasters import (
@@ -37,6 +38,36 @@ if TYPE_CHECKING:
 
     from ingest.config import ArraysSettings
     from ingest.repository import Writer
+
+
+def georeferenced(pixels: np.ndarray, crs: str, transform: tuple[float, ...]) -> xr.Dataset:
+    """``pixels`` (``(band, y, x)`` or ``(y, x)``) as the Dataset :func:`stage_arrays` takes.
+
+    ``transform`` is the affine transform in rasterio's order (a, b, c, d, e,
+    f), axis-aligned (b = d = 0); ``crs`` anything rasterio understands
+    (``"EPSG:32633"``, WKT).
+    """
+    import rioxarray  # noqa: F401 - registers the .rio accessor
+    import xarray as xr
+    from affine import Affine
+
+    if pixels.ndim == 2:
+        pixels = pixels[np.newaxis]
+    bands, height, width = pixels.shape
+    a, b, c, d, e, f = transform[:6]
+    if b or d:
+        raise ValueError(f"transform {transform} is rotated: only axis-aligned grids are stored")
+    array = xr.DataArray(
+        pixels,
+        dims=("band", "y", "x"),
+        coords={
+            "band": np.arange(1, bands + 1),
+            "x": c + a * (np.arange(width) + 0.5),
+            "y": f + e * (np.arange(height) + 0.5),
+        },
+    )
+    array = array.rio.write_crs(crs).rio.write_transform(Affine(a, b, c, d, e, f))
+    return array.to_dataset(name="data")
 
 
 def datetime_us(item: dict[str, Any]) -> int:

@@ -1,30 +1,32 @@
-"""Rasters of STAC items, copied from GeoTIFF/COG granules into the Icechunk session's Zarr groups, or referenced."""
+"""Rasters of STAC items as slices of shared arrays (stacks): GeoTIFF/COG granules copied, or referenced in place.
 
-from ingest.rasters._copy import GranuleArrays, InvalidRaster, read_assets, read_granule, write_granule
+``read_granule``/``read_assets`` read a granule's files; ``plan_granule``
+places its pixels in stacks (``_stack.py``), ``stage_nodes`` creates the
+stacks and arrays that are missing and ``write_slices`` writes the slices
+(``_slices.py``); ``plan_references``/``write_references`` do the same with
+references to the files (``_virtual.py``). ``ingest.pipeline.stage_arrays``
+and ``stage_references`` put these steps together through a writer.
+"""
+
+from ingest.rasters._copy import InvalidRaster, read_assets, read_granule
+from ingest.rasters._slices import name_arrays, stage_nodes, write_slices
 from ingest.rasters._stack import (
     GranulePlan,
     Grid,
     Kind,
     Lattice,
     Stack,
-    name_arrays,
+    array_name,
     plan_granule,
-    stage_nodes,
-    write_slices,
 )
 from ingest.rasters._virtual import (
     NotVirtualizable,
     ReferencePlan,
-    VirtualGranuleArrays,
-    VirtualOutcome,
     plan_references,
     write_references,
-    write_virtual_granule,
-    write_virtual_or_copy,
 )
 
 __all__ = [
-    "GranuleArrays",
     "GranulePlan",
     "Grid",
     "InvalidRaster",
@@ -33,17 +35,13 @@ __all__ = [
     "NotVirtualizable",
     "ReferencePlan",
     "Stack",
-    "VirtualGranuleArrays",
-    "VirtualOutcome",
+    "array_name",
     "name_arrays",
     "plan_granule",
     "plan_references",
     "read_assets",
     "read_granule",
     "stage_nodes",
-    "write_granule",
     "write_references",
     "write_slices",
-    "write_virtual_granule",
-    "write_virtual_or_copy",
 ]

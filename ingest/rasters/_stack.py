@@ -16,7 +16,8 @@ one array, a *stack*:
   tiles) and snapped grids (Landsat scenes whose extents vary a little) both
   stack this way: only the CRS, the pixel size and the alignment must match.
 * **Fixed stacks**: the stack is the granule's own grid (CRS, transform and
-  shape), ``<collection>/stacks/<grid>``, and a granule is one whole slice.
+  shape), ``<collection>/stacks/g<hash of the grid>``, and a granule is one
+  whole slice.
   Virtual references need it (a reference is a whole tile of the source file,
   so the stack's chunks must be the file's tiles), and it suits collections
   whose grids repeat exactly. A granule whose grid matches no other stacks
@@ -39,46 +40,40 @@ array of its own, ``<key>.<hash>`` (:func:`array_name`).
 Where an item's pixels are is recorded in its row (the ``floe:arrays``
 asset, :mod:`ingest.stac._assets`): for each asset, its grid and its
 *pieces* (stack, array, slot, window in the stack, offset in the granule),
-so any zarr client can put the granule back together; :func:`read_asset`
-does, exactly.
+so any zarr client can put the granule back together;
+``View.item_arrays`` (``ingest/repository/_arrays.py``) does, exactly.
+
+This module is the layout itself: grids, lattices, kinds, and where a
+granule's pixels go (:func:`plan_granule`), computed without a store. The
+zarr nodes of stacks and the writing of slices are ``_slices.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import xarray as xr
-import zarr
+from rasterio.transform import Affine
 from xarray.backends.zarr import FillValueCoder, encode_zarr_attr_value
 from zarr.codecs import BytesCodec, ZstdCodec
-from zarr.core.array import AsyncArray
-from zarr.core.buffer import default_buffer_prototype
 from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
-from zarr.core.common import ZARR_JSON
-from zarr.core.group import GroupMetadata
 from zarr.core.metadata.v3 import ArrayV3Metadata
-from zarr.core.sync import sync
 from zarr.dtype import parse_data_type
-from zarr.storage import StorePath
 
-from ingest.rasters._copy import GRANULE_VARIABLE, GRID_MAPPING
-from ingest.stac import DATETIME, ITEM, SLOT, STACKS, AssetPixels, Piece
-
-if TYPE_CHECKING:
-    from zarr.abc.store import Store
+from ingest.rasters._copy import GRANULE_VARIABLE, GRID_MAPPING, _check_asset_key
+from ingest.stac import DATETIME, ITEM, SLOT, STACKS, AssetPixels, Piece, check_name
 
 Layout = Literal["tiled", "fixed"]
 
 #: An alignment closer to a whole pixel than this (in pixels) is a whole pixel: float noise in origins.
 _ALIGNMENT_TOLERANCE = 1e-6
-_CODECS = (BytesCodec(endian="little"), ZstdCodec(level=0, checksum=False))
-_DATETIME_UNITS = "microseconds since 1970-01-01T00:00:00Z"
+#: The codecs of every copied array (zarr's defaults, as xarray's zarr v3 writer gives them).
+CODECS = (BytesCodec(endian="little"), ZstdCodec(level=0, checksum=False))
 
 
 def stack_digest(*parts: object) -> str:
@@ -113,11 +108,15 @@ class Grid:
         return " ".join(repr(float(value)) for value in (c, a, b, f, d, e))
 
     def coordinates(self) -> tuple[np.ndarray, np.ndarray]:
-        """Pixel-centre ``x`` and ``y`` coordinates (axis-aligned grids), as rioxarray computes them."""
-        a, _b, c, _d, e, f = self.transform
-        x = c + a * (np.arange(self.width) + 0.5)
-        y = f + e * (np.arange(self.height) + 0.5)
-        return x, y
+        """Pixel-centre ``x`` and ``y`` coordinates (axis-aligned grids), as rioxarray computes them.
+
+        With rioxarray's own arithmetic (the half-pixel shift folded into the
+        transform first), so the values are equal to the last bit.
+        """
+        centres = Affine(*self.transform) * Affine.translation(0.5, 0.5)
+        x, _ = centres * (np.arange(self.width), np.zeros(self.width))
+        _, y = centres * (np.zeros(self.height), np.arange(self.height))
+        return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -213,7 +212,7 @@ class Kind:
             },
             chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
             fill_value=self.fill_value,
-            codecs=_CODECS,
+            codecs=CODECS,
             attributes={key: encode_zarr_attr_value(value) for key, value in attrs.items()},
             dimension_names=[SLOT, band_dimension(self.key), "y", "x"],
             storage_transformers=None,
@@ -295,9 +294,22 @@ def plan_granule(
     Array names are left as the asset keys; the writer renames a kind whose
     name is taken in the stack (:func:`array_name`). Slots are assigned by
     the writer too.
+
+    Raises:
+        InvalidRaster: an asset key cannot name an array of a stack (it has a
+            ``/``, or is a coordinate's name such as ``x`` or ``item``).
+        ValueError: ``collection`` is not a safe path segment, no assets, an
+            unknown ``layout``, or a ``tile``/``chunk`` that is not positive.
     """
+    check_name(collection, "collection")
     if tile < 1 or chunk < 1:
         raise ValueError(f"tile and chunk must be positive, got {tile} and {chunk}")
+    if layout not in ("tiled", "fixed"):
+        raise ValueError(f"layout must be 'tiled' or 'fixed', got {layout!r}")
+    if not datasets:
+        raise ValueError(f"a granule of {collection} needs at least one asset to stack")
+    for key in datasets:
+        _check_asset_key(key)
     assets: list[AssetPlan] = []
     stacks: dict[str, Stack] = {}
     kinds: dict[str, list[Kind]] = {}
@@ -341,255 +353,3 @@ def _tiles(collection: str, grid: Grid, tile: int) -> list[tuple[Stack, tuple[in
             window = (first_row - top, first_column - left, last_row - first_row, last_column - first_column)
             placed.append((stack, window, (first_row - row0, first_column - column0)))
     return placed
-
-
-# -- creating stacks ---------------------------------------------------------------------------------
-
-
-def stack_documents(stack: Stack, *, capacity: int) -> tuple[dict[str, bytes], dict[str, tuple[Any, np.ndarray]]]:
-    """The zarr documents of a new stack group (group and coordinates) and the coordinate values to write.
-
-    Returns ``(documents, values)``: store key -> zarr.json bytes, and array
-    path -> (metadata, values) for the coordinates that hold data (``x``,
-    ``y``). The ``item`` and ``datetime`` coordinates start empty.
-    """
-    prototype = default_buffer_prototype()
-    group = GroupMetadata(zarr_format=3, attributes={"floe:stack": {"crs": stack.grid.crs}})
-    documents = {f"{stack.path}/{ZARR_JSON}": group.to_buffer_dict(prototype)[ZARR_JSON].to_bytes()}
-    x, y = stack.grid.coordinates()
-    arrays: dict[str, tuple[ArrayV3Metadata, np.ndarray]] = {
-        "x": (_coordinate_metadata(x, "x", {"axis": "X"}), x),
-        "y": (_coordinate_metadata(y, "y", {"axis": "Y"}), y),
-    }
-    spatial_ref = {
-        "crs_wkt": stack.grid.crs_wkt,
-        "spatial_ref": stack.grid.crs_wkt,
-        "GeoTransform": stack.grid.geotransform,
-    }
-    arrays[GRID_MAPPING] = (_scalar_metadata(spatial_ref), np.array(0, dtype="int64"))
-    item = _ITEM_META.update_shape((capacity,)).update_attributes(
-        {"long_name": "STAC item id of the slot ('' for a free slot)"}
-    )
-    when = _DATETIME_META.update_shape((capacity,)).update_attributes(
-        {"units": _DATETIME_UNITS, "calendar": "proleptic_gregorian", "standard_name": "time"}
-    )
-    for path, meta in ((ITEM, item), (DATETIME, when)):
-        documents[f"{stack.path}/{path}/{ZARR_JSON}"] = meta.to_buffer_dict(prototype)[ZARR_JSON].to_bytes()
-    values = {}
-    for name, (meta, data) in arrays.items():
-        documents[f"{stack.path}/{name}/{ZARR_JSON}"] = meta.to_buffer_dict(prototype)[ZARR_JSON].to_bytes()
-        values[f"{stack.path}/{name}"] = (meta, data)
-    return documents, values
-
-
-def _coordinate_metadata(values: np.ndarray, name: str, attrs: dict[str, Any]) -> ArrayV3Metadata:
-    return ArrayV3Metadata(
-        shape=values.shape,
-        data_type=parse_data_type(values.dtype, zarr_format=3),
-        chunk_grid={"name": "regular", "configuration": {"chunk_shape": values.shape}},
-        chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
-        fill_value=np.nan,
-        codecs=_CODECS,
-        attributes=attrs,
-        dimension_names=[name],
-        storage_transformers=None,
-    )
-
-
-def _scalar_metadata(attrs: dict[str, Any]) -> ArrayV3Metadata:
-    return ArrayV3Metadata(
-        shape=(),
-        data_type=parse_data_type(np.dtype("int64"), zarr_format=3),
-        chunk_grid={"name": "regular", "configuration": {"chunk_shape": ()}},
-        chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
-        fill_value=0,
-        codecs=_CODECS,
-        attributes=attrs,
-        dimension_names=None,
-        storage_transformers=None,
-    )
-
-
-async def create_stack(store: Store, stack: Stack, *, capacity: int) -> None:
-    """Write a new stack group with its coordinates (no pixel array yet) into ``store``."""
-    documents, values = stack_documents(stack, capacity=capacity)
-    prototype = default_buffer_prototype()
-    await asyncio.gather(*(store.set(key, prototype.buffer.from_bytes(body)) for key, body in documents.items()))
-    await asyncio.gather(
-        *(
-            AsyncArray(metadata=meta, store_path=StorePath(store, path)).setitem(..., data)
-            for path, (meta, data) in values.items()
-        )
-    )
-
-
-async def create_array(store: Store, stack: Stack, name: str, kind: Kind, *, capacity: int, chunk: int) -> None:
-    """Write the (empty) array ``name`` of ``kind`` into an existing stack group."""
-    prototype = default_buffer_prototype()
-    document = kind.metadata(stack, capacity=capacity, chunk=chunk).to_buffer_dict(prototype)[ZARR_JSON]
-    await store.set(f"{stack.path}/{name}/{ZARR_JSON}", document)
-
-
-# -- writing slices ------------------------------------------------------------------------------
-
-
-async def write_slices(store: Store, plan: GranulePlan, *, item_id: str, datetime_us: int, chunk: int) -> int:
-    """Write every piece of ``plan`` (slots and array names assigned) and its slots' coordinates.
-
-    Only the chunks a piece overlaps are written, and of those only the ones
-    holding something besides the fill value; each is written whole (zarr
-    then never reads it first). Returns the number of pixel chunks written.
-    """
-    writes: list[Any] = [write_slot_coordinates(store, plan, item_id=item_id, datetime_us=datetime_us)]
-    chunks = 0
-    for asset in plan.assets:
-        for piece in asset.pieces:
-            stack = plan.stacks[piece.stack]
-            array = _array(
-                store, f"{piece.stack}/{piece.array}", asset.kind.metadata(stack, capacity=piece.slot + 1, chunk=chunk)
-            )
-            for selection, block in _piece_chunks(asset, piece, stack.grid, chunk):
-                writes.append(array.setitem((piece.slot, *selection), block))
-                chunks += 1
-    await asyncio.gather(*writes)
-    return chunks
-
-
-async def write_slot_coordinates(store: Store, plan: GranulePlan, *, item_id: str, datetime_us: int) -> None:
-    """Write the ``item`` and ``datetime`` coordinates of every slot ``plan`` took."""
-    writes = []
-    slots = sorted({(piece.stack, piece.slot) for asset in plan.assets for piece in asset.pieces})
-    for stack_path, slot in slots:
-        if slot < 0:
-            raise ValueError(f"granule {item_id}: no slot assigned in stack {stack_path}")
-        item = np.array(item_id, dtype=object)
-        writes.append(_array(store, f"{stack_path}/{ITEM}", _ITEM_META).setitem(slot, item))
-        writes.append(_array(store, f"{stack_path}/{DATETIME}", _DATETIME_META).setitem(slot, np.int64(datetime_us)))
-    await asyncio.gather(*writes)
-
-
-def _array(store: Store, path: str, metadata: ArrayV3Metadata) -> AsyncArray[Any]:
-    """A handle on an array whose document is known (no read of its zarr.json)."""
-    return AsyncArray(metadata=metadata, store_path=StorePath(store, path))
-
-
-def _piece_chunks(
-    asset: AssetPlan, piece: Piece, grid: Grid, chunk: int
-) -> list[tuple[tuple[int, slice, slice], np.ndarray]]:
-    """Each chunk (band, rows, columns) a piece overlaps, with the whole chunk's pixels.
-
-    A chunk is the fill value where the piece does not cover it; a chunk that
-    is the fill value everywhere is left out.
-    """
-    row, column, height, width = piece.window
-    at_row, at_column = piece.at
-    fill = asset.kind.fill_value
-    out = []
-    for chunk_row in range(row // chunk, (row + height - 1) // chunk + 1):
-        for chunk_column in range(column // chunk, (column + width - 1) // chunk + 1):
-            top, left = chunk_row * chunk, chunk_column * chunk
-            bottom, right = min(top + chunk, grid.height), min(left + chunk, grid.width)
-            r0, c0 = max(row, top), max(column, left)
-            r1, c1 = min(row + height, bottom), min(column + width, right)
-            source = asset.pixels[
-                :, at_row + r0 - row : at_row + r1 - row, at_column + c0 - column : at_column + c1 - column
-            ]
-            for band in range(asset.kind.bands):
-                block = np.full((bottom - top, right - left), fill, dtype=asset.pixels.dtype)
-                block[r0 - top : r1 - top, c0 - left : c1 - left] = source[band]
-                if _all_fill(block, fill):
-                    continue
-                out.append(((band, slice(top, bottom), slice(left, right)), block))
-    return out
-
-
-def _all_fill(block: np.ndarray, fill: Any) -> bool:
-    if isinstance(fill, float) and math.isnan(fill):
-        return bool(np.isnan(block).all())
-    return bool((block == fill).all())
-
-
-_ITEM_META = ArrayV3Metadata(
-    shape=(1 << 62,),
-    data_type=parse_data_type(str, zarr_format=3),
-    chunk_grid={"name": "regular", "configuration": {"chunk_shape": (1,)}},
-    chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
-    fill_value="",
-    codecs=({"name": "vlen-utf8"}, ZstdCodec(level=0, checksum=False)),
-    attributes={},
-    dimension_names=[SLOT],
-    storage_transformers=None,
-)
-_DATETIME_META = ArrayV3Metadata(
-    shape=(1 << 62,),
-    data_type=parse_data_type(np.dtype("int64"), zarr_format=3),
-    chunk_grid={"name": "regular", "configuration": {"chunk_shape": (1,)}},
-    chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
-    fill_value=0,
-    codecs=_CODECS,
-    attributes={},
-    dimension_names=[SLOT],
-    storage_transformers=None,
-)
-
-
-# -- the nodes a plan needs ------------------------------------------------------------------------
-
-
-def _exists(store: Store, path: str) -> bool:
-    return bool(sync(store.exists(f"{path}/{ZARR_JSON}")))
-
-
-def _kinds_in(store: Store, stack: str) -> dict[str, str]:
-    """Array name -> kind signature of the pixel arrays of an existing stack."""
-    group = zarr.open_group(store, path=stack, mode="r")
-    return {name: str(array.attrs["floe:kind"]) for name, array in group.arrays() if "floe:kind" in array.attrs}
-
-
-def name_arrays(store: Store, plan: GranulePlan) -> list[tuple[Stack, str, Kind]]:
-    """Give each piece of ``plan`` its array's name in its stack; return the arrays that do not exist yet.
-
-    A missing stack counts as holding no array (every kind is then missing).
-    """
-    missing: list[tuple[Stack, str, Kind]] = []
-    names: dict[tuple[str, str], str] = {}
-    for path, kinds in plan.kinds.items():
-        existing = _kinds_in(store, path) if _exists(store, path) else {}
-        for kind in kinds:
-            name = array_name(kind, existing)
-            names[(path, kind.signature)] = name
-            if name not in existing:
-                existing[name] = kind.signature
-                missing.append((plan.stacks[path], name, kind))
-    for asset in plan.assets:
-        for piece in asset.pieces:
-            piece.array = names[(piece.stack, asset.kind.signature)]
-    return missing
-
-
-def stage_nodes(store: Store, plan: GranulePlan, *, capacity: int, chunk: int) -> str | None:
-    """Create in ``store`` the stacks (and their parent groups) and arrays ``plan`` needs and that are missing.
-
-    Returns a commit message naming what was created, or None when everything
-    exists. Shared by every writer of these grids, so the caller commits this
-    alone (``Writer.commit_alone``) before staging slices in them.
-    """
-    missing_arrays = name_arrays(store, plan)
-    if not missing_arrays:
-        return None
-    created: list[str] = []
-    group_document = GroupMetadata(zarr_format=3).to_buffer_dict(default_buffer_prototype())[ZARR_JSON]
-    for path in plan.stack_paths():
-        if _exists(store, path):
-            continue
-        parents = path.split("/")
-        for depth in range(1, len(parents)):
-            parent = "/".join(parents[:depth])
-            if not _exists(store, parent):
-                sync(store.set(f"{parent}/{ZARR_JSON}", group_document))
-        sync(create_stack(store, plan.stacks[path], capacity=capacity))
-        created.append(path)
-    for stack, name, kind in missing_arrays:
-        sync(create_array(store, stack, name, kind, capacity=capacity, chunk=chunk))
-    arrays = ", ".join(f"{stack.path}/{name}" for stack, name, _ in missing_arrays)
-    return f"floe: create {len(created)} stack(s), array(s) {arrays}"[:500]

@@ -1,23 +1,25 @@
-"""Reference a granule's COGs from the item's Zarr group instead of copying their pixels (``floe ingest --virtual``).
+"""Reference a granule's COGs from fixed stacks instead of copying their pixels (``floe ingest --virtual``).
 
-The item group has exactly the layout :func:`ingest.rasters.write_granule`
-gives it (one ``(band, y, x)`` variable per asset on the first asset's grid,
-other grids in subgroups ``<group>/<asset_key>``, coordinates ``band``/``x``/
-``y`` and ``spatial_ref``, the same CF attributes), so the same
-``xarray.open_zarr(store, group=...)`` reads either. Only the pixel arrays
-differ: their chunks are the TIFF's own tiles (or strips), stored in Icechunk
-as *virtual references* (file, offset, length) to the source file, decoded by
-the codecs virtual-tiff registers with zarr. The coordinates are small and
-written as ordinary chunks.
+A referenced asset is one whole slice of the *fixed stack* of its exact grid
+(``<collection>/stacks/g<hash>``, see ``_stack.py``): a reference is a whole
+tile (or strip) of the source file, so the stack array's chunks are the
+file's tiles, and its codecs are the ones virtual-tiff registers with zarr to
+decode them. The array's kind (:class:`ReferenceKind`) therefore includes the
+file's tiling and codec chain: files on one grid tiled or compressed
+differently go to different arrays of the stack. The chunks are stored in
+Icechunk as *virtual references* (file, offset, length) at the granule's
+slot; the stack's coordinates and attributes are the copy's, so
+``View.item_arrays`` reads either alike.
 
 Only the full-resolution image (the first IFD) is referenced; overviews are
 not. A COG that virtual-tiff cannot express raises :class:`NotVirtualizable`
-and the caller copies the granule instead (:func:`write_virtual_or_copy`).
-Everything is checked before anything is written: the layout, that the
-repository may reference the file (a virtual chunk container covers it), and
-that the first tile decoded through the references equals GDAL's reading of
-it. A failure while writing removes the item group again (all or nothing,
-like the copy).
+and the caller copies the granule instead (``ingest.pipeline``'s batches do,
+recording why). Everything is checked before anything is written
+(:func:`plan_references`): the layout, that the repository may reference the
+file (a virtual chunk container covers it), and that the first tile decoded
+through the references equals GDAL's reading of it. A failure while writing
+is cleared by the caller (``ingest.pipeline._arrays.stage_references``), so a
+granule is referenced whole or not at all.
 
 A virtual array reads the source file every time: moving, deleting or
 changing the file after ingest makes the array unreadable (Icechunk refuses
@@ -27,15 +29,13 @@ pixels).
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import functools
 import json
 import logging
 import os
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,38 +47,25 @@ import rasterio.crs
 import rasterio.errors
 import xarray as xr
 import zarr
-import zarr.api.asynchronous
 from obspec_utils.registry import ObjectStoreRegistry
 from obstore.store import LocalStore
 from rasterio.windows import Window
 from virtual_tiff import VirtualTIFF
 from virtualizarr.manifests import ChunkManifest, ManifestArray, ManifestGroup, ManifestStore
 from virtualizarr.manifests.utils import copy_and_replace_metadata
-from xarray.backends.zarr import FillValueCoder, encode_zarr_attr_value
-from zarr.codecs import BytesCodec
-from zarr.core.buffer import Buffer, default_buffer_prototype
-from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
 from zarr.core.metadata.v3 import ArrayV3Metadata
-from zarr.core.sync import sync
-from zarr.dtype import parse_data_type
 
 from ingest._compat import manifest_entries, rasterio_attributes, tiff_image
 from ingest.errors import InvalidRaster, NotVirtualizable
 from ingest.rasters._copy import (
     GRANULE_VARIABLE,
     GRID_MAPPING,
-    GranuleArrays,
     _check_asset_key,
-    _check_group,
-    _check_parent_exists,
     _clean_attrs,
     _detail,
-    _discard,
     _open_failure,
-    _same_grid,
-    replace_groups,
-    write_granule,
 )
+from ingest.rasters._slices import write_slot_coordinates
 from ingest.rasters._stack import (
     AssetPlan,
     GranulePlan,
@@ -88,21 +75,14 @@ from ingest.rasters._stack import (
     fixed_stack_path,
     kind_of,
     stack_digest,
-    write_slot_coordinates,
 )
-from ingest.stac import Piece
+from ingest.stac import Piece, check_name
 from ingest.storage import FILE_SCHEME, local_url
 
 if TYPE_CHECKING:
     from zarr.abc.store import Store
 
-__all__ = [
-    "NotVirtualizable",
-    "VirtualGranuleArrays",
-    "VirtualOutcome",
-    "write_virtual_granule",
-    "write_virtual_or_copy",
-]
+__all__ = ["NotVirtualizable", "ReferenceKind", "ReferencePlan", "plan_references", "write_references"]
 
 log = logging.getLogger(__name__)
 
@@ -114,35 +94,6 @@ warnings.filterwarnings("ignore", message="Imagecodecs codecs are not in the Zar
 FULL_RESOLUTION_IFD = 0
 #: TIFF PlanarConfiguration 1: samples of a pixel stored together ("pixel-interleaved").
 _CHUNKY = "PIXEL"
-
-
-@dataclass(frozen=True)
-class VirtualGranuleArrays(GranuleArrays):
-    """What :func:`write_virtual_granule` staged for one item: references, no pixel copy.
-
-    ``bytes_written`` is 0: no pixel is written (the small coordinate arrays
-    are not counted, as in the copy).
-    """
-
-    #: Asset key to the ``file://`` URL its chunks reference.
-    sources: dict[str, str] = field(hash=False)
-    #: Number of virtual chunk references written (TIFF tiles or strips, over all assets).
-    references: int
-    #: Uncompressed bytes of the referenced pixels (what a copy would have written).
-    bytes_referenced: int
-
-
-@dataclass(frozen=True)
-class VirtualOutcome:
-    """How :func:`write_virtual_or_copy` stored a granule."""
-
-    arrays: GranuleArrays
-    #: None when referenced in place; otherwise why the granule was copied instead.
-    fallback: str | None = None
-
-    @property
-    def virtual(self) -> bool:
-        return self.fallback is None
 
 
 @dataclass(frozen=True)
@@ -165,59 +116,6 @@ _REGISTRY = ObjectStoreRegistry({FILE_SCHEME: LocalStore()})
 #: Layouts (see _layout_signature) whose first tile decoded equal to GDAL's reading in this process.
 _PROBED_LAYOUTS: set[str] = set()
 _PROBED_LAYOUTS_MAX = 256
-
-
-def write_virtual_granule(store: Store, group: str, assets: Mapping[str, str | Path]) -> VirtualGranuleArrays:
-    """Stage a granule's assets as the Zarr group ``group`` of ``store``, referencing the source COGs.
-
-    Same contract as :func:`ingest.rasters.write_granule` (layout, names,
-    georeferencing, replacing an existing group whole, the parent group must
-    exist), except that no pixel is copied. ``store`` must be the store of
-    an Icechunk session whose repository has a virtual chunk container for
-    the files (:meth:`ingest.repository.Repository.allow_virtual_sources`,
-    called before the session was opened).
-
-    Raises:
-        NotVirtualizable: some asset cannot be referenced (the message names
-            the file and why); nothing was written, copy the granule instead.
-        InvalidRaster: an asset is unreadable or not georeferenced (copying
-            would fail the same way), or an asset key is unusable.
-        ValueError: ``group`` is not a relative Zarr path, its parent group
-            does not exist, or ``assets`` is empty.
-    """
-    sources = _plan_granule(store, group, assets)
-    return _write(store, _check_group(group), sources)
-
-
-def _plan_granule(store: Store, group: str, assets: Mapping[str, str | Path]) -> list[_Source]:
-    """Check that every asset can be referenced from ``store``; write nothing. See :func:`write_virtual_granule`."""
-    group = _check_group(group)
-    if not assets:
-        raise ValueError(f"granule {group} has no assets to write")
-    for key in assets:
-        _check_asset_key(key)
-    _check_parent_exists(store, group)
-    config = getattr(getattr(store, "session", None), "config", None)
-    prefixes = tuple((getattr(config, "virtual_chunk_containers", None) or {}).keys())
-    return [_plan_source(key, path, prefixes) for key, path in assets.items()]
-
-
-def write_virtual_or_copy(
-    store: Store, group: str, assets: Mapping[str, str | Path], *, chunk: int = 512
-) -> VirtualOutcome:
-    """Reference the granule if every asset can be referenced, else copy it whole; say which and why.
-
-    A granule is never half virtual: one asset that cannot be referenced
-    makes the whole granule a copy. :class:`InvalidRaster` and ``ValueError``
-    propagate as from :func:`ingest.rasters.write_granule` (copying would
-    fail the same way).
-    """
-    try:
-        # A NotVirtualizable from the write itself (Icechunk refusing the references) left no group behind either.
-        return VirtualOutcome(_write(store, _check_group(group), _plan_granule(store, group, assets)))
-    except NotVirtualizable as exc:
-        log.info("granule %s is copied: %s", group, exc.reason)
-        return VirtualOutcome(write_granule(store, group, assets, chunk=chunk), fallback=exc.reason)
 
 
 def _plan_source(key: str, path: str | Path, prefixes: tuple[str, ...]) -> _Source:
@@ -397,120 +295,6 @@ def _probe(source: str, manifest: ManifestArray, dataset: rasterio.DatasetReader
         _PROBED_LAYOUTS.add(signature)
 
 
-def _write(store: Store, group: str, sources: list[_Source]) -> VirtualGranuleArrays:
-    main = sources[0]
-    on_grid = [main] + [source for source in sources[1:] if _same_grid(main.dataset, source.dataset)]
-    off_grid = [source for source in sources if source not in on_grid]
-    layout: list[tuple[str, list[_Source]]] = [(group, on_grid)]
-    layout += [(f"{group}/{source.key}", [source]) for source in off_grid]
-
-    # Icechunk refuses to read a referenced file modified after this moment (it keeps whole seconds: a margin).
-    last_updated_at = datetime.now(UTC) + timedelta(seconds=1)
-    try:
-        sync(_write_layout(store, layout, last_updated_at))
-    except BaseException:
-        _discard(store, group)
-        raise
-
-    variables = {source.key: f"{path}/{source.key}" for path, members in layout for source in members}
-    pixels = main.dataset[GRANULE_VARIABLE]
-    return VirtualGranuleArrays(
-        group=group,
-        variables={source.key: variables[source.key] for source in sources},
-        bytes_written=0,
-        crs=main.dataset.rio.crs.to_string(),
-        shape=tuple(pixels.shape),
-        sources={source.key: source.url for source in sources},
-        references=sum(int(np.count_nonzero(manifest_entries(source.manifest.manifest)[2])) for source in sources),
-        bytes_referenced=sum(int(source.manifest.size) * source.manifest.dtype.itemsize for source in sources),
-    )
-
-
-async def _write_layout(store: Store, layout: list[tuple[str, list[_Source]]], last_updated_at: datetime) -> None:
-    """Write the item group (and its subgroups) as raw Zarr documents, gathered so Icechunk can overlap them.
-
-    zarr's group and array API costs milliseconds per node; a granule has five
-    or more nodes, so the documents are written directly: nodes first (groups
-    before their children), then the coordinate chunks and the references.
-    """
-    await replace_groups(store, [path for path, _members in layout])
-    nodes: dict[str, Buffer] = {}
-    chunks: dict[str, Buffer] = {}
-    for path, members in layout:
-        coords = members[0].dataset.coords
-        for name in coords:
-            node, chunk = _coordinate_documents(f"{path}/{name}", coords[name].variable)
-            nodes.update(node)
-            chunks.update(chunk)
-        for source in members:
-            nodes.update(_reference_array_documents(f"{path}/{source.key}", source))
-    await asyncio.gather(*(store.set(key, value) for key, value in nodes.items()))
-    await asyncio.gather(
-        *(store.set(key, value) for key, value in chunks.items()),
-        *(_write_references(store, path, source, last_updated_at) for path, members in layout for source in members),
-    )
-
-
-def _coordinate_documents(path: str, variable: xr.Variable) -> tuple[dict[str, Buffer], dict[str, Buffer]]:
-    """A coordinate with the copy's values, dtype, fill value and attributes, as one uncompressed chunk."""
-    values = np.asarray(variable.values)
-    metadata = ArrayV3Metadata(
-        shape=values.shape,
-        data_type=parse_data_type(values.dtype, zarr_format=3),
-        chunk_grid={"name": "regular", "configuration": {"chunk_shape": values.shape}},
-        chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
-        fill_value=np.nan if values.dtype.kind == "f" else 0,
-        codecs=(BytesCodec(endian="little"),),
-        attributes={key: encode_zarr_attr_value(value) for key, value in variable.attrs.items()},
-        dimension_names=[str(dim) for dim in variable.dims] or None,
-        storage_transformers=None,
-    )
-    prototype = default_buffer_prototype()
-    little_endian = values.astype(values.dtype.newbyteorder("<"), copy=False)
-    chunk = prototype.buffer.from_bytes(little_endian.tobytes(order="C"))
-    node = {f"{path}/{key}": value for key, value in metadata.to_buffer_dict(prototype).items()}
-    return node, {f"{path}/{metadata.encode_chunk_key((0,) * values.ndim)}": chunk}
-
-
-def _reference_array_documents(path: str, source: _Source) -> dict[str, Buffer]:
-    """The pixel array's metadata: virtual-tiff's chunking and codecs, the copy's attributes and dimension names."""
-    pixels = source.dataset[GRANULE_VARIABLE]
-    attrs = dict(pixels.attrs)
-    if "_FillValue" in attrs:
-        # What xarray's zarr backend writes for a zarr v3 array (base64 for floats), so open_zarr decodes it.
-        attrs["_FillValue"] = FillValueCoder.encode(attrs["_FillValue"], pixels.dtype)
-    # Names spatial_ref as this variable's coordinate, as the copy does (rio.crs needs it on reading).
-    attrs["coordinates"] = GRID_MAPPING
-    metadata = dataclasses.replace(
-        source.manifest.metadata,
-        attributes={key: encode_zarr_attr_value(value) for key, value in attrs.items()},
-        dimension_names=tuple(str(dim) for dim in pixels.dims),
-        chunk_key_encoding=DefaultChunkKeyEncoding(separator="/"),
-    )
-    return {f"{path}/{key}": value for key, value in metadata.to_buffer_dict(default_buffer_prototype()).items()}
-
-
-async def _write_references(store: Store, path: str, source: _Source, last_updated_at: datetime) -> None:
-    entries = source.manifest.manifest
-    paths, offsets, lengths = manifest_entries(entries)
-    locations = paths.flatten().tolist()
-    failed = await store.set_virtual_refs_arr_async(  # type: ignore[attr-defined]
-        array_path=f"/{path}/{source.key}",
-        chunk_grid_shape=entries.shape_chunk_grid,
-        locations=locations,
-        offsets=offsets.flatten(),
-        lengths=lengths.flatten(),
-        validate_containers=True,
-        checksum=last_updated_at,
-    )
-    if failed:
-        raise NotVirtualizable(
-            f"granule {source.path}: Icechunk refused {len(failed)} virtual references to {source.url} "
-            "(no virtual chunk container covers it)",
-            path=source.path,
-        )
-
-
 # -- references into stacks (array layout 2) ------------------------------------------------------
 
 
@@ -561,8 +345,10 @@ def plan_references(store: Store, collection: str, assets: Mapping[str, str | Pa
     """Check that every asset can be referenced from ``store`` and place each in its grid's fixed stack.
 
     Writes nothing. Raises ``NotVirtualizable`` (copy the granule instead),
-    ``InvalidRaster`` (copying would fail too) or ``ValueError`` (no assets).
+    ``InvalidRaster`` (copying would fail too) or ``ValueError`` (no assets,
+    or a ``collection`` that is not a safe path segment).
     """
+    check_name(collection, "collection")
     if not assets:
         raise ValueError(f"a granule of {collection} has no assets to reference")
     for key in assets:

@@ -19,6 +19,7 @@ import numpy as np
 import xarray as xr
 import zarr
 import zarr.api.asynchronous as async_zarr
+from affine import Affine
 from xarray.backends.zarr import FillValueCoder
 from zarr.core.sync import sync
 
@@ -66,6 +67,12 @@ def item_arrays(view: View, collection: str, item_id: str, assets: Sequence[str]
             f"assets {other} of item {item_id!r} are on another grid than {keys[0]!r}: "
             "open them on their own (assets=[...])"
         )
+    bands = [key for key in keys if arrays.pixels[key].shape[0] != first.shape[0]]
+    if bands:
+        raise ValueError(
+            f"assets {bands} of item {item_id!r} have another band count than {keys[0]!r} "
+            f"({first.shape[0]}), and a Dataset has one band dimension: open them on their own (assets=[...])"
+        )
     return sync(_read_item(view.session.store, {key: arrays.pixels[key] for key in keys}))
 
 
@@ -82,8 +89,10 @@ async def _read_item(store: Any, pixels: dict[str, AssetPixels]) -> xr.Dataset:
     crs_wkt = reference.attrs["crs_wkt"]
     a, b, c, d, e, f = first.transform
     _bands, height, width = first.shape
-    x = c + a * (np.arange(width) + 0.5)
-    y = f + e * (np.arange(height) + 0.5)
+    # rioxarray's arithmetic (the half pixel folded into the transform first), so x/y equal its to the last bit.
+    centres = Affine(a, b, c, d, e, f) * Affine.translation(0.5, 0.5)
+    x = np.asarray((centres * (np.arange(width), np.zeros(width)))[0], dtype=np.float64)
+    y = np.asarray((centres * (np.zeros(height), np.arange(height)))[1], dtype=np.float64)
     geotransform = " ".join(repr(float(value)) for value in (c, a, b, f, d, e))
     coords: dict[str, Any] = {
         "x": x,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table.update import AssertTableUUID, TableUpdate
@@ -38,7 +39,8 @@ from ingest.repository._files import (
     union_schema,
     write_group,
 )
-from ingest.repository._replace import Located, ReplacementPlan
+from ingest.repository._replace import Located, ReplacementPlan, read_rows
+from ingest.stac import Piece, arrow_to_items, read_arrays_asset
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -64,6 +66,8 @@ class ItemsPlan(TableChange):
         replace: set[Key],
         message: str,
         located: Located | None = None,
+        known_rows: dict[Key, dict[str, Any]] | None = None,
+        clear_pieces: Callable[[list[Piece]], object] | None = None,
     ) -> None:
         self._io = io
         self._catalog = catalog
@@ -74,6 +78,9 @@ class ItemsPlan(TableChange):
         self._files: list[StagedFile] | None = None
         self._files_base: str | None = None
         self._moved: dict[Key, dict[str, Any]] = {}
+        self._known_rows = known_rows or {}
+        self._clear_pieces = clear_pieces
+        self._cleared_from: set[str] = set()
         self._added_manifest: AddedManifest | None = None
         self.files_written = 0
         """Data files written so far (the batch's files, their rewrites, and the copies replacement made)."""
@@ -103,8 +110,44 @@ class ItemsPlan(TableChange):
         files = self._files_for(table)
         if self._replacement.keys:
             self.files_written += self._replacement.plan(self._manifests, table)
+            self._clear_replaced_slices()
         location = self._write_metadata(table, files)
         return AppliedChange(location, self.rows, self._replacement.rows_removed)
+
+    def _clear_replaced_slices(self) -> None:
+        """The slices of the rows this change replaces leave with them (in the same commit).
+
+        On the first base these are the rows the writer planned against (the
+        pipeline clears them itself already: clearing again does nothing); on a
+        later one, rows a concurrent writer added for the same items: the
+        outcome is the two commits in order, the winner's item then ours, so
+        the winner's slices go with its row and no slice is left without one.
+        """
+        if self._clear_pieces is None:
+            return
+        # A row replaced with the same slices (its metadata changed, not its rasters) keeps them.
+        kept = {
+            (piece.stack, piece.array, piece.slot)
+            for item in self._items
+            if (arrays := read_arrays_asset(item)) is not None
+            for piece in arrays.pieces()
+        }
+        pieces: list[Piece] = []
+        for path, (data_file, hits) in self._replacement.found_files.items():
+            if path in self._cleared_from:
+                continue
+            self._cleared_from.add(path)
+            rows = [self._known_rows[key] for key in hits if key in self._known_rows]
+            if len(rows) < len(hits):
+                rows = arrow_to_items(read_rows(self._io, data_file, hits))
+            for row in rows:
+                arrays = read_arrays_asset(row)
+                if arrays is not None:
+                    pieces.extend(
+                        piece for piece in arrays.pieces() if (piece.stack, piece.array, piece.slot) not in kept
+                    )
+        if pieces:
+            self._clear_pieces(pieces)
 
     def _files_for(self, table: Table) -> list[StagedFile]:
         """The data files, written on the first base and reconciled with each later one."""

@@ -134,6 +134,8 @@ class ReplacementPlan:
         self._primed = primed
         self.rewrites: dict[str, StagedFile | None] = {}
         self._found: dict[str, int] = {}
+        self.found_files: dict[str, tuple[DataFile, set[Key]]] = {}
+        """Live file -> (its DataFile, the keys it holds that the plan drops), as of the last version planned."""
         self._live: set[str] | None = None
 
     def plan(self, cache: ManifestCache, table: Table) -> int:
@@ -157,11 +159,13 @@ class ReplacementPlan:
                 # The winner removed (or rewrote) this file: its rows are not ours to drop any more.
                 del self.rewrites[path]
                 del self._found[path]
+                del self.found_files[path]
             candidates = [data_file for path, data_file in live.items() if path not in self._live]
         found.update(locate(cache, candidates, self.keys))
         for path, (data_file, hits) in found.items():
             self.rewrites[path] = rewrite_without(io, table.location(), data_file, hits)
             self._found[path] = len(hits)
+            self.found_files[path] = (data_file, hits)
         self._live = set(live)
         return len(found)
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import icechunk
-import zarr
 
 from ingest.errors import CommitConflict, InvalidItem, RefNotFound, WriterClosed
 from ingest.repository._commit import commit_change
@@ -71,6 +70,7 @@ class Writer:
         self._located: Located | None = None
         self._slots = Slots()
         self._plan: ItemsPlan | None = None
+        self._stored: dict[tuple[str, str], dict[str, Any]] = {}
 
     # -- staging ----------------------------------------------------------------------------
     @property
@@ -159,12 +159,6 @@ class Writer:
         """Whether the group at ``path`` exists in this writer's session (base or staged)."""
         return group_exists(self._session, path)
 
-    def item_group(self, collection: str, item_id: str) -> zarr.Group:
-        """The group ``/<collection>/<item_id>`` in this writer's session, created if needed."""
-        check_name(item_id, "id")
-        self.ensure_collection(collection)
-        return zarr.open_group(self.store, path=f"{collection}/{item_id}", mode="a")
-
     def add_item(
         self,
         item: Any,
@@ -234,6 +228,7 @@ class Writer:
         for data_file, hits in located.found.values():
             for item in arrow_to_items(read_rows(self.repository.io, data_file, hits)):
                 stored[(item["collection"], item["id"])] = item
+        self._stored.update(stored)
         return stored
 
     # -- committing -------------------------------------------------------------------------
@@ -255,6 +250,8 @@ class Writer:
             replace=self._replace & set(self._items),
             message=message,
             located=self._located,
+            known_rows=self._stored,
+            clear_pieces=lambda pieces: clear_pieces(self._session, pieces),
         )
         base = self._session.snapshot_id
         try:

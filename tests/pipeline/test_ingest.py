@@ -128,21 +128,28 @@ def test_s3_ingest_and_export(tmp_path, s3_root, s3_settings):
     assert exported == {(item["collection"], item["id"]): item for item in load_real_items()}
 
 
-def test_batch_replans_when_another_writer_rewrote_the_same_granule(tmp_path, monkeypatch):
-    """Two writers rewriting one item's arrays cannot merge: the loser plans again on the winner's version."""
+def test_a_batch_racing_another_writer_on_the_same_granule_ends_with_one_row_and_its_slices(tmp_path, monkeypatch):
+    """Both writers stage the same new granule from the same base; the loser's slots move past the winner's, its
+    row replaces the winner's, and the winner's slices leave with that row: the two commits in order, nothing
+    orphaned, no batch planned again."""
     import numpy as np
-    import xarray as xr
+    import rioxarray
 
+    from ingest.lifecycle import check
     from ingest.pipeline._batch import commit_batch
     from ingest.pipeline._granules import granule_from_item
     from ingest.repository import Writer
     from ingest.sample import make_archive
+    from ingest.stac import read_arrays_asset
 
     item_file = make_archive(tmp_path / "archive", granules=1, seed=3)[0]
     item = json.loads(item_file.read_text())
     granule = granule_from_item(item, str(item_file), item_file)
     repo = Repository.create(tmp_path / "repo")
     repo.ensure_groups([item["collection"]])
+    # The same rasters under another id first: the stacks exist, so both writers below stage on one base.
+    seed = granule_from_item({**item, "id": "seed"}, str(item_file), item_file)
+    commit_batch(repo, "main", [seed], "seed")
 
     original = Writer.stored_items
     interfered = []
@@ -158,11 +165,15 @@ def test_batch_replans_when_another_writer_rewrote_the_same_granule(tmp_path, mo
     outcome = commit_batch(repo, "main", [granule], "this writer")
 
     assert interfered[0].commit is not None and interfered[0].granules == 1
-    assert outcome.replans == 1 and outcome.skipped == 1 and outcome.commit is None
-    rows = list(repo.view().items())
-    assert [row["id"] for row in rows] == [item["id"]]
-    group = f"{item['collection']}/{item['id']}"
-    stored = xr.open_zarr(repo.view().session.store, group=group, consolidated=False, mask_and_scale=False)
-    import rioxarray
-
+    winner = read_arrays_asset(next(repo.view(interfered[0].commit.snapshot_id).items()))
+    assert outcome.replans == 0 and outcome.commit is not None and outcome.commit.attempts >= 2
+    rows = {row["id"]: row for row in repo.view().items()}
+    assert sorted(rows) == sorted([item["id"], "seed"])
+    mine = read_arrays_asset(rows[item["id"]])
+    view = repo.view()
+    # The winner's slices left with its row; ours hold the item.
+    assert all(piece.slot not in view.slot_items(piece.stack) for piece in winner.pieces())
+    assert all(view.slot_items(piece.stack)[piece.slot] == item["id"] for piece in mine.pieces())
+    assert check(repo, deep=True) == []
+    stored = view.item_arrays(item["collection"], item["id"])
     assert np.array_equal(stored["data"].values, rioxarray.open_rasterio(granule.rasters["data"]).values)

@@ -11,12 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rioxarray
-import xarray as xr
 
 from ingest import Repository
 from ingest.pipeline import ingest_with_ray
 from ingest.sample import make_archive
-from ingest.stac import ARRAYS_ASSET
+from ingest.stac import ARRAYS_ASSET, read_arrays_asset
 from tests.conftest import REAL_ITEMS, load_real_items
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
@@ -34,12 +33,30 @@ def rows_at(repo: Repository, ref: str = "main") -> dict[str, dict]:
     return {item["id"]: item for item in items}
 
 
+def assert_rows_and_slices_match(view) -> None:
+    """Every row's pieces are slots holding its id, and every occupied slot belongs to a row."""
+    named = set()
+    for item in view.items():
+        for piece in read_arrays_asset(item).pieces():
+            assert view.slot_items(piece.stack).get(piece.slot) == item["id"], (item["id"], piece)
+            named.add((piece.stack, piece.slot))
+    occupied = {
+        (stack, slot)
+        for collection in {item["collection"] for item in view.items()}
+        for stack in view.stacks(collection)
+        for slot in view.slot_items(stack)
+    }
+    assert occupied == named
+
+
 def test_archive_ingests_with_arrays_equal_to_the_source(tmp_path, archive):
     folder, item_files = archive
     repo = Repository.create(tmp_path / "repo")
     report = ingest_with_ray(repo, [folder], workers=2, batch_size=8)
     assert report.rejected == []
-    assert len(report.commits) == 5
+    # Batches are routed by area (one actor per stack within a run), each at most 8 granules.
+    assert sum(commit.rows_added for commit in report.commits) == 40
+    assert all(0 < commit.rows_added <= 8 for commit in report.commits)
 
     rows = rows_at(repo)
     assert len(rows) == len(item_files) == 40
@@ -49,10 +66,10 @@ def test_archive_ingests_with_arrays_equal_to_the_source(tmp_path, archive):
     for item_file in item_files:
         source_item = json.loads(item_file.read_text())
         row = rows[source_item["id"]]
-        group = f"{source_item['collection']}/{source_item['id']}"
-        assert row["assets"][ARRAYS_ASSET]["floe:group"] == group
+        pieces = read_arrays_asset(row).pieces()
+        assert pieces and all(piece.stack.startswith(f"{source_item['collection']}/stacks/") for piece in pieces)
         source = rioxarray.open_rasterio(item_file.parent / source_item["assets"]["data"]["href"])
-        dataset = xr.open_zarr(tip.session.store, group=group, consolidated=False, mask_and_scale=False)
+        dataset = tip.item_arrays(source_item["collection"], source_item["id"])
         array = dataset["data"]
         assert np.array_equal(array.values, source.values)
         assert array.dtype == source.dtype
@@ -60,11 +77,9 @@ def test_archive_ingests_with_arrays_equal_to_the_source(tmp_path, archive):
         assert dataset.rio.transform().almost_equals(source.rio.transform())
         crss.add(source.rio.crs.to_string())
     assert len(crss) >= 2
-    # Every commit holds whole granules: rows and arrays of a batch appear together.
+    # Every commit holds whole granules: rows and their slices appear together, never one without the other.
     for commit in report.commits:
-        view = repo.view(commit.snapshot_id)
-        for item in view.items():
-            assert "data" in view.arrays(item["assets"][ARRAYS_ASSET]["floe:group"])
+        assert_rows_and_slices_match(repo.view(commit.snapshot_id))
 
 
 def test_rerun_commits_nothing(tmp_path, archive):
@@ -105,9 +120,14 @@ def test_bad_granules_are_rejected_and_the_rest_commits(tmp_path, archive):
     rejected_ids = {json.loads(path.read_text())["id"] for path in (truncated, missing, text)}
     for commit in report.commits:
         view = repo.view(commit.snapshot_id)
-        for item_id in rejected_ids:
-            collection = item_id.rsplit("-", 1)[0]
-            assert item_id not in view.arrays(collection), "a rejected granule left arrays behind"
+        held = {
+            holder
+            for collection in {item_id.rsplit("-", 1)[0] for item_id in rejected_ids}
+            for stack in view.stacks(collection)
+            for holder in view.slot_items(stack).values()
+        }
+        assert not held & rejected_ids, "a rejected granule left slices behind"
+        assert_rows_and_slices_match(view)
 
 
 def test_real_items_metadata_only_through_the_pipeline(tmp_path):
@@ -173,9 +193,7 @@ def test_bare_geotiffs_and_stac_geoparquet_sources(tmp_path, archive):
         row = rows[item_id]
         assert row["collection"] == "bare"
         source = rioxarray.open_rasterio(next(item_file.parent.glob("*.tif")))
-        dataset = xr.open_zarr(
-            repo.view().session.store, group=f"bare/{item_id}", consolidated=False, mask_and_scale=False
-        )
+        dataset = repo.view().item_arrays("bare", item_id)
         assert np.array_equal(dataset["data"].values, source.values)
 
     import pyarrow as pa
@@ -241,11 +259,15 @@ def test_changed_item_and_raster_replace_exactly_those(tmp_path, archive):
         item_id for item_id, row in rows.items() if row != old_rows[item_id] and item_id != raster_item["id"]
     }
     assert changed_others == {changed["id"]}
-    group = f"{raster_item['collection']}/{raster_item['id']}"
-    tip = xr.open_zarr(repo.view().session.store, group=group, consolidated=False, mask_and_scale=False)
+    collection, item_id = raster_item["collection"], raster_item["id"]
+    tip = repo.view().item_arrays(collection, item_id)
     assert np.array_equal(tip["data"].values, new_pixels)
+    # The old slices left in the same commit: their slots are free at the tip, and rows and slices still match.
+    for piece in read_arrays_asset(old_rows[item_id]).pieces():
+        assert piece.slot not in repo.view().slot_items(piece.stack)
+    assert_rows_and_slices_match(repo.view())
     # The version before the update still has the old pixels and the old item.
-    old = xr.open_zarr(repo.view(before).session.store, group=group, consolidated=False, mask_and_scale=False)
+    old = repo.view(before).item_arrays(collection, item_id)
     assert not np.array_equal(old["data"].values, new_pixels)
     assert "floe:test-edit" not in rows_at(repo, before)[changed["id"]]["properties"]
 
@@ -285,7 +307,7 @@ def test_virtual_ingest_references_pixels_in_place(tmp_path, archive):
         assert asset.get("floe:virtual", False) == (item["id"] not in fallback_ids)
         tif = item_file.parent / item["assets"]["data"]["href"]
         expected = rioxarray.open_rasterio(tif)
-        dataset = xr.open_zarr(tip.session.store, group=asset["floe:group"], consolidated=False, mask_and_scale=False)
+        dataset = tip.item_arrays(item["collection"], item["id"])
         assert np.array_equal(dataset["data"].values, expected.values)
         assert dataset.rio.crs == expected.rio.crs
         assert dataset.rio.transform().almost_equals(expected.rio.transform())
@@ -315,8 +337,7 @@ def test_virtual_ingest_references_pixels_in_place(tmp_path, archive):
     os.utime(tif, ns=(tif.stat().st_atime_ns, tif.stat().st_mtime_ns + 10**9))
     refreshed = ingest_with_ray(repo, [source], workers=2, batch_size=10, virtual=True)
     assert refreshed.replaced == 1 and refreshed.skipped == 39 and len(refreshed.commits) == 1
-    group = rows_at(reopened)[item["id"]]["assets"][ARRAYS_ASSET]["floe:group"]
-    dataset = xr.open_zarr(reopened.view().session.store, group=group, consolidated=False, mask_and_scale=False)
+    dataset = Repository.open(repo.location.url).view().item_arrays(item["collection"], item["id"])
     assert np.array_equal(dataset["data"].values, rioxarray.open_rasterio(tif).values)
 
 

@@ -1,26 +1,36 @@
-"""write_granule/read_granule against a real Icechunk repository on local disk, with rasters made here."""
+"""Copies into stacks (array layout 2) through a real Writer and commit, read back with ``View.item_arrays``.
+
+Rasters are small GeoTIFF/COG files made here; each test reads them with
+``read_assets`` and stages them with ``ingest.pipeline.stage_arrays``, as
+``floe ingest`` does, and compares what the repository gives back with what
+rioxarray reads from the files.
+"""
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
 
-import icechunk
 import numpy as np
 import pytest
 import rasterio
 import rioxarray
 import xarray as xr
 import zarr
-import zarr.errors
 from rasterio.crs import CRS
 from rasterio.errors import NotGeoreferencedWarning
 from rasterio.transform import from_origin
+from zarr.core.sync import sync
 
+from ingest import Repository, Settings
+from ingest.config import ArraysSettings
 from ingest.errors import FloeError
-from ingest.rasters import GranuleArrays, InvalidRaster, read_granule, write_granule
-from ingest.rasters import _copy as copy_module
-from tests.conftest import group_exists
+from ingest.pipeline import _arrays as arrays_module
+from ingest.pipeline import granule_from_item, stage_arrays
+from ingest.pipeline._batch import commit_batch
+from ingest.rasters import InvalidRaster, read_assets, read_granule
+from ingest.stac import arrays_asset, read_arrays_asset, with_arrays_asset
+from tests.conftest import make_item
 
 UTM = "EPSG:32633"
 UTM_10M = from_origin(500_000.0, 6_000_000.0, 10.0, 10.0)
@@ -64,7 +74,6 @@ def rasters(tmp_path: Path) -> dict[str, Path]:
     scl = rng.integers(1, 12, size=(1, 24, 32), dtype=np.uint16)
     scl[0, -2:, :] = SCL_NODATA
     return {
-        # The first asset fixes the item group's grid.
         "visual": make_tif(
             folder / "visual.tif",
             rng.integers(0, 65535, size=(3, 48, 64), dtype=np.uint16),
@@ -94,23 +103,21 @@ def rasters(tmp_path: Path) -> dict[str, Path]:
     }
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> icechunk.Repository:
-    """A repository whose main branch has the collection group "c" committed, as the writer guarantees."""
-    repository = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "repo")))
-    session = repository.writable_session("main")
-    zarr.open_group(session.store, path="c", mode="a")
-    session.commit("collection c")
-    return repository
+def stage(writer, item: dict, assets: dict[str, Path]) -> tuple[dict, int]:
+    """Read and stage a granule as ``floe ingest`` does; the item (with ``floe:arrays``) is staged too."""
+    placed, nbytes = stage_arrays(writer, item, read_assets(assets))
+    staged = with_arrays_asset(item, arrays_asset(placed))
+    writer.add_item(staged, replace=True)
+    return staged, nbytes
 
 
-def committed_store(repository: icechunk.Repository) -> icechunk.IcechunkStore:
-    return repository.readonly_session(branch="main").store
-
-
-def open_raw(store, group: str) -> xr.Dataset:
-    """Exactly the stored values: no CF masking or scaling."""
-    return xr.open_zarr(store, group=group, consolidated=False, mask_and_scale=False)
+def ingest(repository: Repository, item_id: str, assets: dict[str, Path], **item) -> dict:
+    """One granule in one writer, committed; returns the item as staged."""
+    writer = repository.writer()
+    writer.ensure_collection("c")
+    staged, _ = stage(writer, make_item(item_id, **item), assets)
+    writer.commit(f"ingest {item_id}")
+    return staged
 
 
 def assert_same_raster(stored: xr.DataArray, source: Path) -> None:
@@ -122,151 +129,273 @@ def assert_same_raster(stored: xr.DataArray, source: Path) -> None:
         np.testing.assert_array_equal(stored.values, expected.values, strict=True)
         assert stored.rio.crs == expected.rio.crs
         assert stored.rio.transform().almost_equals(expected.rio.transform())
-        np.testing.assert_array_equal(stored.x.values, expected.x.values)
-        np.testing.assert_array_equal(stored.y.values, expected.y.values)
+        np.testing.assert_array_equal(stored.x.values, expected.x.values, strict=True)
+        np.testing.assert_array_equal(stored.y.values, expected.y.values, strict=True)
         np.testing.assert_array_equal(stored.band.values, expected.band.values)
         assert stored.rio.nodata == expected.rio.nodata
     finally:
         expected.close()
 
 
-def test_assets_on_the_first_grid_share_the_item_dataset_and_others_get_subgroups(repo, rasters):
-    session = repo.writable_session("main")
-    result = write_granule(session.store, "c/item1", rasters)
-    session.commit("item1")
+def chunk_slots(session, array_path: str) -> set[int]:
+    """The slots at which ``array_path`` has chunks in ``session``."""
 
-    store = committed_store(repo)
-    item = open_raw(store, "c/item1")
-    assert set(item.data_vars) == {"visual", "swir"}
+    async def collect() -> set[int]:
+        return {coordinates[0] async for coordinates in session.chunk_coordinates(f"/{array_path}")}
+
+    return sync(collect())
+
+
+def existing_chunk_slots(session, array_path: str) -> set[int]:
+    """The slots at which ``array_path`` has chunks in an uncommitted session.
+
+    A writable session's ``chunk_coordinates`` also lists chunks deleted in it
+    (Icechunk 2.3), so each is looked up.
+    """
+
+    async def collect() -> set[int]:
+        found = set()
+        async for coordinates in session.chunk_coordinates(f"/{array_path}"):
+            key = f"{array_path}/c/" + "/".join(str(index) for index in coordinates)
+            if await session.store.exists(key):
+                found.add(coordinates[0])
+        return found
+
+    return sync(collect())
+
+
+def test_every_asset_reads_back_equal_to_its_source_grid_by_grid(repo, rasters):
+    writer = repo.writer()
+    writer.ensure_collection("c")
+    staged, nbytes = stage(writer, make_item("item1"), rasters)
+    writer.commit("item1")
+    view = repo.view()
+
+    assert nbytes == 2 * 3 * 48 * 64 * 2 + 30 * 40 * 4 + 24 * 32 * 2
+    same_grid = view.item_arrays("c", "item1", assets=["visual", "swir"])
+    assert list(same_grid.data_vars) == ["visual", "swir"]
     for key in ("visual", "swir"):
-        assert_same_raster(item[key], rasters[key])
+        assert_same_raster(same_grid[key], rasters[key])
     for key in ("cloud", "scl"):
-        assert key not in item.variables
-        sub = open_raw(store, f"c/item1/{key}")
-        assert list(sub.data_vars) == [key]
-        assert_same_raster(sub[key], rasters[key])
+        alone = view.item_arrays("c", "item1", assets=[key])
+        assert list(alone.data_vars) == [key]
+        assert_same_raster(alone[key], rasters[key])
 
-    assert result == GranuleArrays(
-        group="c/item1",
-        variables={
-            "visual": "c/item1/visual",
-            "swir": "c/item1/swir",
-            "cloud": "c/item1/cloud/cloud",
-            "scl": "c/item1/scl/scl",
-        },
-        bytes_written=2 * 3 * 48 * 64 * 2 + 30 * 40 * 4 + 24 * 32 * 2,
-        crs=UTM,
-        shape=(3, 48, 64),
-    )
-    for path in result.variables.values():
-        zarr.open_array(store, path=path, mode="r")
+    # The row says where each asset is, and on which grid; the committed row is the staged one.
+    arrays = read_arrays_asset(view.item("c", "item1"))
+    assert arrays == read_arrays_asset(staged)
+    for key, path in rasters.items():
+        with rasterio.open(path) as source:
+            assert arrays.pixels[key].crs == source.crs.to_string()
+            assert arrays.pixels[key].transform == tuple(source.transform)[:6]
+            assert arrays.pixels[key].shape == (source.count, source.height, source.width)
+    # Assets on one grid share the stacks (one array each); the others are on lattices of their own.
+    stacks = {key: {piece.stack for piece in where.pieces} for key, where in arrays.pixels.items()}
+    assert stacks["visual"] == stacks["swir"]
+    assert len({frozenset(paths) for paths in stacks.values()}) == 3
+    assert set(view.stacks("c")) == set().union(*stacks.values())
+    for where in arrays.pixels.values():
+        for piece in where.pieces:
+            assert view.has_array(f"{piece.stack}/{piece.array}")
+            assert view.slot_items(piece.stack) == {piece.slot: "item1"}
 
 
-def test_same_pixels_grid_in_another_crs_or_band_count_is_a_different_grid(repo, rasters, tmp_path):
-    """A Dataset has one CRS and one band dimension: either differing forces a subgroup."""
+def test_assets_on_different_grids_cannot_share_a_dataset(repo, rasters):
+    ingest(repo, "item1", rasters)
+    view = repo.view()
+    with pytest.raises(ValueError, match="another grid") as everything:
+        view.item_arrays("c", "item1")
+    assert "'cloud'" in str(everything.value) and "'scl'" in str(everything.value)
+    with pytest.raises(ValueError, match=r"\['cloud'\]"):
+        view.item_arrays("c", "item1", assets=["visual", "cloud"])
+    with pytest.raises(ValueError, match="nir"):
+        view.item_arrays("c", "item1", assets=["nir"])
+
+
+def test_another_crs_is_another_stack_and_another_band_count_another_array(repo, rasters, tmp_path):
     pixels = np.arange(3 * 48 * 64, dtype=np.uint16).reshape(3, 48, 64)
     other_zone = make_tif(tmp_path / "zone34.tif", pixels, crs="EPSG:32634", transform=UTM_10M)
     one_band = make_tif(tmp_path / "one.tif", pixels[:1], crs=UTM, transform=UTM_10M)
-    session = repo.writable_session("main")
-    result = write_granule(
-        session.store, "c/item1", {"visual": rasters["visual"], "zone34": other_zone, "b01": one_band}
-    )
-    session.commit("item1")
+    staged = ingest(repo, "item1", {"visual": rasters["visual"], "zone34": other_zone, "b01": one_band})
+    view = repo.view()
 
-    assert result.variables == {
-        "visual": "c/item1/visual",
-        "zone34": "c/item1/zone34/zone34",
-        "b01": "c/item1/b01/b01",
+    pieces = read_arrays_asset(staged).pixels
+    assert {p.stack for p in pieces["zone34"].pieces}.isdisjoint(p.stack for p in pieces["visual"].pieces)
+    assert [p.stack for p in pieces["b01"].pieces] == [p.stack for p in pieces["visual"].pieces]
+    assert {p.array for p in pieces["b01"].pieces} == {"b01"} and {p.array for p in pieces["visual"].pieces} == {
+        "visual"
     }
-    store = committed_store(repo)
-    assert list(open_raw(store, "c/item1").data_vars) == ["visual"]
-    assert_same_raster(open_raw(store, "c/item1/zone34").zone34, other_zone)
-    assert_same_raster(open_raw(store, "c/item1/b01").b01, one_band)
+    assert_same_raster(view.item_arrays("c", "item1", assets=["visual"]).visual, rasters["visual"])
+    assert_same_raster(view.item_arrays("c", "item1", assets=["zone34"]).zone34, other_zone)
+    assert_same_raster(view.item_arrays("c", "item1", assets=["b01"]).b01, one_band)
 
 
-def test_plain_open_zarr_is_georeferenced_without_decode_coords(repo, rasters):
-    """spatial_ref must come back as a coordinate with the default decode_coords, or rio.crs is None."""
-    session = repo.writable_session("main")
-    write_granule(session.store, "c/item1", {"visual": rasters["visual"], "cloud": rasters["cloud"]})
-    session.commit("item1")
-    store = committed_store(repo)
+def test_assets_with_other_band_counts_are_named_when_mixed(repo, rasters, tmp_path):
+    """A Dataset has one ``band`` dimension: a 1-band and a 3-band asset cannot share it, and the error says which."""
+    one_band = make_tif(tmp_path / "one.tif", np.ones((1, 48, 64), dtype=np.uint16), crs=UTM, transform=UTM_10M)
+    ingest(repo, "item1", {"visual": rasters["visual"], "b01": one_band})
+    with pytest.raises(ValueError) as mixed:
+        repo.view().item_arrays("c", "item1", assets=["visual", "b01"])
+    # Named, with what to do (as for assets on another grid), not xarray's own complaint about sizes.
+    assert "'b01'" in str(mixed.value) and "on their own" in str(mixed.value)
 
-    item = xr.open_zarr(store, group="c/item1", consolidated=False)
+
+def test_item_arrays_are_what_rioxarray_reads_and_the_stack_is_georeferenced(repo, rasters):
+    """What ``to_zarr`` of the files would have given: same values, attributes and coordinates, georeferenced."""
+    ingest(repo, "item1", {"visual": rasters["visual"], "swir": rasters["swir"], "cloud": rasters["cloud"]})
+    view = repo.view()
+
+    item = view.item_arrays("c", "item1", assets=["visual", "swir"])
     assert "spatial_ref" in item.coords
-    assert list(item.data_vars) == ["visual"]
     assert item.rio.crs == CRS.from_user_input(UTM)
     assert item.rio.transform().almost_equals(UTM_10M)
     # No identity scale/offset attrs: plain decoding keeps the integer dtype.
-    assert item.visual.dtype == np.uint16
-
-    cloud = xr.open_zarr(store, group="c/item1/cloud", consolidated=False)
+    assert item.visual.dtype == np.uint16 and xr.decode_cf(item).visual.dtype == np.uint16
+    for key in ("visual", "swir"):
+        expected = read_granule(rasters[key])["data"]
+        got = item[key]
+        xr.testing.assert_equal(got.drop_vars("spatial_ref"), expected.drop_vars("spatial_ref").rename(key))
+        assert got.attrs == expected.attrs
+        assert got.rio.crs == expected.rio.crs and got.rio.transform() == expected.rio.transform()
+    cloud = view.item_arrays("c", "item1", assets=["cloud"])
     assert cloud.rio.crs == CRS.from_epsg(4326)
     assert cloud.rio.transform().almost_equals(WGS84_GRID)
 
+    # The stack itself is a plain georeferenced Dataset: any xarray reads it without floe.
+    (piece,) = read_arrays_asset(view.item("c", "item1")).pixels["visual"].pieces
+    stack = xr.open_zarr(view.session.store, group=piece.stack, consolidated=False)
+    assert stack.rio.crs == CRS.from_user_input(UTM)
+    row, column, height, width = piece.window
+    np.testing.assert_array_equal(stack.x.values[column : column + width], item.x.values)
+    np.testing.assert_array_equal(stack.y.values[row : row + height], item.y.values)
+    window = stack.visual.isel(slot=piece.slot, y=slice(row, row + height), x=slice(column, column + width))
+    np.testing.assert_array_equal(window.values, item.visual.values)
+
+
+def test_item_coordinates_are_rioxarray_s_to_the_last_bit(repo, rasters):
+    ingest(repo, "item1", {"cloud": rasters["cloud"]})
+    cloud = repo.view().item_arrays("c", "item1").cloud
+    expected = rioxarray.open_rasterio(rasters["cloud"], masked=False)
+    np.testing.assert_array_equal(cloud.x.values, expected.x.values)
+    np.testing.assert_array_equal(cloud.y.values, expected.y.values)
+    expected.close()
+
 
 def test_nodata_and_scale_offset_are_kept_as_cf_attributes(repo, rasters):
-    session = repo.writable_session("main")
-    write_granule(session.store, "c/item1", rasters)
-    session.commit("item1")
-    store = committed_store(repo)
+    ingest(repo, "item1", rasters)
+    view = repo.view()
 
-    raw_scl = open_raw(store, "c/item1/scl").scl
+    raw_scl = view.item_arrays("c", "item1", assets=["scl"]).scl
     assert raw_scl.dtype == np.uint16
     assert raw_scl.rio.nodata == SCL_NODATA
     assert raw_scl.attrs["scale_factor"] == pytest.approx(0.0001)
     assert raw_scl.attrs["add_offset"] == pytest.approx(-0.1)
-    assert "scale_factor" not in open_raw(store, "c/item1").visual.attrs
+    assert "scale_factor" not in view.item_arrays("c", "item1", assets=["visual"]).visual.attrs
 
-    # Default decoding masks nodata and applies scale/offset, like open_rasterio(mask_and_scale=True).
-    decoded = xr.open_zarr(store, group="c/item1/cloud", consolidated=False).cloud
-    assert decoded.rio.encoded_nodata == CLOUD_NODATA
+    # CF decoding masks nodata and applies scale/offset, like open_rasterio(mask_and_scale=True).
+    decoded = xr.decode_cf(view.item_arrays("c", "item1", assets=["cloud"])).cloud
+    assert decoded.encoding["_FillValue"] == CLOUD_NODATA
     source = rioxarray.open_rasterio(rasters["cloud"], masked=True)
     np.testing.assert_array_equal(decoded.values, source.values)
     assert np.isnan(decoded.values[0, :3, :7]).all()
     source.close()
 
-    decoded_scl = xr.open_zarr(store, group="c/item1/scl", consolidated=False).scl
+    decoded_scl = xr.decode_cf(view.item_arrays("c", "item1", assets=["scl"])).scl
     expected = rioxarray.open_rasterio(rasters["scl"], mask_and_scale=True)
     np.testing.assert_allclose(decoded_scl.values, expected.values, equal_nan=True)
     expected.close()
 
-
-@pytest.mark.parametrize(("chunk", "expected"), [(512, (1, 48, 64)), (32, (1, 32, 32))])
-def test_chunks_are_one_band_by_chunk_clipped_to_the_array(repo, rasters, chunk, expected):
-    session = repo.writable_session("main")
-    result = write_granule(session.store, "c/item1", {"visual": rasters["visual"]}, chunk=chunk)
-    assert zarr.open_array(session.store, path=result.variables["visual"], mode="r").chunks == expected
-    session.commit("item1")
-    assert_same_raster(open_raw(committed_store(repo), "c/item1").visual, rasters["visual"])
+    # The stacks' own arrays carry the same attributes: xarray decodes a stack the same way.
+    (piece,) = read_arrays_asset(view.item("c", "item1")).pixels["scl"].pieces
+    stack = xr.open_zarr(view.session.store, group=piece.stack, consolidated=False)
+    row, column, height, width = piece.window
+    window = stack.scl.isel(slot=piece.slot, y=slice(row, row + height), x=slice(column, column + width))
+    np.testing.assert_allclose(window.values, decoded_scl.values, equal_nan=True)
 
 
-def test_only_the_item_group_and_below_are_staged(repo, rasters):
-    session = repo.writable_session("main")
-    write_granule(session.store, "c/item1", rasters)
-    status = session.status()
-    touched = status.new_groups | status.new_arrays | status.updated_groups | status.updated_arrays
-    assert "/c/item1" in status.new_groups
-    assert "/c/item1/cloud" in status.new_groups
-    assert all(path.startswith("/c/item1") for path in touched)
-    assert not status.deleted_groups
-    assert not status.deleted_arrays
+@pytest.mark.parametrize(
+    ("tile", "chunk", "expected"),
+    [(4096, 512, (1, 1, 512, 512)), (64, 32, (1, 1, 32, 32)), (16, 32, (1, 1, 16, 16))],
+)
+def test_chunks_are_one_slot_and_one_band_by_chunk_clipped_to_the_tile(tmp_path, rasters, tile, chunk, expected):
+    repository = Repository.create(tmp_path / "chunked", Settings(arrays=ArraysSettings(tile=tile, chunk=chunk)))
+    staged = ingest(repository, "item1", {"visual": rasters["visual"]})
+    view = repository.view()
+    pieces = read_arrays_asset(staged).pixels["visual"].pieces
+    for piece in pieces:
+        assert zarr.open_array(view.session.store, path=f"{piece.stack}/{piece.array}", mode="r").chunks == expected
+    # 48x64 pixels cover 1 tile of 4096 or 64 (once aligned), many of 16.
+    assert len(pieces) > 1 if tile == 16 else len(pieces) <= 2
+    assert_same_raster(view.item_arrays("c", "item1").visual, rasters["visual"])
 
 
-def test_rewriting_an_item_replaces_it_whole(repo, rasters):
-    session = repo.writable_session("main")
-    write_granule(session.store, "c/item1", rasters)
-    session.commit("first")
+def test_stacks_are_created_in_a_commit_of_their_own_and_the_writer_stages_only_slices(repo, rasters):
+    """Every writer of a grid shares its stacks: they are committed alone, so writers never collide on nodes."""
+    writer = repo.writer()
+    writer.ensure_collection("c")
+    before = repo.log()[0].snapshot_id
+    staged, _ = stage(writer, make_item("item1"), rasters)
 
-    session = repo.writable_session("main")
-    write_granule(session.store, "c/item1", {"swir": rasters["swir"]})
-    session.commit("second")
+    created = repo.log()[0]
+    assert created.parent_id == before and created.message.startswith("floe: create 3 stack(s)")
+    status = writer.session.status()
+    assert not (status.new_groups or status.new_arrays or status.updated_groups or status.updated_arrays)
+    assert not (status.deleted_groups or status.deleted_arrays)
+    pieces = read_arrays_asset(staged).pieces()
+    slots = {(piece.stack, piece.slot) for piece in pieces}
+    changed = {path: coordinates for path, coordinates in status.updated_chunks.items()}
+    assert {path.rsplit("/", 1)[0].lstrip("/") for path in changed} == {stack for stack, _ in slots}
+    for path, coordinates in changed.items():
+        stack = path.rsplit("/", 1)[0].lstrip("/")
+        assert {coordinate[0] for coordinate in coordinates} == {slot for name, slot in slots if name == stack}
+    writer.commit("item1")
 
-    store = committed_store(repo)
-    item = open_raw(store, "c/item1")
-    assert list(item.data_vars) == ["swir"]
-    assert_same_raster(item.swir, rasters["swir"])
-    assert not group_exists(store, "c/item1/cloud")
-    assert not group_exists(store, "c/item1/scl")
+    # A second granule on the same grids needs no new node: no commit before its own.
+    second = repo.writer()
+    tip = repo.log()[0].snapshot_id
+    stage(second, make_item("item2"), rasters)
+    assert repo.log()[0].snapshot_id == tip
+    second.commit("item2")
+    view = repo.view()
+    for stack in view.stacks("c"):
+        assert sorted(view.slot_items(stack).values()) == ["item1", "item2"]
+
+
+def ingest_granule(repository: Repository, item_id: str, assets: dict[str, Path], *, virtual: bool = False):
+    """One granule through the pipeline's batch (what ``floe ingest`` runs): new, changed or replaced."""
+    item = make_item(item_id)
+    item["assets"] = {
+        key: {"href": str(path), "type": "image/tiff; application=geotiff"} for key, path in assets.items()
+    }
+    granule = granule_from_item(item, f"{item_id}.json", None)
+    assert set(granule.rasters) == set(assets)
+    return commit_batch(repository, repository.settings.branch, [granule], f"ingest {item_id}", virtual=virtual)
+
+
+def test_reingest_replaces_the_old_slices_and_frees_their_slots(repo, rasters):
+    first = ingest_granule(repo, "item1", rasters)
+    assert first.commit.rows_added == 1 and not first.rejected
+    view = repo.view()
+    old = read_arrays_asset(view.item("c", "item1"))
+
+    # The same item again with one asset only (its raster set changed): its row and arrays are replaced.
+    second = ingest_granule(repo, "item1", {"swir": rasters["swir"]})
+    assert second.replaced == 1 and not second.rejected
+    view = repo.view()
+    new = read_arrays_asset(view.item("c", "item1"))
+    assert sorted(new.pixels) == ["swir"]
+    assert_same_raster(view.item_arrays("c", "item1").swir, rasters["swir"])
+    with pytest.raises(ValueError, match="visual"):
+        view.item_arrays("c", "item1", assets=["visual"])
+
+    # Every old slot is free and none of its chunks is left, in every array the old pieces used.
+    new_slots = {(piece.stack, piece.slot) for piece in new.pieces()}
+    assert new_slots.isdisjoint((piece.stack, piece.slot) for piece in old.pieces())
+    for piece in old.pieces():
+        assert piece.slot not in view.slot_items(piece.stack)
+        assert piece.slot not in chunk_slots(view.session, f"{piece.stack}/{piece.array}")
+    occupied = {(stack, slot) for stack in view.stacks("c") for slot in view.slot_items(stack)}
+    assert occupied == new_slots
 
 
 @pytest.fixture
@@ -310,114 +439,77 @@ def test_read_granule_loads_pixels_eagerly_and_keeps_the_dtype(rasters):
     assert_same_raster(granule.data, rasters["cloud"])
 
 
+def assert_nothing_staged(repository: Repository, writer, tip: str) -> None:
+    """No array change in the writer's session and no commit (of stacks) on the branch."""
+    assert writer.session.status().is_empty()
+    assert not writer.session.has_uncommitted_changes
+    assert repository.log()[0].snapshot_id == tip
+    assert repository.view().stacks("c") == []
+
+
 @pytest.mark.parametrize("which", ["truncated", "text", "missing"])
 def test_a_bad_asset_stages_nothing_of_the_granule(repo, rasters, broken, which):
-    session = repo.writable_session("main")
+    writer = repo.writer()
+    writer.ensure_collection("c")
+    tip = repo.log()[0].snapshot_id
     assets = {"visual": rasters["visual"], "cloud": rasters["cloud"], "bad": broken[which], "swir": rasters["swir"]}
     with pytest.raises(InvalidRaster) as caught:
-        write_granule(session.store, "c/item2", assets)
+        stage(writer, make_item("item2"), assets)
     assert str(broken[which]) in str(caught.value)
-    assert session.status().is_empty()
-    assert not session.has_uncommitted_changes
-    assert not group_exists(session.store, "c/item2")
+    assert_nothing_staged(repo, writer, tip)
+    assert writer.pending_items == 0
 
 
-@pytest.mark.parametrize("key", ["a/b", ".zattrs", ".hidden", "__meta", "", "x", "spatial_ref"])
+@pytest.mark.parametrize("key", ["a/b", ".zattrs", ".hidden", "__meta", "", "x", "spatial_ref", "item", "datetime"])
 def test_hostile_asset_keys_are_refused(repo, rasters, key):
-    session = repo.writable_session("main")
+    """Asset keys name arrays beside a stack's coordinates: one that would land elsewhere or clobber one is refused."""
+    writer = repo.writer()
+    writer.ensure_collection("c")
+    tip = repo.log()[0].snapshot_id
     with pytest.raises(InvalidRaster) as caught:
-        write_granule(session.store, "c/item3", {"visual": rasters["visual"], key: rasters["swir"]})
-    assert repr(key) in str(caught.value)
+        read_assets({"visual": rasters["visual"], key: rasters["swir"]})
+    assert repr(key) in str(caught.value) and caught.value.asset == key
+    # stage_arrays is a library entry point of its own: it refuses the key even when the files were read elsewhere.
+    read = {"visual": read_granule(rasters["visual"]), key: read_granule(rasters["swir"])}
+    with pytest.raises(InvalidRaster) as caught:
+        stage_arrays(writer, make_item("item3"), read)
     assert caught.value.asset == key
-    assert session.status().is_empty()
+    assert_nothing_staged(repo, writer, tip)
 
 
-def test_a_failed_write_removes_the_half_written_item(repo, rasters, monkeypatch):
-    real_write = copy_module._write_layout
-    written: list[str] = []
+@pytest.mark.parametrize("collection", ["", "a/b", "..", "%2e%2e"])
+def test_a_collection_that_is_not_one_path_segment_is_refused(repo, rasters, collection):
+    writer = repo.writer()
+    tip = repo.log()[0].snapshot_id
+    with pytest.raises(ValueError, match="collection"):
+        stage_arrays(writer, make_item("item1", collection=collection), read_assets({"visual": rasters["visual"]}))
+    assert writer.session.status().is_empty() and repo.log()[0].snapshot_id == tip
 
-    async def failing_write(store, layout, *, chunk):
-        await real_write(store, layout[:1], chunk=chunk)  # the item group lands, then the storage fails
-        written.append(layout[0][0])
+
+def test_a_failed_write_clears_what_it_staged_and_nothing_else(repo, rasters, monkeypatch):
+    writer = repo.writer()
+    writer.ensure_collection("c")
+    kept, _ = stage(writer, make_item("kept"), {"visual": rasters["visual"]})
+    real_write = arrays_module.write_slices
+    failed = []
+
+    async def failing_write(store, plan, **kwargs):
+        failed.append(await real_write(store, plan, **kwargs))  # the slices land, then the storage fails
         raise OSError("disk full")
 
-    monkeypatch.setattr(copy_module, "_write_layout", failing_write)
-    session = repo.writable_session("main")
+    monkeypatch.setattr(arrays_module, "write_slices", failing_write)
     with pytest.raises(OSError, match="disk full"):
-        write_granule(session.store, "c/item4", rasters)
-    assert written == ["c/item4"]
-    assert not group_exists(session.store, "c/item4")
-    assert session.status().is_empty()
+        stage_arrays(writer, make_item("lost"), read_assets({"visual": rasters["visual"], "cloud": rasters["cloud"]}))
+    assert failed and failed[0] > 0
+    monkeypatch.undo()
 
-
-def test_the_collection_group_must_exist(tmp_path, rasters):
-    repository = icechunk.Repository.create(icechunk.local_filesystem_storage(str(tmp_path / "bare")))
-    session = repository.writable_session("main")
-    zarr.open_group(session.store, path="", mode="a")
-    session.commit("root")
-    session = repository.writable_session("main")
-    with pytest.raises(ValueError, match="'nope' does not exist"):
-        write_granule(session.store, "nope/item", {"visual": rasters["visual"]})
-    assert session.status().is_empty()
-
-
-@pytest.mark.parametrize("group", ["", "/c/item", "c/item/", "c//item", "c/../item"])
-def test_group_paths_that_zarr_would_normalise_are_refused(repo, rasters, group):
-    session = repo.writable_session("main")
-    with pytest.raises(ValueError, match="group"):
-        write_granule(session.store, group, {"visual": rasters["visual"]})
-    assert session.status().is_empty()
-
-
-def _documents(store, prefix: str) -> dict[str, dict]:
-    """Every zarr.json under ``prefix``, parsed, by path relative to it."""
-    import json
-
-    from zarr.core.buffer import default_buffer_prototype
-    from zarr.core.sync import sync
-
-    async def collect() -> dict[str, dict]:
-        found = {}
-        async for key in store.list_prefix(prefix):
-            if key.endswith("zarr.json"):
-                document = await store.get(key, default_buffer_prototype())
-                found[key[len(prefix) :]] = json.loads(document.to_bytes())
-        return found
-
-    return sync(collect())
-
-
-def _xarray_reference(store, path: str, members: dict[str, xr.Dataset], chunk: int) -> None:
-    """What floe's copies are defined as: xarray's own to_zarr of the item Dataset, with floe's encoding."""
-    arrays, encoding = {}, {}
-    for key, ds in members.items():
-        array = ds[copy_module.GRANULE_VARIABLE].copy(deep=False)
-        array.encoding = {**array.encoding, "coordinates": copy_module.GRID_MAPPING}
-        arrays[key] = array
-        _bands, height, width = array.shape
-        encoding[key] = {"chunks": (1, min(chunk, height), min(chunk, width))}
-    encoding.update({name: {"_FillValue": None} for name in ("x", "y")})
-    xr.Dataset(arrays).to_zarr(store, group=path, mode="w", zarr_format=3, consolidated=False, encoding=encoding)
-
-
-def test_copies_are_the_documents_and_values_xarray_itself_writes(repo, rasters):
-    """floe writes the Zarr nodes directly (faster than to_zarr); readers must not see any difference."""
-    session = repo.writable_session("main")
-    arrays = write_granule(session.store, "c/floe", rasters, chunk=32)
-    # The same layout through xarray: the item Dataset (assets on the first grid), then each other grid.
-    read = {key: read_granule(path) for key, path in rasters.items()}
-    groups: dict[str, dict[str, xr.Dataset]] = {}
-    for key, path in arrays.variables.items():
-        groups.setdefault(path.rsplit("/", 1)[0].replace("c/floe", "c/xarray", 1), {})[key] = read[key]
-    for group, members in sorted(groups.items()):  # the item group first: mode "w" clears it
-        _xarray_reference(session.store, group, members, chunk=32)
-
-    ours, theirs = _documents(session.store, "c/floe/"), _documents(session.store, "c/xarray/")
-    assert len(ours) > 10 and ours == theirs
-    for group in groups:
-        mine = group.replace("c/xarray", "c/floe", 1)
-        for mask_and_scale in (False, True):
-            expected = xr.open_zarr(session.store, group=group, consolidated=False, mask_and_scale=mask_and_scale)
-            got = xr.open_zarr(session.store, group=mine, consolidated=False, mask_and_scale=mask_and_scale)
-            xr.testing.assert_identical(got.load(), expected.load())
-            assert got.rio.crs == expected.rio.crs and got.rio.transform() == expected.rio.transform()
+    # Only the kept granule's slices are staged: the lost one's chunks and slot coordinates are gone.
+    kept_slots = {(piece.stack, piece.slot) for piece in read_arrays_asset(kept).pieces()}
+    for path in writer.session.status().updated_chunks:
+        stack = path.rsplit("/", 1)[0].lstrip("/")
+        assert {(stack, slot) for slot in existing_chunk_slots(writer.session, path.lstrip("/"))} <= kept_slots, path
+    writer.commit("kept")
+    view = repo.view()
+    assert_same_raster(view.item_arrays("c", "kept").visual, rasters["visual"])
+    occupied = {(stack, slot): item for stack in view.stacks("c") for slot, item in view.slot_items(stack).items()}
+    assert occupied == dict.fromkeys(kept_slots, "kept")
