@@ -84,7 +84,7 @@ class ArraysSettings(BaseModel):
     # Side of a chunk, in pixels (one slot and one band deep).
     chunk: int = Field(default=512, ge=16)
     # Slots each stack has room for (a chunk never written costs nothing).
-    stack_capacity: int = Field(default=65536, ge=1)
+    stack_capacity: int = Field(default=1_048_576, ge=1)
     # Icechunk manifests are split every this many slots of a stack (set when a repository is created):
     # a commit rewrites only the newest split of each stack it appends to.
     manifest_split: int = Field(default=512, ge=1)

@@ -41,7 +41,7 @@ import zarr
 import zarr.errors
 from zarr.core.sync import sync
 
-from ingest.errors import CommitConflict
+from ingest.errors import CommitConflict, InvalidRaster
 from ingest.repository._commit import rebase
 from ingest.stac import DATETIME, ITEM, SLOT, Piece
 
@@ -78,6 +78,7 @@ class Slots:
     """The slots one writer took, stack by stack, and which item each belongs to."""
 
     def __init__(self) -> None:
+        self._capacity: dict[str, int] = {}
         self._next: dict[str, int] = {}
         self._taken: dict[str, list[int]] = {}
         self.owners: dict[tuple[str, int], Key] = {}
@@ -90,7 +91,14 @@ class Slots:
         """The next slot of ``stack`` for ``owner``'s slice."""
         if stack not in self._next:
             self._next[stack] = next_free_slot(session, stack)
+            self._capacity[stack] = zarr.open_array(session.store, path=f"{stack}/{ITEM}", mode="r").shape[0]
         slot = self._next[stack]
+        if slot >= self._capacity[stack]:
+            raise InvalidRaster(
+                f"granule {owner[1]} cannot be stored: stack {stack} is full ({self._capacity[stack]:,} slots; "
+                "arrays.stack_capacity sets the room of stacks created from now on)",
+                path=stack,
+            )
         self._next[stack] = slot + 1
         self._taken.setdefault(stack, []).append(slot)
         self.owners[(stack, slot)] = owner

@@ -254,3 +254,21 @@ def test_two_runs_adding_slices_to_the_same_stacks_at_once_both_land_whole(tmp_p
     slots = [(piece.stack, piece.slot) for row in repo.view().items() for piece in read_arrays_asset(row).pieces()]
     assert len(slots) == len(set(slots)) == 40
     assert check(repo, deep=True) == []
+
+
+def test_a_granule_that_finds_its_stack_full_is_rejected_by_name_and_the_rest_commits(tmp_path, grids_archive):
+    from ingest import Settings
+    from ingest.pipeline._batch import commit_batch
+    from ingest.pipeline._granules import granule_from_item
+
+    _, item_files = grids_archive
+    on_one_grid = [path for path in item_files if path.parent.parent.name == "fixed"][0:12:4]  # index % 4 == 0
+    repo = Repository.create(tmp_path / "repo", Settings(arrays={"stack_capacity": 2}))
+    repo.ensure_groups(["fixed"], branch="main")
+    granules = [granule_from_item(json.loads(path.read_text()), str(path), path) for path in on_one_grid]
+    outcome = commit_batch(repo, "main", granules, "three granules, room for two")
+    assert outcome.granules == 2
+    (rejected,) = outcome.rejected
+    assert rejected.item_id == granules[2].item["id"] and "is full (2 slots" in rejected.reason
+    assert sorted(row["id"] for row in repo.view().items()) == sorted(g.item["id"] for g in granules[:2])
+    assert check(repo, deep=True) == []
