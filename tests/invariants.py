@@ -12,10 +12,16 @@ broke and where:
 - :func:`assert_no_item_twice`: no item (collection, id) twice at a ref;
 - :func:`assert_committed_rows_readable`: every committed row is readable at
   every later ref;
-- :func:`assert_rows_have_their_arrays`: no row whose ``floe:arrays`` asset
-  names a group missing at that snapshot;
-- :func:`assert_groups_exactly`, :func:`assert_arrays_hold`: a collection's
-  groups are exactly those committed, and their arrays hold the committed values;
+- :func:`assert_rows_have_their_arrays`: no row whose ``floe:arrays`` pieces are
+  missing at that snapshot: each piece is a slot of an existing stack array
+  whose ``item`` coordinate is the row's id;
+- :func:`assert_no_slice_without_row`: every occupied slot of every stack is
+  named by a row (no arrays without their row);
+- :func:`assert_slices_exactly`: the occupied slots of a collection's stacks
+  hold exactly the items committed with arrays (none lost, none a refused
+  writer left, none twice);
+- :func:`assert_item_arrays`: items' arrays read back (``View.item_arrays``)
+  equal to the pixels their writers staged;
 - :func:`assert_newest_versions`: a replaced item keeps its newest version;
 - :func:`assert_properties`: items read back with the properties committed (value and JSON type);
 - :func:`assert_arrays_match_rows`: each row's arrays hold the value its row says;
@@ -35,12 +41,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import icechunk
+import numpy as np
 import pyarrow.parquet as pq
 
 from ingest import Repository
+from ingest.errors import FloeError
 from ingest.lifecycle import check
 from ingest.repository import View
-from ingest.stac import arrow_to_items, read_arrays_asset
+from ingest.stac import ARRAYS_LAYOUT, arrow_to_items, has_arrays_asset, read_arrays_asset
 
 SHOWN = 10
 """How many offending items or paths a message names."""
@@ -52,8 +60,10 @@ class Row:
 
     collection: str
     id: str
-    arrays_group: str | None
-    """The group its ``floe:arrays`` asset names (None without one)."""
+    pieces: tuple[tuple[str, str, int], ...] | None
+    """(stack, array, slot) of each piece its ``floe:arrays`` asset names (None without the asset)."""
+    unreadable: str | None = None
+    """Why its ``floe:arrays`` asset is not one this floe reads (None when it is, or when it has none)."""
 
 
 class Rows:
@@ -98,8 +108,15 @@ class Rows:
 
 
 def _row(item: dict) -> Row:
+    collection, item_id = item["collection"], item["id"]
+    if not has_arrays_asset(item):
+        return Row(collection, item_id, None)
     asset = read_arrays_asset(item)
-    return Row(item["collection"], item["id"], asset.group if asset is not None else None)
+    if asset is None:
+        return Row(collection, item_id, (), "its floe:arrays asset cannot be read")
+    if asset.layout != ARRAYS_LAYOUT:
+        return Row(collection, item_id, (), f"its floe:arrays asset is in layout {asset.layout}")
+    return Row(collection, item_id, tuple((piece.stack, piece.array, piece.slot) for piece in asset.pieces()))
 
 
 def where(view: View) -> str:
@@ -217,38 +234,110 @@ def assert_properties(view: View, expected: Mapping[str, Mapping[str, object]], 
 
 
 # -- arrays --------------------------------------------------------------------------------------------------------
+class _SlotItems:
+    """The ``item`` coordinate of each stack of one view (slot -> item id of its occupied slots), read once."""
+
+    def __init__(self, view: View) -> None:
+        self.view = view
+        self._read: dict[str, dict[int, str] | None] = {}
+
+    def of(self, stack: str) -> dict[int, str] | None:
+        """Slot -> item id of ``stack``'s occupied slots; None when the stack is not at this snapshot."""
+        if stack not in self._read:
+            self._read[stack] = self.view.slot_items(stack) if self.view.has_group(stack) else None
+        return self._read[stack]
+
+    def stacks(self, collection: str | None = None) -> list[str]:
+        """The stacks of ``collection`` (of every collection by default)."""
+        if collection is not None:
+            return self.view.stacks(collection)
+        return [stack for name, _ in self.view.arrays().groups() for stack in self.view.stacks(name)]
+
+
 def assert_rows_have_their_arrays(view: View, rows: Rows | None = None) -> None:
-    """No row at ``view`` whose ``floe:arrays`` asset names a group missing at that snapshot."""
-    named = {row.arrays_group for row in (rows or Rows()).at(view) if row.arrays_group is not None}
-    missing = [group for group in named if not view.has_group(group)]
-    assert not missing, f"{where(view)}: rows name array groups the snapshot lacks: {_some(missing)}"
+    """No row at ``view`` without its arrays: each piece its ``floe:arrays`` asset names is a slot of an existing
+    stack array, and the stack's ``item`` coordinate names the row's id at that slot."""
+    slots = _SlotItems(view)
+    arrays: dict[str, bool] = {}
+    wrong: list[str] = []
+    for row in (rows or Rows()).at(view):
+        if row.unreadable is not None:
+            wrong.append(f"{row.id}: {row.unreadable}")
+        for stack, array, slot in row.pieces or ():
+            path = f"{stack}/{array}"
+            if path not in arrays:
+                arrays[path] = view.has_array(path)
+            if not arrays[path]:
+                wrong.append(f"{row.id}: the stack array {path} is missing")
+                continue
+            holder = (slots.of(stack) or {}).get(slot)
+            if holder != row.id:
+                wrong.append(f"{row.id}: slot {slot} of {stack} holds {holder!r}")
+    assert not wrong, f"{where(view)}: {len(wrong)} row(s) lack their arrays: {_some(wrong)}"
 
 
-def assert_groups_exactly(view: View, parent: str, expected: Iterable[str]) -> None:
-    """The groups under ``parent`` at ``view`` are exactly ``expected`` (none lost, none a refused writer made)."""
-    found = set(view.arrays(parent).group_keys()) if view.has_group(parent) else set()
-    wanted = set(expected)
-    assert found == wanted, f"{where(view)}: /{parent} lacks {_some(wanted - found)} and has {_some(found - wanted)}"
+def assert_no_slice_without_row(view: View, rows: Rows | None = None) -> None:
+    """Every occupied slot of every stack at ``view`` is named by a row's ``floe:arrays`` asset."""
+    named = {(stack, slot) for row in (rows or Rows()).at(view) for stack, _array, slot in row.pieces or ()}
+    slots = _SlotItems(view)
+    orphans = [
+        f"slot {slot} of {stack} ({holder!r})"
+        for stack in slots.stacks()
+        for slot, holder in (slots.of(stack) or {}).items()
+        if (stack, slot) not in named
+    ]
+    assert not orphans, f"{where(view)}: {len(orphans)} slice(s) no row names: {_some(orphans)}"
 
 
-def assert_arrays_hold(view: View, values: Mapping[str, int], array: str = "band") -> None:
-    """Every element of the array ``array`` in each group of ``values`` (group path -> value) holds its value."""
-    for group, value in values.items():
-        data = view.arrays(group)[array][:]
-        assert (data == value).all(), f"{where(view)}: /{group}/{array} holds {data.tolist()}, committed {value}"
+def slice_ids(view: View, collection: str) -> Counter[str]:
+    """The item ids the occupied slots of ``collection``'s stacks hold at ``view``, counted."""
+    slots = _SlotItems(view)
+    return Counter(holder for stack in slots.stacks(collection) for holder in (slots.of(stack) or {}).values())
 
 
-def assert_arrays_match_rows(view: View, key: str, array: str = "band") -> None:
-    """The array ``array`` of every row's ``floe:arrays`` group holds, everywhere, the row's property ``key``."""
+def assert_slices_exactly(view: View, collection: str, expected: Mapping[str, int]) -> None:
+    """The occupied slots of ``collection``'s stacks at ``view`` hold exactly the items ``expected`` counts (by id,
+    once per stack its granule covers): none lost, none a refused writer left, none twice."""
+    found = slice_ids(view, collection)
+    wanted = Counter(expected)
+    assert found == wanted, (
+        f"{where(view)}: the stacks of {collection!r} lack slices of {_some((wanted - found).elements())} "
+        f"and hold unexpected or repeated slices of {_some((found - wanted).elements())}"
+    )
+
+
+def _as_bands(pixels: np.ndarray) -> np.ndarray:
+    pixels = np.asarray(pixels)
+    return pixels[np.newaxis] if pixels.ndim == 2 else pixels
+
+
+def assert_item_arrays(view: View, collection: str, expected: Mapping[str, np.ndarray], key: str = "data") -> None:
+    """Each item of ``expected`` (id -> the pixels its writer staged as asset ``key``) reads back at ``view``
+    through ``View.item_arrays`` with exactly those pixels (values, shape and dtype)."""
+    wrong: list[str] = []
+    for item_id, pixels in expected.items():
+        wanted = _as_bands(pixels)
+        try:
+            found = view.item_arrays(collection, item_id, [key])[key].values
+        except (FloeError, ValueError, LookupError, OSError) as error:  # a piece or stack array gone
+            wrong.append(f"{item_id}: {error}")
+            continue
+        if found.dtype != wanted.dtype or found.shape != wanted.shape or not np.array_equal(found, wanted):
+            wrong.append(f"{item_id}: read {found.dtype}{list(found.shape)}, staged {wanted.dtype}{list(wanted.shape)}")
+    assert not wrong, f"{where(view)}: {len(wrong)} item(s) read back other pixels than staged: {_some(wrong)}"
+
+
+def assert_arrays_match_rows(view: View, key: str, asset: str = "data") -> None:
+    """Every pixel of asset ``asset`` of every row with arrays (read through ``View.item_arrays``) is the row's
+    property ``key``."""
     mismatched = []
     for item in view.items():
-        asset = read_arrays_asset(item)
-        if asset is None:
+        if read_arrays_asset(item) is None:
             continue
-        data = view.arrays(asset.group)[array][:]
+        data = view.item_arrays(item["collection"], item["id"], [asset])[asset].values
         if not (data == item["properties"][key]).all():
             mismatched.append(
-                f"{item['id']}: /{asset.group}/{array} holds {data.tolist()}, row says {item['properties'][key]}"
+                f"{item['id']}: its {asset} holds {np.unique(data).tolist()[:5]}, row says {item['properties'][key]}"
             )
     assert not mismatched, f"{where(view)}: {len(mismatched)} row(s) disagree with their arrays: {_some(mismatched)}"
 

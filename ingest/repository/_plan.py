@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table.update import AssertTableUUID, TableUpdate
 
+from ingest.errors import CommitConflict
 from ingest.repository._append import AddedManifest, ManifestCache, plan_commit, schema_union_updates
 from ingest.repository._commit import AppliedChange, Base, TableChange
 from ingest.repository._files import (
@@ -68,6 +69,7 @@ class ItemsPlan(TableChange):
         located: Located | None = None,
         known_rows: dict[Key, dict[str, Any]] | None = None,
         clear_pieces: Callable[[list[Piece]], object] | None = None,
+        staged_slots: Callable[[], set[tuple[str, int]]] | None = None,
     ) -> None:
         self._io = io
         self._catalog = catalog
@@ -80,6 +82,7 @@ class ItemsPlan(TableChange):
         self._moved: dict[Key, dict[str, Any]] = {}
         self._known_rows = known_rows or {}
         self._clear_pieces = clear_pieces
+        self._staged_slots = staged_slots or set
         self._cleared_from: set[str] = set()
         self._added_manifest: AddedManifest | None = None
         self.files_written = 0
@@ -137,9 +140,13 @@ class ItemsPlan(TableChange):
             if path in self._cleared_from:
                 continue
             self._cleared_from.add(path)
-            rows = [self._known_rows[key] for key in hits if key in self._known_rows]
+            planned = path in self._replacement.primed_paths and path not in self._replacement.found_later
+            rows = [self._known_rows[key] for key in hits if key in self._known_rows] if planned else []
             if len(rows) < len(hits):
-                rows = arrow_to_items(read_rows(self._io, data_file, hits))
+                rows = list(arrow_to_items(read_rows(self._io, data_file, hits)))
+            if not planned:
+                # Rows this writer did not plan against (a concurrent writer's, or never looked up).
+                self._refuse_kept_arrays(rows)
             for row in rows:
                 arrays = read_arrays_asset(row)
                 if arrays is not None:
@@ -148,6 +155,26 @@ class ItemsPlan(TableChange):
                     )
         if pieces:
             self._clear_pieces(pieces)
+
+    def _refuse_kept_arrays(self, rows: list[dict[str, Any]]) -> None:
+        """Rows this writer did not plan against are being replaced: a row of ours that keeps arrays it did not
+        write, and names other slices than the row it replaces, depends on a version whose slices may be gone
+        (a concurrent writer re-staged the item), so it is planned again."""
+        staged = self._staged_slots()
+        ours = {(item["collection"], item["id"]): item for item in self._items}
+        for row in rows:
+            key = (row["collection"], row["id"])
+            mine = read_arrays_asset(ours[key]) if key in ours else None
+            if mine is None or all((piece.stack, piece.slot) in staged for piece in mine.pieces()):
+                continue
+            theirs = read_arrays_asset(row)
+            named = {(piece.stack, piece.array, piece.slot) for piece in (theirs.pieces() if theirs else [])}
+            if named != {(piece.stack, piece.array, piece.slot) for piece in mine.pieces()}:
+                raise CommitConflict(
+                    f"item {key[1]!r} ({key[0]}) was changed by a commit made meanwhile, and this change keeps "
+                    "the arrays of the version that commit replaced; re-plan it from the new tip",
+                    paths=[f"{key[0]}/{key[1]}"],
+                )
 
     def _files_for(self, table: Table) -> list[StagedFile]:
         """The data files, written on the first base and reconciled with each later one."""

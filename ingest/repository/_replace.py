@@ -135,6 +135,8 @@ class ReplacementPlan:
         self.rewrites: dict[str, StagedFile | None] = {}
         self._found: dict[str, int] = {}
         self.found_files: dict[str, tuple[DataFile, set[Key]]] = {}
+        self.found_later: set[str] = set()
+        """Files among ``found_files`` that appeared after the first version planned: a concurrent writer's."""
         """Live file -> (its DataFile, the keys it holds that the plan drops), as of the last version planned."""
         self._live: set[str] | None = None
 
@@ -160,14 +162,22 @@ class ReplacementPlan:
                 del self.rewrites[path]
                 del self._found[path]
                 del self.found_files[path]
+                self.found_later.discard(path)
             candidates = [data_file for path, data_file in live.items() if path not in self._live]
         found.update(locate(cache, candidates, self.keys))
         for path, (data_file, hits) in found.items():
             self.rewrites[path] = rewrite_without(io, table.location(), data_file, hits)
             self._found[path] = len(hits)
             self.found_files[path] = (data_file, hits)
+            if self._live is not None:
+                self.found_later.add(path)
         self._live = set(live)
         return len(found)
+
+    @property
+    def primed_paths(self) -> set[str]:
+        """The files the writer read the stored rows from (``Writer.stored_items``): rows it planned against."""
+        return set(self._primed.found) if self._primed is not None else set()
 
     @property
     def rows_removed(self) -> int:

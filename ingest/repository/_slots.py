@@ -33,7 +33,7 @@ they were the stack's last; a free slot reads as ``item == ""``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import icechunk
@@ -79,6 +79,8 @@ class Slots:
 
     def __init__(self) -> None:
         self._capacity: dict[str, int] = {}
+        self.vacated: set[tuple[str, int]] = set()
+        """(stack, slot) this writer moved slices away from: its changes there are no claim on them."""
         self._next: dict[str, int] = {}
         self._taken: dict[str, list[int]] = {}
         self.owners: dict[tuple[str, int], Key] = {}
@@ -121,6 +123,8 @@ class Slots:
             for array in slot_arrays(session, stack):
                 session.reindex_array(f"/{stack}/{array}", _forward(new))
             moves.update({(stack, old): slot for old, slot in new.items()})
+            self.vacated |= {(stack, old) for old in slots}
+            self.vacated -= {(stack, slot) for slot in new.values()}
             self._taken[stack] = [new[old] for old in slots]
             self._next[stack] = tip_next + len(slots)
         if moves:
@@ -138,47 +142,105 @@ def _forward(new: dict[int, int]) -> Any:
     return forward
 
 
+#: How often a writer looks at the tip again when commits keep landing while it rebases.
+FOLLOW_ROUNDS = 8
+
+
 def rebase_following(
-    repository_icechunk: icechunk.Repository, session: icechunk.Session, branch: str, slots: Slots | None
-) -> Moves:
-    """Steps 2 and 3: move this writer's slots past the tip's, then rebase onto the tip; return the moves.
+    repository_icechunk: icechunk.Repository,
+    session: icechunk.Session,
+    branch: str,
+    slots: Slots | None,
+    on_moves: Callable[[Moves], None] | None = None,
+) -> None:
+    """Steps 2 and 3: move this writer's slots past the tip's, then rebase onto the tip.
+
+    ``on_moves`` hears each set of moves as it happens (the writer's rows
+    follow their slots). Icechunk rebases onto the branch's tip *when the
+    rebase runs*, which may be newer than the tip the slots were moved past:
+
+    * without moves, a rebase that fails because the tip moved meanwhile
+      looks again (the newer commit may have appended to this writer's stacks);
+    * with moves, the rebase keeps the other side's chunks at vacated slots;
+      should a commit have landed between the look and the rebase and written
+      one of this writer's new slots, its staged slices are gone: that is a
+      ``CommitConflict`` (the batch is planned again), never a silent loss.
 
     Raises ``CommitConflict`` when the staged changes collide with the tip's
-    anywhere but at the slots this writer vacated (the caller re-plans).
+    anywhere but at the slots this writer vacated.
     """
-    tip = repository_icechunk.lookup_branch(branch)
-    moves = slots.follow(repository_icechunk, session, tip) if slots else {}
-    if not moves:
-        rebase(session, branch)
-        return moves
-    vacated = {key for key in moves} - {(stack, slot) for (stack, _old), slot in moves.items()}
-    ours = session.status().updated_chunks
-    theirs = repository_icechunk.diff(from_snapshot_id=session.snapshot_id, to_snapshot_id=tip).updated_chunks
-    for path, coordinates in ours.items():
-        stack = path.strip("/").rsplit("/", 1)[0]
-        both = {tuple(index) for index in coordinates} & {tuple(index) for index in theirs.get(path, [])}
-        real = sorted(index for index in both if (stack, index[0]) not in vacated)
+    for _ in range(FOLLOW_ROUNDS):
+        tip = repository_icechunk.lookup_branch(branch)
+        base = session.snapshot_id
+        moves = slots.follow(repository_icechunk, session, tip) if slots else {}
+        if moves and on_moves is not None:
+            on_moves(moves)
+        if not moves and not (slots and slots.vacated):
+            try:
+                rebase(session, branch)
+                return
+            except CommitConflict:
+                if repository_icechunk.lookup_branch(branch) != tip:
+                    continue  # a commit landed since the look: it may have taken slots this writer holds
+                raise
+        assert slots is not None
+        ours = {path: {tuple(index) for index in chunks} for path, chunks in session.status().updated_chunks.items()}
+        theirs = repository_icechunk.diff(from_snapshot_id=base, to_snapshot_id=tip).updated_chunks
+        _refuse_real_conflicts(branch, ours, theirs, slots)
+        solver = icechunk.BasicConflictSolver(
+            on_chunk_conflict=icechunk.VersionSelection.UseTheirs,
+            fail_on_delete_of_updated_array=True,
+            fail_on_delete_of_updated_group=True,
+        )
+        try:
+            session.rebase(solver)
+        except icechunk.RebaseFailedError as error:
+            paths = sorted({conflict.path for conflict in error.conflicts})
+            raise CommitConflict(
+                f"changes staged on {branch!r} conflict with a commit made meanwhile at {', '.join(paths)}: "
+                "re-plan these items from the new tip",
+                paths=paths,
+            ) from error
+        if session.snapshot_id != tip:
+            # Commits landed between the look and the rebase; where they wrote a chunk this writer staged, the
+            # solver kept theirs and this writer's slice is gone.
+            newer = repository_icechunk.diff(from_snapshot_id=tip, to_snapshot_id=session.snapshot_id).updated_chunks
+            lost = sorted(
+                path
+                for path, chunks in ours.items()
+                if any(
+                    tuple(index) in chunks and (_stack_of(path), index[0]) not in slots.vacated
+                    for index in newer.get(path, [])
+                )
+            )
+            if lost:
+                raise CommitConflict(
+                    f"a commit landed on {branch!r} while this writer rebased and wrote the slots it had just "
+                    f"moved to ({', '.join(lost[:3])}): its staged slices are gone; re-plan these items",
+                    paths=lost,
+                )
+        return
+    raise CommitConflict(f"commits kept landing on {branch!r} while this writer rebased; re-plan these items")
+
+
+def _stack_of(path: str) -> str:
+    return path.strip("/").rsplit("/", 1)[0]
+
+
+def _refuse_real_conflicts(
+    branch: str, ours: dict[str, set[tuple[int, ...]]], theirs: dict[str, list[list[int]]], slots: Slots
+) -> None:
+    """Chunks both sides changed are fine only at slots this writer moved away from (it never wanted them)."""
+    for path, chunks in ours.items():
+        stack = _stack_of(path)
+        both = chunks & {tuple(index) for index in theirs.get(path, [])}
+        real = sorted(index for index in both if (stack, index[0]) not in slots.vacated)
         if real:
             raise CommitConflict(
                 f"changes staged on {branch!r} conflict with a commit made meanwhile at {path} (chunks {real[:5]}): "
                 "another writer changed the same slices; re-plan these items from the new tip",
                 paths=[path],
             )
-    solver = icechunk.BasicConflictSolver(
-        on_chunk_conflict=icechunk.VersionSelection.UseTheirs,
-        fail_on_delete_of_updated_array=True,
-        fail_on_delete_of_updated_group=True,
-    )
-    try:
-        session.rebase(solver)
-    except icechunk.RebaseFailedError as error:
-        paths = sorted({conflict.path for conflict in error.conflicts})
-        raise CommitConflict(
-            f"changes staged on {branch!r} conflict with a commit made meanwhile at {', '.join(paths)}: "
-            "re-plan these items from the new tip",
-            paths=paths,
-        ) from error
-    return moves
 
 
 def clear_pieces(session: icechunk.Session, pieces: Iterable[Piece]) -> int:

@@ -144,9 +144,7 @@ class Writer:
 
     def _rebase(self, session: icechunk.Session, branch: str) -> None:
         """The commit protocol's phase 6 for this writer: slots follow the tip's, and rows follow their slots."""
-        moves = rebase_following(self.repository.icechunk, session, branch, self._slots)
-        if moves:
-            self._follow_moves(moves)
+        rebase_following(self.repository.icechunk, session, branch, self._slots, self._follow_moves)
 
     def _follow_moves(self, moves: Moves) -> None:
         owners = {key for (stack, _old), slot in moves.items() if (key := self._slots.owners.get((stack, slot)))}
@@ -252,6 +250,7 @@ class Writer:
             located=self._located,
             known_rows=self._stored,
             clear_pieces=lambda pieces: clear_pieces(self._session, pieces),
+            staged_slots=lambda: set(self._slots.owners),
         )
         base = self._session.snapshot_id
         try:

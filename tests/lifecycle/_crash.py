@@ -11,7 +11,8 @@ and ``scripts/crash_harness.py`` (hundreds of random ones). A trial:
 3. checks the root: ``check --all --deep`` (the library call behind
    ``floe check``) finds nothing, no ref shows an item twice, every item shown
    equals one of the versions the input allowed, nothing that was committed
-   before the kill is missing, no array group lacks its row, and (for the
+   before the kill is missing, no slice of a stack lacks its row and no row
+   names a slot that does not hold it, and (for the
    write scenarios) the history agrees with the table: the rows the commits of
    ``floe log`` say they added are the rows the table holds;
 4. runs the same command again, without a fault, and checks that it completes
@@ -57,6 +58,7 @@ from ingest import Repository, Settings
 from ingest._faults import POINTS
 from ingest.lifecycle import check, replicate
 from ingest.pipeline import ingest_items
+from ingest.repository import View
 from ingest.stac import read_arrays_asset, without_arrays_asset
 from tests import conftest
 
@@ -210,17 +212,40 @@ def exports(repository: Repository) -> dict[str, list[str]]:
     }
 
 
-def groups_without_rows(repository: Repository) -> list[str]:
-    """Array groups (``<collection>/<item>``) some ref shows with no row naming them: arrays half-visible."""
+def slices_without_rows(repository: Repository) -> list[str]:
+    """Arrays half-visible at some ref: a row's piece that is not a slot holding the row's id, or an occupied slot
+    of a stack that no row names (a slice without its row)."""
     problems = []
     for ref in repository.refs():
-        view = repository.view(ref.snapshot_id)
-        named = {asset.group for item in view.items() if (asset := read_arrays_asset(item)) is not None}
-        root = zarr.open_group(view.session.store, mode="r")
-        for collection_name, collection in root.groups():
-            for item_name, _ in collection.groups():
-                if f"{collection_name}/{item_name}" not in named:
-                    problems.append(f"{ref.kind}:{ref.name}: arrays {collection_name}/{item_name} have no row")
+        problems.extend(f"{ref.kind}:{ref.name}: {what}" for what in _slices_disagree(repository.view(ref.snapshot_id)))
+    return problems
+
+
+def _slices_disagree(view: View) -> list[str]:
+    problems = []
+    slots: dict[str, dict[int, str]] = {}
+
+    def slot_items(stack: str) -> dict[int, str]:
+        if stack not in slots:
+            slots[stack] = view.slot_items(stack) if view.has_group(stack) else {}
+        return slots[stack]
+
+    named: set[tuple[str, int]] = set()
+    for item in view.items():
+        asset = read_arrays_asset(item)
+        if asset is None:
+            continue
+        for piece in asset.pieces():
+            named.add((piece.stack, piece.slot))
+            if not view.has_array(f"{piece.stack}/{piece.array}"):
+                problems.append(f"{item['id']} names {piece.stack}/{piece.array}, which is missing")
+            elif (holder := slot_items(piece.stack).get(piece.slot)) != item["id"]:
+                problems.append(f"{item['id']} names slot {piece.slot} of {piece.stack}, which holds {holder!r}")
+    collections = [name for name, _ in zarr.open_group(view.session.store, mode="r").groups()]
+    for stack in (stack for collection in collections for stack in view.stacks(collection)):
+        for slot, holder in slot_items(stack).items():
+            if (stack, slot) not in named:
+                problems.append(f"slot {slot} of {stack} holds {holder!r}, and no row names it")
     return problems
 
 
@@ -251,10 +276,11 @@ class Findings:
 
 
 def check_root(repository: Repository) -> Findings:
-    """``floe check --all --deep`` and no arrays without a row."""
+    """``floe check --all --deep``, and (checked here too, not only by the code under test) no arrays without their
+    row and no row without its arrays."""
     found = Findings()
     found.check.extend(str(problem) for problem in check(repository, all_refs=True, deep=True))
-    found.corrupt.extend(groups_without_rows(repository))
+    found.corrupt.extend(slices_without_rows(repository))
     return found
 
 
@@ -488,8 +514,9 @@ def arrays_differ(repository: Repository, archive: Path | None) -> list[str]:
         tif = archive / item["collection"] / item["id"] / f"{item['id']}.tif"
         with rasterio.open(tif) as source:
             pixels = source.read()
-        stored = np.asarray(view.arrays(asset.group)[asset.variables[0]][:])
-        if stored.shape != pixels.shape or not np.array_equal(stored, pixels):
+        key = asset.variables[0]
+        stored = view.item_arrays(item["collection"], item["id"], [key])[key].values
+        if stored.dtype != pixels.dtype or stored.shape != pixels.shape or not np.array_equal(stored, pixels):
             problems.append(f"arrays of {item['id']} differ from {tif.name}")
     return problems
 

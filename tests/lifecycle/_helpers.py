@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from ingest import Repository
 from ingest.errors import CorruptRepository
 from ingest.lifecycle._store import RootFiles
-from ingest.repository import CommitMetadata
+from ingest.repository import CommitMetadata, View
 from ingest.stac import read_arrays_asset
 
 
@@ -24,7 +25,10 @@ def exports(repository: Repository) -> dict[str, list[str]]:
 
 def every_version(repository: Repository) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Every version in the history of every ref: snapshot id -> (its items as canonical JSON, sorted;
-    a digest of each array its items' ``floe:arrays`` assets name)."""
+    a digest of each asset's pixels as ``View.item_arrays`` puts them back together from the item's pieces).
+
+    The JSON includes each row's ``floe:arrays`` asset (its stacks, arrays and slots), so a version whose rows
+    name other slots, or whose slots hold other pixels, reads differently."""
     versions: dict[str, tuple[list[str], dict[str, str]]] = {}
     for ref in repository.refs():
         for info in repository.icechunk.ancestry(snapshot_id=ref.snapshot_id):
@@ -33,14 +37,24 @@ def every_version(repository: Repository) -> dict[str, tuple[list[str], dict[str
                 continue  # seen, or Icechunk's root snapshot (no table yet)
             view = repository.view(info.id)
             items = list(view.items())
-            arrays: dict[str, str] = {}
-            for item in items:
-                asset = read_arrays_asset(item)
-                for variable in asset.variables if asset is not None else []:
-                    data = view.arrays(asset.group)[variable][:]
-                    arrays[f"{asset.group}/{variable}"] = hashlib.sha256(data.tobytes()).hexdigest()
-            versions[info.id] = (sorted(json.dumps(item, sort_keys=True) for item in items), arrays)
+            versions[info.id] = (sorted(json.dumps(item, sort_keys=True) for item in items), item_digests(view, items))
     return versions
+
+
+def item_digests(view: View, items: list[dict[str, Any]] | None = None) -> dict[str, str]:
+    """``<collection>/<id>/<asset key>`` -> a digest of that asset's pixels (dtype, shape and bytes) and its grid,
+    read through ``View.item_arrays``, for every item with arrays at ``view``."""
+    digests: dict[str, str] = {}
+    for item in view.items() if items is None else items:
+        asset = read_arrays_asset(item)
+        if asset is None:
+            continue
+        for key, pixels in asset.pixels.items():
+            data = view.item_arrays(item["collection"], item["id"], [key])[key]
+            digest = hashlib.sha256(f"{data.dtype}{data.shape}{pixels.crs}{pixels.transform}".encode())
+            digest.update(data.values.tobytes())
+            digests[f"{item['collection']}/{item['id']}/{key}"] = digest.hexdigest()
+    return digests
 
 
 def files_of_version(repository: Repository, pointer: str) -> set[str]:

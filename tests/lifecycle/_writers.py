@@ -20,7 +20,7 @@ def commit_with_arrays(repository: Repository, item_id: str, value: int, collect
     """One commit: an item whose 64x64 array (random, so too big to inline: a chunk object of its own) in its group."""
     writer = repository.writer()
     pixels = np.random.default_rng(value).integers(0, 2**31 - 1, size=(64, 64), dtype="int32")
-    writer.add_item(stage_raster(writer, make_item(item_id, collection, value=value), pixels, key="band"))
+    writer.add_item(stage_raster(writer, make_item(item_id, collection, value=value), pixels))
     return writer.commit(f"add {item_id}").snapshot_id
 
 

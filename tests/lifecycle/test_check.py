@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zarr
 
 from ingest import Repository
 from ingest.lifecycle import check
+from ingest.stac import ITEM, Piece, read_arrays_asset
 from tests.conftest import make_item
 
 
@@ -57,8 +60,22 @@ def test_unknown_ref_is_a_problem_not_a_crash(repo):
     assert "no branch, tag or snapshot" in problem.what
 
 
-# -- deep checks: recorded sizes, truncated manifests, missing arrays ------------------------------------------
-def test_deep_check_finds_a_deleted_data_file_a_truncated_manifest_and_a_missing_array_group(repo):
+# -- deep checks: recorded sizes, truncated manifests, rows and slots that disagree -------------------------------
+def pieces_of(view, item_id: str) -> list[Piece]:
+    asset = read_arrays_asset(view.item("c", item_id))
+    assert asset is not None and asset.pieces(), f"{item_id} has no pieces"
+    return asset.pieces()
+
+
+def edit_arrays(repo: Repository, branch: str, message: str, edit: Callable[[zarr.Group], None]) -> None:
+    """A commit on a new branch from v1 that edits the arrays directly (no row changes)."""
+    repo.branch(branch, "v1")
+    writer = repo.writer(branch)
+    edit(zarr.open_group(writer.store, mode="a"))
+    writer.commit(message)
+
+
+def test_deep_check_finds_a_deleted_data_file_a_truncated_manifest_and_rows_and_slots_that_disagree(repo):
     from typer.testing import CliRunner
 
     from ingest.cli import EXIT_PROBLEMS, app
@@ -71,14 +88,54 @@ def test_deep_check_finds_a_deleted_data_file_a_truncated_manifest_and_a_missing
     root = repo.location.url
     run = CliRunner()
     assert run.invoke(app, ["--root", root, "check", "--all", "--deep"]).exit_code == 0
+    view = repo.view("v1")
+    a_pieces, b_pieces = pieces_of(view, "a"), pieces_of(view, "b")
+    assert {(piece.stack, piece.array) for piece in a_pieces} == {(piece.stack, piece.array) for piece in b_pieces}
+    assert all(view.slot_items(piece.stack)[piece.slot] == "b" for piece in b_pieces)
 
-    # An array group removed at the tip: its row is still there.
-    writer = repo.writer()
-    zarr.open_group(writer.store, path="c", mode="a").__delitem__("b")
-    writer.commit("drop the arrays of b")
-    (problem,) = check(repo, "main", deep=True)
-    assert problem.what == "item 'b' (c): array group 'c/b' is missing"
-    assert check(repo, "main") == [] and check(repo, "v1", deep=True) == []
+    # A stack array removed (its rows are still there): every row with a piece in it names it; nothing else.
+    stack, array = b_pieces[0].stack, b_pieces[0].array
+    edit_arrays(repo, "no-array", f"drop {stack}/{array}", lambda root: root[stack].__delitem__(array))
+    assert not repo.view("no-array").has_array(f"{stack}/{array}")
+    assert {p.what for p in check(repo, "no-array", deep=True)} == {
+        f"item {item_id!r} (c): stack array '{stack}/{array}' is missing"
+        for item_id, pieces in (("a", a_pieces), ("b", b_pieces))
+        if any((piece.stack, piece.array) == (stack, array) for piece in pieces)
+    }
+
+    # A slot whose item coordinate names another item: b's slot now says "a".
+    def b_slot_says_a(root: zarr.Group) -> None:
+        for piece in b_pieces:
+            root[f"{piece.stack}/{ITEM}"][piece.slot] = "a"
+
+    edit_arrays(repo, "wrong-item", "b's slots say a", b_slot_says_a)
+    assert {p.what for p in check(repo, "wrong-item", deep=True)} == {
+        f"item 'b' (c): slot {piece.slot} of {piece.stack!r} holds 'a', not this item" for piece in b_pieces
+    }
+
+    # An occupied slot no row names: a slice (pixels and item id) written past the last slot, without a row.
+    ghost_slot = max(view.slot_items(stack)) + 1
+
+    def slice_without_row(root: zarr.Group) -> None:
+        root[f"{stack}/{ITEM}"][ghost_slot] = "ghost"
+        pixels = root[f"{stack}/{array}"]
+        pixels[ghost_slot] = np.ones(pixels.shape[1:], dtype=pixels.dtype)
+
+    edit_arrays(repo, "ghost", "a slice without its row", slice_without_row)
+    assert repo.view("ghost").slot_items(stack)[ghost_slot] == "ghost"
+    assert [p.what for p in check(repo, "ghost", deep=True)] == [
+        f"slot {ghost_slot} of {stack!r} holds 'ghost', which no row names (a slice without row)"
+    ]
+
+    # Only --deep looks at the arrays; the versions the defects branched from are untouched.
+    for branch in ("no-array", "wrong-item", "ghost"):
+        assert check(repo, branch) == []
+    assert check(repo, "v1", deep=True) == [] and check(repo, "main", deep=True) == []
+    result = run.invoke(app, ["--root", root, "check", "--all", "--deep"])
+    assert result.exit_code == EXIT_PROBLEMS
+    assert "is missing" in result.output and "not this item" in result.output and "no row names" in result.output
+    for branch in ("no-array", "wrong-item", "ghost"):
+        assert branch in result.output
 
     # A data file with a different size than recorded: only --deep sees it.
     files = {task.file.file_path: task.file for task in repo.view("v1").table.scan().plan_files()}
@@ -120,9 +177,9 @@ def test_deep_check_on_s3(s3_root, s3_settings):
 
 def test_deep_check_finds_a_missing_virtual_source(tmp_path):
     """Virtual arrays read their source COGs: a deleted source is a problem only --deep looks for."""
-    from ingest.lifecycle import check
-    from ingest.rasters import write_virtual_granule
+    from ingest.pipeline._arrays import stage_references
     from ingest.sample import make_archive
+    from ingest.stac import arrays_asset, with_arrays_asset
 
     item_file = next(
         path for path in make_archive(tmp_path / "archive", granules=3, seed=4) if "sample-dem" in path.name
@@ -131,8 +188,10 @@ def test_deep_check_finds_a_missing_virtual_source(tmp_path):
     repository = Repository.create(tmp_path / "repo")
     repository.allow_virtual_sources([tif])
     writer = repository.writer()
-    writer.item_group("sample-dem", "one")
-    write_virtual_granule(writer.store, "sample-dem/one", {"data": tif})
+    writer.ensure_collection("sample-dem")
+    item = make_item("one", "sample-dem")
+    placed, _ = stage_references(writer, item, {"data": str(tif)}, repository.settings.arrays)
+    writer.add_item(with_arrays_asset(item, arrays_asset(placed, virtual=True)))
     writer.commit("one virtual granule")
     assert check(repository, deep=True) == []
     tif.unlink()

@@ -10,6 +10,7 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -19,8 +20,9 @@ from ingest.errors import InvalidDuration
 from ingest.lifecycle import gc, parse_duration
 from ingest.lifecycle._store import RootFiles
 from ingest.repository import _commit as commit_module
+from ingest.stac import arrow_to_items, without_arrays_asset
 from tests import invariants
-from tests.conftest import make_item
+from tests.conftest import make_item, stage_raster
 from tests.lifecycle._helpers import every_version, expected_live, exports, files_of_version, table_files
 from tests.lifecycle._writers import commit_with_arrays, killed_mid_commit
 from tests.repository._writers import (
@@ -30,7 +32,9 @@ from tests.repository._writers import (
     Race,
     commit_worker,
     forced_loss,
+    pixels_of,
     snapshot_ids,
+    staged_slots,
     wait_while_writing,
 )
 
@@ -94,8 +98,8 @@ def test_gc_after_racing_and_killed_writers_removes_every_orphan_and_keeps_every
     root = str(tmp_path / "repo")
     repository = Repository.create(root, settings)
     commit_with_arrays(repository, "first", 1)
+    seed_workers_stack(repository)
     repository.tag("v1")
-    repository.ensure_groups(["c"])
     _, arguments = race_writers(
         root, settings, tmp_path / "meeting", writers=3, commits=3, rows=2, race_at=0, held=False
     )
@@ -116,10 +120,14 @@ def test_gc_after_racing_and_killed_writers_removes_every_orphan_and_keeps_every
     live = expected_live(repository)
     orphans = set(listed) - live
     assert live <= set(listed)
-    # Every orphan is accounted for: what the lost attempts and the killed writer wrote and no version uses.
+    # Every orphan is accounted for: what the lost attempts and the killed writer wrote and no version uses, and the
+    # data files a loser wrote before it saw the tip had moved (then rewrote, because its rows' slots moved).
     left_by = {pointer: files_of_version(repository, pointer) - live for pointer in [*lost, killed]}
-    assert orphans == set().union(*left_by.values()), "an orphan nobody left, or a lost attempt's file is live"
-    for pointer in lost:  # a lost attempt's data files are re-used by its retry; its table version is not
+    left = set().union(*left_by.values())
+    assert left <= orphans, "a lost attempt's file is live"
+    for path in orphans - left:
+        assert_rows_moved_before_written(repository, path, commits)
+    for pointer in lost:  # a lost attempt's table version is not re-used by its retry (its data files may be)
         assert {f"tables/{pointer}", manifest_list_of(repository, pointer)} <= left_by[pointer], pointer
     assert any(path.endswith(".parquet") for path in left_by[killed]), "the killed writer left no data file"
     assert f"tables/{killed}" in left_by[killed], "the killed writer left no metadata.json"
@@ -139,6 +147,36 @@ def test_gc_after_racing_and_killed_writers_removes_every_orphan_and_keeps_every
     assert exports(reopened) == before
     assert every_version(reopened) == versions, "a version in some ref's history reads differently after gc"
     assert "killed" not in str(before)
+    tip = reopened.view()
+    invariants.assert_item_arrays(
+        tip, "c", {item_id: pixels_of(item_id) for commit in commits for item_id in commit["ids"]}
+    )
+    invariants.assert_no_slice_without_row(tip)
+
+
+def assert_rows_moved_before_written(repository: Repository, path: str, commits: list[dict]) -> None:
+    """``path`` (relative to the root), an orphan no table version names, is a data file a writer wrote for one
+    commit before it knew the tip had moved: its rows are that commit's items as they landed, but for the slots
+    their pieces name (the slots moved past a winner's, and the rows were written again)."""
+    assert path.endswith(".parquet"), f"{path}: an orphan nobody left"
+    with repository.io.new_input(f"{repository.location.url}/{path}").open() as stream:
+        rows = arrow_to_items(pq.read_table(stream))
+    ids = {row["id"] for row in rows}
+    assert any(ids <= set(commit["ids"]) for commit in commits), f"{path}: rows {sorted(ids)} of no one commit"
+    tip = repository.view()
+    for row in rows:
+        landed = tip.item("c", row["id"])
+        assert without_arrays_asset(row) == without_arrays_asset(landed), f"{path}: {row['id']} is another version"
+        assert staged_slots(row) != staged_slots(landed), f"{path}: {row['id']} names the slots it landed at"
+
+
+def seed_workers_stack(repository: Repository) -> None:
+    """Commit an item with a raster of the kind ``commit_worker`` stages, so the stack and array the workers append
+    to exist before they race: otherwise a worker's first swap is the commit that creates them (``commit_alone``),
+    and a race forced at commit 0 would be run on that commit instead of the one with the items."""
+    writer = repository.writer()
+    writer.add_item(stage_raster(writer, make_item("seed", "c"), pixels_of("seed")))
+    writer.commit("the stack the workers append to")
 
 
 def manifest_list_of(repository: Repository, pointer: str) -> str:
@@ -288,8 +326,9 @@ def test_gc_after_replacements_keeps_old_versions_and_drops_orphaned_rewrites(tm
 def test_gc_while_writers_commit_deletes_nothing_they_need(tmp_path, monkeypatch):
     """gc sweeps while a commit is in flight, for certain: writer 0 has written its data file, manifest and
     metadata.json and waits before its compare-and-swap, and writer 1 is held, while the test runs gc. Old orphans
-    go; the in-flight files, unreferenced but younger than the grace, stay; the commit then loses its race, retries
-    with the same data files and lands whole. More sweeps run while the two writers race on."""
+    go; the in-flight files, unreferenced but younger than the grace, stay; the commit then loses its race, moves
+    its slots past the winner's (its rows rewritten to name them) and lands whole. More sweeps run while the two
+    writers race on; every commit's version still reads its rows and their pixels."""
     settings = Settings()
     root = str(tmp_path / "repo")
     repository = Repository.create(root, settings)
@@ -309,6 +348,7 @@ def test_gc_while_writers_commit_deletes_nothing_they_need(tmp_path, monkeypatch
         pending = pool.starmap_async(commit_worker, arguments)
 
         wait_while_writing(meeting, LOSER_WAITING, pending)
+        live_at_sweep = expected_live(repository)
         in_flight = gc(repository, grace=grace)
         meeting.arrive(GO)
         later = []
@@ -320,11 +360,19 @@ def test_gc_while_writers_commit_deletes_nothing_they_need(tmp_path, monkeypatch
     assert not any(sweep.deleted for sweep in later), "a later sweep deleted a file younger than the grace"
     commits = [commit for worker in results for commit in worker]
     forced = forced_loss(results)
-    # The files the in-flight commit landed with existed, unreferenced, when gc swept; gc kept them for the grace.
-    landed_with = data_files_added(repository, forced["snapshot_id"])
-    assert landed_with and landed_with <= {path for path, _ in in_flight.kept_young}
-
+    # The table files the in-flight attempt had written existed, unreferenced, when gc swept: gc kept them all.
+    waiting = files_of_version(repository, forced["lost"][0]) - live_at_sweep
+    assert any(path.endswith(".parquet") for path in waiting) and f"tables/{forced['lost'][0]}" in waiting
+    assert waiting <= {path for path, _ in in_flight.kept_young}, "gc swept a file of the commit in flight"
+    assert waiting <= set(table_files(repository)), "a file of the commit in flight is gone"
+    # Both writers appended to one stack from the same base: the loser's slots moved past the winner's (its rows
+    # were rewritten to name them), and it landed whole with the data files that name the moved slots.
     tip = Repository.open(root, settings)
+    landed = {item_id: staged_slots(tip.view(forced["snapshot_id"]).item("c", item_id)) for item_id in forced["ids"]}
+    assert landed != forced["staged"], "the forced loser's slots did not move: the race did not collide"
+    landed_with = data_files_added(tip, forced["snapshot_id"])
+    assert landed_with and landed_with <= set(table_files(tip))
+
     rows = invariants.Rows()
     invariants.assert_history_holds(tip, "main", *snapshot_ids(results))
     invariants.assert_items_exactly(
@@ -334,8 +382,9 @@ def test_gc_while_writers_commit_deletes_nothing_they_need(tmp_path, monkeypatch
     for commit in commits:  # every commit's own version still reads, with its arrays
         invariants.assert_committed_rows_readable(tip, committed, commit["snapshot_id"], rows)
         view = tip.view(commit["snapshot_id"])
-        invariants.assert_arrays_hold(view, {f"c/{commit['group']}": commit["value"]})
+        invariants.assert_item_arrays(view, "c", {item_id: pixels_of(item_id) for item_id in commit["ids"]})
         invariants.assert_rows_have_their_arrays(view, rows)
+        invariants.assert_no_slice_without_row(view, rows)
     checked = floe(root, "check", "--all", "--deep")
     assert checked.exit_code == 0, checked.output
 

@@ -6,9 +6,10 @@ writer waits at until all are up, and a forced race (:class:`Race`) whose loser
 cannot win its compare-and-swap. Waiting is for an event, never for a time:
 the timeout only turns a stuck test into a failure that names what it waited for.
 
-Two workloads: :func:`commit_worker` (each commit one array and the items
-naming it) and the mixed one of :func:`mixed_worker` (fresh items, replaced
-shared items, properties that widen the schema, arrays), shared by
+Two workloads: :func:`commit_worker` (each commit a few items, each with an
+8x8 raster of its own, every writer appending to the same stack) and the
+mixed one of :func:`mixed_worker` (fresh items, replaced shared items and
+their rasters, properties that widen the schema), shared by
 ``test_mixed_writers_s3`` and ``scripts/bench_many_writers.py``. A mixed
 commit's content is a pure function of (writer, sequence)
 (:func:`plan_commit`), so each writer reports only which commit landed where,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import random
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,12 +29,14 @@ from multiprocessing.pool import AsyncResult
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ingest import CommitConflict, Repository, Settings, Writer
 from ingest.repository import CommitMetadata
 from ingest.repository import _commit as commit_module
-from ingest.stac import arrays_asset
+from ingest.stac import read_arrays_asset
 from tests import invariants
-from tests.conftest import make_item
+from tests.conftest import make_item, stage_raster
 
 STUCK_AFTER = 300.0
 """Seconds after which a wait has failed: another process died or never came (no commit here takes this long)."""
@@ -43,6 +47,35 @@ WINNER_LANDED = "race-winner-landed"
 """The winner's commit is on the branch."""
 GO = "race-go"
 """The test lets a held winner commit."""
+
+
+def pixels_of(item_id: str) -> np.ndarray:
+    """The 8x8 int16 raster :func:`commit_worker` stages for ``item_id`` (seeded by the id: the verifier makes it
+    again)."""
+    return np.random.default_rng(zlib.crc32(item_id.encode())).integers(-(2**15), 2**15, size=(8, 8), dtype="int16")
+
+
+def staged_slots(item: dict[str, Any]) -> dict[str, int]:
+    """Stack -> the slot the item's arrays are at (as staged, or as stored)."""
+    asset = read_arrays_asset(item)
+    assert asset is not None, f"item {item['id']!r} has no arrays"
+    return {piece.stack: piece.slot for piece in asset.pieces()}
+
+
+def replace_raster(
+    writer: Writer, item: dict[str, Any], pixels: np.ndarray, stored: dict[str, Any] | None = None, **where: Any
+) -> dict[str, Any]:
+    """Stage new arrays for an item the writer's base holds with arrays, as ``floe ingest`` does for a changed
+    raster: the new slices, and the old ones cleared in the same commit. ``stored`` is the item as the base
+    holds it (looked up when not given). Returns the item to add with ``replace=True``."""
+    if stored is None:
+        key = (item["collection"], item["id"])
+        stored = writer.stored_items([key])[key]
+    previous = read_arrays_asset(stored)
+    assert previous is not None, f"{item['id']!r} has no arrays at the writer's base"
+    staged = stage_raster(writer, item, pixels, **where)
+    writer.clear_pieces(previous.pieces())
+    return staged
 
 
 @dataclass(frozen=True)
@@ -130,12 +163,16 @@ def commit_worker(
     writers: int,
     race: Race | None = None,
 ) -> list[dict[str, Any]]:
-    """Make ``commits`` commits, each of one array and ``rows`` items naming it; report what each commit holds.
+    """Make ``commits`` commits, each of ``rows`` items with a raster each; report what each commit holds.
 
-    Waits at ``meeting`` until all ``writers`` are up, so they start together.
-    Each commit's report says which table versions its lost compare-and-swaps
-    wrote (``lost``: their pointers, relative to ``<root>/tables/``) and
-    whether it was the loser's side of ``race`` (``forced``).
+    Every item's raster is :func:`pixels_of` its id at the same place, so
+    all writers append to one stack of collection ``c`` and the loser of a
+    race must move its slots past the winner's. Waits at ``meeting`` until
+    all ``writers`` are up, so they start together. Each commit's report
+    says at which slot each item was staged (``staged``: id -> stack ->
+    slot), which table versions its lost compare-and-swaps wrote (``lost``:
+    their pointers, relative to ``<root>/tables/``) and whether it was the
+    loser's side of ``race`` (``forced``).
     """
     repository, gate, lost, original = _start_worker(root, settings, worker, meeting, writers, race)
     try:
@@ -144,22 +181,18 @@ def commit_worker(
             gate.commit = number
             lost.clear()
             writer = repository.writer()
-            group_name = f"w{worker}-{number}"
-            group = writer.item_group("c", group_name)
-            array = group.create_array("band", shape=(4,), dtype="int32")
-            array[:] = worker * 1000 + number
-            ids = [f"{group_name}-{row}" for row in range(rows)]
+            ids = [f"w{worker}-{number}-{row}" for row in range(rows)]
+            staged = {}
             for item_id in ids:
-                item = make_item(item_id, "c", **{f"w{worker}": number})
-                item["assets"]["floe:arrays"] = arrays_asset(f"c/{group_name}", ["band"])
+                item = stage_raster(writer, make_item(item_id, "c", **{f"w{worker}": number}), pixels_of(item_id))
+                staged[item_id] = staged_slots(item)
                 writer.add_item(item)
             result = writer.commit(f"worker {worker} commit {number}")
             done.append(
                 {
                     "snapshot_id": result.snapshot_id,
                     "ids": ids,
-                    "group": group_name,
-                    "value": worker * 1000 + number,
+                    "staged": staged,
                     "attempts": result.attempts,
                     "files_written": result.files_written,
                     "lost": list(lost),
@@ -241,9 +274,9 @@ class _Gate:
 SHARED = 50
 """Items every writer replaces: ``shared-00`` to ``shared-49``, seeded at version 0 before the writers start."""
 SHARED_ARRAYS_EVERY = 5
-"""Every fifth shared item has arrays: two writers replacing it at once write the same chunk, and one re-plans."""
+"""Every fifth shared item has arrays: two writers replacing them at once both clear its slices, and one re-plans."""
 APPENDS = 3
-"""Fresh items per commit (the first with arrays of its own)."""
+"""Fresh items per commit (the first with arrays of its own, in the stack every writer appends to)."""
 REPLACES = 2
 """Shared items replaced per commit."""
 NEW_PROPERTY_EVERY = 10
@@ -271,7 +304,10 @@ class Planned:
     replacing: frozenset[str]
     """Ids staged as replacements (the shared items)."""
     arrays: frozenset[str]
-    """Ids whose group ``c/<id>`` gets the array ``band``, holding ``version``."""
+    """Ids whose raster (8x8 int32 pixels, all ``version``) is staged: fresh ones, or replacing the stored one."""
+
+    def pixels(self) -> np.ndarray:
+        return np.full((8, 8), self.version, dtype="int32")
 
 
 def _planned(version: int, appended: list[str], replacing: list[str], properties: dict[str, Any]) -> Planned:
@@ -280,10 +316,7 @@ def _planned(version: int, appended: list[str], replacing: list[str], properties
     for index, item_id in enumerate(appended + replacing):
         # An integer in some items and a float in others, within one commit and across commits.
         mixed = version + index if index % 2 == 0 else version + index + 0.5
-        item = make_item(item_id, "c", **properties, mixed=mixed)
-        if item_id in arrays:
-            item["assets"]["floe:arrays"] = arrays_asset(f"c/{item_id}", ["band"])
-        items.append(item)
+        items.append(make_item(item_id, "c", **properties, mixed=mixed))
     return Planned(version, items, frozenset(replacing), frozenset(arrays))
 
 
@@ -315,19 +348,23 @@ def plan_commit(worker: int, sequence: int, *, raced: bool = False) -> Planned:
 
 
 def stage(writer: Writer, planned: Planned) -> None:
-    """Stage ``planned`` in ``writer``: each item, and the arrays of those that have them."""
-    for item in planned.items:
+    """Stage ``planned`` in ``writer``: each item, and the rasters of those that have them (a shared item's
+    replace its stored ones, cleared in the same commit)."""
+    restaged = planned.arrays & planned.replacing
+    stored = writer.stored_items(("c", item_id) for item_id in sorted(restaged)) if restaged else {}
+    for planned_item in planned.items:
+        item, key = planned_item, ("c", planned_item["id"])
         if item["id"] in planned.arrays:
-            group = writer.item_group("c", item["id"])
-            if "band" in group:
-                group["band"][:] = planned.version  # type: ignore[index]
+            if key in stored:
+                item = replace_raster(writer, item, planned.pixels(), stored[key])
             else:
-                group.create_array("band", shape=(2,), dtype="int32")[:] = planned.version
+                item = stage_raster(writer, item, planned.pixels())
         writer.add_item(item, replace=item["id"] in planned.replacing)
 
 
 def seed_shared(repository: Repository) -> str:
-    """Create the collection's group and commit the shared items at version 0; returns the snapshot id."""
+    """Create the collection's group and commit the shared items at version 0 (and its stack, with the first
+    rasters); returns the snapshot id."""
     repository.ensure_groups(["c"])
     writer = repository.writer()
     stage(writer, seed_plan())
@@ -441,6 +478,8 @@ def verify_mixed(repository: Repository, seed: str, results: list[list[dict[str,
     retyped = invariants.changed_properties(tip, expected)[1]
     outcomes["integers read back as floats"] = f"{len(retyped)} (e.g. {retyped[0]})" if retyped else "0"
     run("arrays match their rows", lambda: invariants.assert_arrays_match_rows(tip, "version"))
+    run("no row without its arrays", lambda: invariants.assert_rows_have_their_arrays(tip, rows))
+    run("no arrays without their row", lambda: invariants.assert_no_slice_without_row(tip, rows))
     run("floe check --all --deep", lambda: invariants.assert_check_passes(repository))
     run("no writer starves", lambda: assert_no_writer_starves(results))
     return outcomes

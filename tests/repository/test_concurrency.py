@@ -6,12 +6,18 @@ waits before its compare-and-swap until writer 1 has committed, so it must
 lose, rebase and retry. While it waits the test tags the tip, so one tag is
 taken mid-run for certain; more are taken while the writers run.
 
+Every item has an 8x8 raster of its own at the same place, so all writers
+append to one stack: whoever loses a race moves its slots past the winner's
+(``ingest/repository/_slots.py``), and the forced loser's slots certainly move.
+
 Invariants checked afterwards (:mod:`tests.invariants`): the branch history is
 linear and holds every commit, each writer's in its order; at every snapshot
 the table holds exactly the rows of that snapshot's ancestry (none lost, none
-twice), the groups of those commits and no other, and no row names a group the
-snapshot lacks; the tip's arrays hold what each commit wrote, and every
-committed row is readable there; every tag shows exactly the moment it was taken.
+twice), the stack's slots hold exactly those items (none a lost attempt left,
+none twice), every row's pieces are slots naming it and every occupied slot is
+named by a row; the tip's arrays read back equal to what each writer staged, and
+every committed row is readable there; every tag shows exactly the moment it was
+taken.
 
 The mixed workload (``test_mixed_writers_s3``; ``scripts/bench_many_writers.py``
 runs it with 8 writers and hundreds of commits) adds what appends alone do not
@@ -47,6 +53,7 @@ from tests.repository._writers import (
     commit_worker,
     forced_loss,
     mixed_worker,
+    pixels_of,
     seed_shared,
     snapshot_ids,
     verify_mixed,
@@ -88,39 +95,47 @@ def verify(root: str, settings: Settings, results: list[list[dict[str, Any]]], t
     repository = Repository.open(root, settings)
     commits = [commit for worker in results for commit in worker]
     history = invariants.assert_history_holds(repository, "main", *snapshot_ids(results))
-    forced_loss(results)
+    forced = forced_loss(results)
 
     by_snapshot = {commit["snapshot_id"]: commit for commit in commits}
     expected_ids: Counter[str] = Counter()
-    expected_groups: set[str] = set()
-    expected_at: dict[str, tuple[Counter[str], set[str]]] = {}
+    expected_at: dict[str, Counter[str]] = {}
     for info in reversed(history):
         commit = by_snapshot.get(info.id)
         if commit is not None:
             expected_ids.update(commit["ids"])
-            expected_groups.add(commit["group"])
-        expected_at[info.id] = (Counter(expected_ids), set(expected_groups))
+        expected_at[info.id] = Counter(expected_ids)
 
     rows = invariants.Rows()  # nothing is deleted here: each data file is read once
     for info in history:
         if CommitMetadata.decode(info.metadata) is None:
             continue  # Icechunk's root snapshot predates the table
-        ids, groups = expected_at[info.id]
+        ids = expected_at[info.id]
         view = repository.view(info.id)
         invariants.assert_items_exactly(view, ids, rows)
-        invariants.assert_groups_exactly(view, "c", groups)
+        invariants.assert_slices_exactly(view, "c", ids)
         invariants.assert_rows_have_their_arrays(view, rows)
+        invariants.assert_no_slice_without_row(view, rows)
 
     tip = repository.view("main")
-    invariants.assert_arrays_hold(tip, {f"c/{commit['group']}": commit["value"] for commit in commits})
+    # One stack held every writer's granules: they appended to it concurrently.
+    (stack,) = tip.stacks("c")
+    assert len(tip.slot_items(stack)) == sum(expected_ids.values())
+    # The forced loser had taken slots the winner took too: every one of them moved past the winner's.
+    landed = {row.id: {piece_stack: slot for piece_stack, _, slot in row.pieces or ()} for row in rows.at(tip)}
+    unmoved = [item_id for item_id in forced["ids"] if landed[item_id] == forced["staged"][item_id]]
+    assert not unmoved, f"the forced loser's slots did not move: {unmoved}"
+    # Pixels read back equal to what was staged: the forced commit's items, and the first item of every commit.
+    sampled = {*forced["ids"], *(commit["ids"][0] for commit in commits)}
+    invariants.assert_item_arrays(tip, "c", {item_id: pixels_of(item_id) for item_id in sorted(sampled)})
     invariants.assert_committed_rows_readable(
         repository, {commit["snapshot_id"]: commit["ids"] for commit in commits}, "main", rows
     )
 
     assert "t0" in tags, "no tag was taken while the writers ran"
     for name, snapshot_id in tags.items():
-        invariants.assert_tag_unchanged(repository, name, snapshot_id, expected_at[snapshot_id][0], rows)
-    mid_run = expected_at[tags["t0"]][0]
+        invariants.assert_tag_unchanged(repository, name, snapshot_id, expected_at[snapshot_id], rows)
+    mid_run = expected_at[tags["t0"]]
     assert 0 < sum(mid_run.values()) < sum(expected_ids.values()), "tag t0 was not taken mid-run"
 
 

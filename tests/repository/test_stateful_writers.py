@@ -1,18 +1,19 @@
 """A state machine of interleaved writers on branches, with tags and gc (after icechunk's stateful parallel sessions).
 
-Writers open at arbitrary moments on any branch, stage items, replacements and
-arrays, and commit in any order. Branches are created from a branch's tip or
+Writers open at arbitrary moments on any branch, stage items, replacements,
+rasters (8x8 granules in one of two stacks) and new rasters for items that
+have some, and commit in any order. Branches are created from a branch's tip or
 from a tag; tags are taken of any branch's tip; ``floe gc`` runs with no grace
 period, sometimes expiring every snapshot no branch or tag points at. Rules
 apply only where their preconditions hold (a writer to stage in, a writer with
-something staged to commit, a group it may still create), and draw only from
+something staged to commit, an item with arrays it may still re-stage), and draw only from
 what applies, so no step is skipped silently; a new branch gets a writer at
 once, so commits on branches are common; ``note`` records what each step did,
 for the report of a failing run.
 
 The model keeps what each branch must hold (:class:`Contents`: items, the
-newest version of each replaced item, groups and their array values, the
-commits in its history), and what each tag and each snapshot still in the
+newest version of each replaced item, the pixel value of each item's arrays,
+the commits in its history), and what each tag and each snapshot still in the
 history held when it was made. The invariants of :mod:`tests.invariants` check
 it: every branch's tip and history (and that main's history never
 holds a commit made on another branch), every tag and the latest snapshots,
@@ -22,11 +23,16 @@ gc, every snapshot the model says is still reachable, and ``floe check --all
 
 What floe does, and the model expects:
 
-- a writer that stages a group another writer committed *on its branch* after
-  it opened is refused (``CommitConflict``); no other commit is;
+- writers appending granules to one stack take the same slots; the loser's
+  slots move past the winner's and its rows follow: it commits;
+- a writer that re-stages an item's arrays (new slices, the stored ones
+  cleared) is refused (``CommitConflict``, naming the item's stack) when
+  another writer re-staged that item's arrays *on its branch* after it opened;
+  no other commit is;
 - gc with no grace period deletes only what no version needs: a writer open
   across it commits as if gc had not run (its staged arrays are inline in its
-  session here; chunk objects younger than the grace are another matter: a
+  session here: 16-pixel tiles and chunks keep each chunk under Icechunk's
+  inline limit; chunk objects younger than the grace are another matter: a
   grace of 0 is for a repository without writers, see ``ingest/lifecycle/_gc.py``);
 - expiring snapshots leaves each branch's history as its tip alone (Icechunk
   keeps tips and tagged snapshots); a writer whose base snapshot was expired
@@ -47,18 +53,23 @@ from datetime import timedelta
 from pathlib import Path
 
 import hypothesis.strategies as st
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, note, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ingest import CommitConflict, Repository, Settings, Writer
+from ingest.config import ArraysSettings
 from ingest.lifecycle import gc
 from ingest.repository import View
-from ingest.stac import arrays_asset
 from tests import invariants
-from tests.conftest import make_item
+from tests.conftest import make_item, stage_raster
+from tests.repository._writers import replace_raster, staged_slots
 
-GROUPS = ("g1", "g2", "g3", "g4")
+ORIGINS = ((500000.0, 4200000.0), (500000.0 + 16 * 10 * 4, 4200000.0))
+"""Where granules go: two 16-pixel tiles, four apart, so two stacks (``seed-0`` and ``seed-1`` make them first)."""
+ARRAYS = ArraysSettings(tile=16, chunk=16)
+"""Tiles and chunks of 16 pixels: an 8x8 granule is one small chunk, inline in the session that stages it."""
 MAX_OPEN = 4
 MAX_BRANCHES = 3
 """``main`` and up to two more."""
@@ -74,15 +85,15 @@ class Contents:
     tip: str
     """The snapshot id of the branch's tip."""
     ids: Counter[str] = field(default_factory=Counter)
-    groups: dict[str, int] = field(default_factory=dict)
-    """Group -> the value of its array."""
+    arrays: dict[str, int] = field(default_factory=dict)
+    """Item with arrays -> the value of every pixel of its newest ones."""
     versions: dict[str, int] = field(default_factory=dict)
     """Replaced item -> the version its newest replacement carries."""
     commits: list[str] = field(default_factory=list)
     """The model's commits in the branch's history, oldest first (inherited ones included)."""
 
     def copy(self) -> Contents:
-        return Contents(self.tip, Counter(self.ids), dict(self.groups), dict(self.versions), list(self.commits))
+        return Contents(self.tip, Counter(self.ids), dict(self.arrays), dict(self.versions), list(self.commits))
 
 
 @dataclass
@@ -92,14 +103,18 @@ class OpenWriter:
     name: str
     branch: str
     writer: Writer
-    base_groups: frozenset[str]
-    """The groups its branch held when it opened: its session sees them, so it may not create them again."""
+    base_arrays: dict[str, int]
+    """The items with arrays its branch held when it opened (id -> pixel value): it may re-stage those."""
     ids: list[str] = field(default_factory=list)
-    """Fresh items it appends."""
+    """Fresh items it appends (with arrays or without)."""
     replaced: dict[str, int] = field(default_factory=dict)
-    """Item id -> the version its replacement carries."""
-    groups: dict[str, int] = field(default_factory=dict)
-    """Group it creates -> the value of its array."""
+    """Item id -> the version its replacement carries (rows only: items without arrays)."""
+    arrays: dict[str, int] = field(default_factory=dict)
+    """Item whose raster it stages (fresh, or re-staged) -> the value of every pixel."""
+    restaged: dict[str, str] = field(default_factory=dict)
+    """Item whose stored arrays it replaces -> the stack they were in at its base."""
+    slots: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Item -> stack -> the slot its raster was staged at."""
     base_expired: bool = False
     """gc expired the snapshot it opened at."""
     across_gc: bool = False
@@ -110,28 +125,36 @@ class OpenWriter:
         return self.writer.session.snapshot_id
 
     def has_staged(self) -> bool:
-        return bool(self.ids or self.replaced or self.groups)
+        return bool(self.ids or self.replaced or self.arrays)
 
-    def can_create_arrays(self) -> bool:
-        """Whether it may create a group now: one is left, and its base snapshot still exists.
+    def can_stage_arrays(self) -> bool:
+        """Whether it may stage a raster: its base snapshot still exists.
 
-        Creating a group reads the parent group's metadata from the base
+        Staging reads the stack's nodes (and a re-staged item's row) at the base
         snapshot; after ``gc --grace 0s --expire-older-than 0s`` expired that
         snapshot it is gone, and the read fails (``--grace`` exists for writers in
         flight). Such a writer may still stage rows; its commit is refused by name.
         """
-        return bool(self.creatable()) and not self.base_expired
+        return not self.base_expired
 
-    def creatable(self) -> list[str]:
-        return [group for group in GROUPS if group not in self.groups and group not in self.base_groups]
+    def can_restage(self) -> bool:
+        return self.can_stage_arrays() and bool(self.restageable())
+
+    def restageable(self) -> list[str]:
+        """Items with arrays at its base that it has not staged yet."""
+        return sorted(item_id for item_id in self.base_arrays if item_id not in self.arrays)
 
 
 class InterleavedWriters(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.directory = tempfile.TemporaryDirectory(prefix="floe-stateful-")
-        self.repo = Repository.create(Path(self.directory.name) / "repo", Settings())
-        self.repo.ensure_groups(["c"])
+        self.repo = Repository.create(Path(self.directory.name) / "repo", Settings(arrays=ARRAYS))
+        # The stacks exist before the model starts: staging never makes them in a commit of its own meanwhile.
+        seed = self.repo.writer()
+        for number, origin in enumerate(ORIGINS):
+            seed.add_item(stage_raster(seed, make_item(f"seed-{number}", "c"), self.pixels(number), origin=origin))
+        seeded = seed.commit("seed the stacks").snapshot_id
         self.rows = invariants.Rows()
         """Plans each version once between two changes of the repository (a commit, a refusal, a tag, a gc)."""
         self.changes = 0
@@ -140,19 +163,25 @@ class InterleavedWriters(RuleBasedStateMachine):
         self.opened = 0
         self.counter = 0
         # The model.
-        first = self.repo.resolve("main")
-        self.branches: dict[str, Contents] = {"main": Contents(first)}
-        self.snapshots: dict[str, Contents] = {first: Contents(first)}
+        first = Contents(seeded, Counter({"seed-0": 1, "seed-1": 1}), {"seed-0": 0, "seed-1": 1})
+        self.branches: dict[str, Contents] = {"main": first}
+        self.snapshots: dict[str, Contents] = {seeded: first.copy()}
         """Every snapshot still in some history that the model knows, and what it holds."""
         self.made_on: dict[str, str] = {}
         """Commit -> the branch it was made on."""
         self.added: dict[str, list[str]] = {}
+        self.with_arrays: set[str] = {"seed-0", "seed-1"}
+        """Items created with arrays (their rows are only ever replaced with new arrays)."""
         self.tags: dict[str, Contents] = {}
         self.gc_at = -1
         self.gcs = 0
 
     def teardown(self) -> None:
         self.directory.cleanup()
+
+    @staticmethod
+    def pixels(value: int) -> np.ndarray:
+        return np.full((8, 8), value, dtype="int32")
 
     def draw_writer(
         self, data: st.DataObject, applies: Callable[[OpenWriter], object] = OpenWriter.has_staged
@@ -176,14 +205,17 @@ class InterleavedWriters(RuleBasedStateMachine):
     # -- rules ---------------------------------------------------------------------------------------------------
     @initialize()
     def two_writers(self) -> None:
-        self.open_writer_on("main")
-        self.open_writer_on("main")
+        """Two writers on main, each with a granule staged in the same stack: both took the same slot."""
+        for _ in range(2):
+            state = self.open_writer_on("main")
+            self.stage_array_in(state, 0)
 
-    def open_writer_on(self, branch: str) -> None:
+    def open_writer_on(self, branch: str) -> OpenWriter:
         self.opened += 1
-        state = OpenWriter(f"w{self.opened}", branch, self.repo.writer(branch), frozenset(self.branches[branch].groups))
+        state = OpenWriter(f"w{self.opened}", branch, self.repo.writer(branch), dict(self.branches[branch].arrays))
         self.writers[state.name] = state
-        note(f"{state.name} opens on {branch} at {state.base} (groups {sorted(state.base_groups)})")
+        note(f"{state.name} opens on {branch} at {state.base} (arrays {state.base_arrays})")
+        return state
 
     @precondition(lambda self: len(self.writers) < MAX_OPEN)
     @rule(data=st.data())
@@ -204,11 +236,15 @@ class InterleavedWriters(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.writers))
     @rule(data=st.data())
     def stage_replacement(self, data: st.DataObject) -> None:
-        """Replace an item its branch holds, or a fresh one: the table keeps one version of it."""
+        """Replace an item without arrays its branch holds, or a fresh one: the table keeps one version of it."""
         state = self.draw_writer(data, applies=lambda _: True)
         fresh = f"i{self.counter + 1}"
         held = self.branches[state.branch].ids
-        stored = [item_id for item_id in sorted(held) if item_id not in state.replaced]
+        stored = [
+            item_id
+            for item_id in sorted(held)
+            if item_id not in state.replaced and item_id not in self.with_arrays and item_id not in state.ids
+        ]
         choices = st.one_of(st.sampled_from(stored), st.just(fresh)) if stored else st.just(fresh)
         item_id = data.draw(choices, label="replaced item")
         self.counter += 1  # the version (and, for a fresh item, its id)
@@ -216,29 +252,48 @@ class InterleavedWriters(RuleBasedStateMachine):
         state.replaced[item_id] = self.counter
         note(f"{state.name} stages {item_id!r} version {self.counter}, replacing")
 
-    @precondition(lambda self: any(state.can_create_arrays() for state in self.writers.values()))
-    @rule(data=st.data())
-    def stage_array(self, data: st.DataObject) -> None:
-        """Create a group with an array, and an item whose ``floe:arrays`` asset names it."""
-        state = self.draw_writer(data, applies=OpenWriter.can_create_arrays)
-        group = data.draw(st.sampled_from(state.creatable()), label="group")
+    @precondition(lambda self: any(state.can_stage_arrays() for state in self.writers.values()))
+    @rule(data=st.data(), origin=st.sampled_from(range(len(ORIGINS))))
+    def stage_array(self, data: st.DataObject, origin: int) -> None:
+        """Stage a fresh item with a raster of its own into one of the stacks."""
+        self.stage_array_in(self.draw_writer(data, applies=OpenWriter.can_stage_arrays), origin)
+
+    def stage_array_in(self, state: OpenWriter, origin: int) -> None:
         item_id = self.fresh_id()
-        state.writer.item_group("c", group).create_array("band", shape=(2,), dtype="int32")[:] = self.counter
-        item = make_item(item_id, "c")
-        item["assets"]["floe:arrays"] = arrays_asset(f"c/{group}", ["band"])
+        item = stage_raster(state.writer, make_item(item_id, "c"), self.pixels(self.counter), origin=ORIGINS[origin])
         state.writer.add_item(item)
-        state.groups[group] = self.counter
+        self.with_arrays.add(item_id)
+        state.arrays[item_id] = self.counter
+        state.slots[item_id] = staged_slots(item)
         state.ids.append(item_id)
-        note(f"{state.name} creates c/{group} = {self.counter} with item {item_id!r}")
+        note(f"{state.name} stages {item_id!r} = {self.counter} at {state.slots[item_id]}")
+
+    @precondition(lambda self: any(state.can_restage() for state in self.writers.values()))
+    @rule(data=st.data())
+    def restage_array(self, data: st.DataObject) -> None:
+        """Replace the raster of an item with arrays its base holds: new slices, the stored ones cleared."""
+        state = self.draw_writer(data, applies=OpenWriter.can_restage)
+        item_id = data.draw(st.sampled_from(state.restageable()), label="re-staged item")
+        self.counter += 1
+        stored = state.writer.stored_items([("c", item_id)])[("c", item_id)]
+        (stack,) = staged_slots(stored)
+        item = replace_raster(state.writer, make_item(item_id, "c"), self.pixels(self.counter), stored)
+        state.writer.add_item(item, replace=True)
+        state.arrays[item_id] = self.counter
+        state.restaged[item_id] = stack
+        state.slots[item_id] = staged_slots(item)
+        note(f"{state.name} re-stages {item_id!r} = {self.counter} at {state.slots[item_id]}, replacing")
 
     @precondition(lambda self: any(state.has_staged() for state in self.writers.values()))
     @rule(data=st.data())
     def commit(self, data: st.DataObject) -> None:
         state = self.writers.pop(self.draw_writer(data).name)
         branch = self.branches[state.branch]
-        # Its groups are none its session saw, so one its branch holds now was created by a writer since it opened.
-        conflicting = sorted(set(state.groups) & set(branch.groups))
-        replacing = [item_id for item_id in state.replaced if item_id in branch.ids]
+        # Items whose arrays another writer re-staged on this branch since this one opened: both cleared their slices.
+        conflicting = sorted(
+            item_id for item_id in state.restaged if branch.arrays[item_id] != state.base_arrays[item_id]
+        )
+        replacing = [item_id for item_id in state.replaced if item_id in branch.ids] + list(state.restaged)
         try:
             result = state.writer.commit(state.name)
         except CommitConflict as conflict:
@@ -249,7 +304,9 @@ class InterleavedWriters(RuleBasedStateMachine):
             else:
                 event("a writer was refused")
                 assert conflicting, f"refused without a real conflict: {conflict}"
-                assert {f"/c/{group}" for group in conflicting} & set(conflict.paths), "the refusal names other nodes"
+                stacks = {state.restaged[item_id] for item_id in conflicting}
+                named = {path.strip("/").rsplit("/", 1)[0] for path in conflict.paths}
+                assert stacks & named, f"the refusal names {conflict.paths}, not the stacks of {conflicting}"
         else:
             note(f"{state.name} commits {result.snapshot_id} on {state.branch} after {result.attempts} attempt(s)")
             event(f"commit took {min(result.attempts, 3)} attempt(s)")
@@ -260,19 +317,26 @@ class InterleavedWriters(RuleBasedStateMachine):
             if state.across_gc:
                 event("a writer open across gc committed")
             assert not state.base_expired, "a writer whose base gc expired committed"
-            assert not conflicting, f"two writers created {conflicting} on {state.branch} and both committed"
-            assert result.rows_added == len(state.ids) + len(state.replaced)
+            assert not conflicting, f"two writers re-staged {conflicting} on {state.branch} and both committed"
+            assert result.rows_added == len(state.ids) + len(state.replaced) + len(state.restaged)
             assert result.rows_replaced == len(replacing), "a replacement removed other rows than the stored version"
             branch.ids.update(state.ids)
             for item_id, version in state.replaced.items():
                 branch.ids[item_id] = 1
                 branch.versions[item_id] = version
-            branch.groups.update(state.groups)
+            branch.arrays.update(state.arrays)
             branch.commits.append(result.snapshot_id)
             branch.tip = result.snapshot_id
             self.made_on[result.snapshot_id] = state.branch
-            self.added[result.snapshot_id] = [*state.ids, *state.replaced]
+            self.added[result.snapshot_id] = [*state.ids, *state.replaced, *state.restaged]
             self.snapshots[result.snapshot_id] = branch.copy()
+            if state.slots:
+                landed = {row.id: row.pieces for row in self.rows.fresh().at(self.repo.view(result.snapshot_id))}
+                if any(
+                    {stack: slot for stack, _, slot in landed[item_id] or ()} != slots
+                    for item_id, slots in state.slots.items()
+                ):
+                    event("a loser's slots moved past the winner's")
         finally:
             self.changed()  # the branch moved, or a refused writer wrote files
 
@@ -338,14 +402,17 @@ class InterleavedWriters(RuleBasedStateMachine):
         invariants.assert_check_passes(self.repo)
 
     def check_version(self, view: View, contents: Contents, checked: set[str] | None = None) -> None:
-        """The version at ``view`` holds exactly the items, groups and array values of ``contents``."""
+        """The version at ``view`` holds exactly the items of ``contents``, a slice for each with arrays and none
+        else, and their arrays read back with the pixels staged last."""
         if checked is not None:
             if view.snapshot_id in checked:
                 return
             checked.add(view.snapshot_id)
         invariants.assert_items_exactly(view, contents.ids, self.rows)
-        invariants.assert_groups_exactly(view, "c", contents.groups)
-        invariants.assert_arrays_hold(view, {f"c/{group}": value for group, value in contents.groups.items()})
+        invariants.assert_slices_exactly(view, "c", Counter(contents.arrays.keys()))
+        invariants.assert_item_arrays(
+            view, "c", {item_id: self.pixels(value) for item_id, value in contents.arrays.items()}
+        )
 
     # -- invariants ----------------------------------------------------------------------------------------------
     # Refs and snapshots change only when the repository does (staging writes nothing to it here: the arrays
@@ -377,6 +444,7 @@ class InterleavedWriters(RuleBasedStateMachine):
         invariants.assert_no_item_twice(tip, self.rows)
         invariants.assert_newest_versions(tip, contents.versions)
         invariants.assert_rows_have_their_arrays(tip, self.rows)
+        invariants.assert_no_slice_without_row(tip, self.rows)
 
 
 InterleavedWriters.TestCase.settings = settings(

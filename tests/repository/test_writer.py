@@ -1,4 +1,9 @@
-"""The writer's commit loop, driven deterministically: two writers from one base, replays, refusals."""
+"""The writer's commit loop, driven deterministically: two writers from one base, replays, slots that move, refusals.
+
+Rasters are 8x8 int16 granules staged as ``floe ingest`` stages them
+(``tests.conftest.stage_raster``): granules of one collection at one origin
+are slices of one tile stack, granules far apart are in different stacks.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,19 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import shapely
+import zarr
 
 from ingest import CommitConflict, ConflictRetriesExhausted, Repository, Settings, WriterClosed
 from ingest.config import CommitSettings
-from tests.conftest import make_item
+from ingest.lifecycle import check
+from ingest.stac import ARRAYS_ASSET, with_arrays_asset
+from tests import invariants
+from tests.conftest import make_item, stage_raster
+from tests.repository._writers import pixels_of, replace_raster, staged_slots
+
+HERE = (500000.0, 4200000.0)
+FAR = (900000.0, 4200000.0)
+"""Origins 400 km apart (a tile is 4096 pixels of 10 m): their granules are in different stacks of a collection."""
 
 
 def data_files(repo: Repository) -> list[Path]:
@@ -24,34 +38,92 @@ def ids_at(repo: Repository, ref: str = "main") -> Counter[str]:
     return Counter(item["id"] for item in repo.view(ref).items())
 
 
-def stage(writer, collection: str, group: str, value: int, ids: list[str], **properties) -> None:
-    array = writer.item_group(collection, group).create_array("band", shape=(3,), dtype="int16")
-    array[:] = value
+def stage(writer, collection: str, ids: list[str], origin: tuple[float, float] = HERE, **properties) -> dict:
+    """Stage each of ``ids`` with a raster of its own (:func:`pixels_of` its id) at ``origin``; returns the staged
+    items by id."""
+    staged = {}
     for item_id in ids:
-        writer.add_item(make_item(item_id, collection, **properties))
+        item = stage_raster(writer, make_item(item_id, collection, **properties), pixels_of(item_id), origin=origin)
+        writer.add_item(item)
+        staged[item_id] = item
+    return staged
+
+
+def seed_stacks(repo: Repository, *origins: tuple[float, float], collection: str = "c") -> None:
+    """Commit one granule at each of ``origins`` (``seed-0``, ...), so their stacks exist before writers open."""
+    writer = repo.writer()
+    for number, origin in enumerate(origins):
+        stage(writer, collection, [f"seed-{number}"], origin)
+    writer.commit("seed the stacks")
+
+
+def stack_of(item: dict) -> str:
+    (stack,) = staged_slots(item)
+    return stack
 
 
 def test_second_writer_from_same_base_reconciles(repo):
-    repo.ensure_groups(["c"])
+    """Two writers appending to different stacks: the loser replays its table change, its data file as written."""
+    seed_stacks(repo, HERE, FAR)
     first, second = repo.writer(), repo.writer()
-    stage(first, "c", "g1", 1, ["a1", "a2"])
-    stage(second, "c", "g2", 2, ["b1", "b2", "b3"])
+    firsts = stage(first, "c", ["a1", "a2"], HERE)
+    seconds = stage(second, "c", ["b1", "b2", "b3"], FAR)
+    assert {stack_of(item) for item in firsts.values()}.isdisjoint(stack_of(item) for item in seconds.values())
     one = first.commit("first")
     two = second.commit("second")
 
     assert one.attempts == 1 and two.attempts == 2
-    assert ids_at(repo) == Counter({"a1": 1, "a2": 1, "b1": 1, "b2": 1, "b3": 1})
+    expected = Counter({"seed-0": 1, "seed-1": 1, "a1": 1, "a2": 1, "b1": 1, "b2": 1, "b3": 1})
+    assert ids_at(repo) == expected
     tip = repo.view()
-    assert (tip.arrays("c/g1")["band"][:] == 1).all()
-    assert (tip.arrays("c/g2")["band"][:] == 2).all()
-    # The replay re-registered the files the second writer had already written.
-    assert two.files_rewritten == 0
-    assert len(data_files(repo)) == 2  # one per writer: the retry wrote none
+    invariants.assert_item_arrays(tip, "c", {item_id: pixels_of(item_id) for item_id in expected})
+    # No slot moved (the stacks differ): the replay re-registered the files the second writer had already written.
+    assert {item_id: staged_slots(item) for item_id, item in {**firsts, **seconds}.items()} == {
+        item_id: staged_slots(tip.item("c", item_id)) for item_id in [*firsts, *seconds]
+    }
+    assert two.files_rewritten == 0 and two.files_written == 1
+    assert len(data_files(repo)) == 3  # the seed's, and one per writer: the retry wrote none
     # The snapshot of the first commit still shows only its own rows.
-    assert ids_at(repo, one.snapshot_id) == Counter({"a1": 1, "a2": 1})
+    assert ids_at(repo, one.snapshot_id) == Counter({"seed-0": 1, "seed-1": 1, "a1": 1, "a2": 1})
     log = repo.log()
     assert [entry.message for entry in log[:2]] == ["second", "first"]
     assert log[0].attempts == 2 and log[0].rows_added == 3
+
+
+@pytest.mark.parametrize("stack_exists", [True, False], ids=["seeded-stack", "new-stack"])
+def test_two_writers_appending_to_one_stack_move_the_losers_slots(repo, stack_exists):
+    """A and B, on one base, each stage a granule into the same stack, so both take the same slot. A commits;
+    B loses, moves its slot past A's (the chunk references move, no pixel is rewritten), rewrites its row to
+    name the new slot and lands. Without a seed, staging makes the stack in a commit of its own first."""
+    if stack_exists:
+        seed_stacks(repo, HERE)
+    else:
+        repo.ensure_groups(["c"])
+    base = repo.resolve("main")
+    a, b = repo.writer(), repo.writer()
+    assert a.session.snapshot_id == b.session.snapshot_id == base
+    staged_a = stage(a, "c", ["a"])["a"]
+    staged_b = stage(b, "c", ["b"])["b"]
+    stack = stack_of(staged_a)
+    assert stack_of(staged_b) == stack
+    assert staged_slots(staged_a) == staged_slots(staged_b), "the writers did not take the same slot"
+
+    one = a.commit("A")
+    two = b.commit("B")
+
+    assert one.attempts == 1
+    assert two.attempts == 2, "B did not lose its race to A"
+    tip = repo.view()
+    slot_a, slot_b = staged_slots(tip.item("c", "a"))[stack], staged_slots(tip.item("c", "b"))[stack]
+    assert slot_a == staged_slots(staged_a)[stack]
+    assert slot_b != slot_a and slot_b > slot_a, "B's slot did not move past A's"
+    assert two.files_written == 2, "B's row did not follow its slot (its data file was not written again)"
+    seeds = {0: "seed-0"} if stack_exists else {}
+    assert tip.slot_items(stack) == {**seeds, slot_a: "a", slot_b: "b"}
+    invariants.assert_item_arrays(tip, "c", {"a": pixels_of("a"), "b": pixels_of("b")})
+    # A's own snapshot holds A's slice alone.
+    assert repo.view(one.snapshot_id).slot_items(stack) == {**seeds, slot_a: "a"}
+    assert check(repo, deep=True) == []
 
 
 def test_concurrent_schema_unions_both_land(repo):
@@ -100,40 +172,127 @@ def test_retries_exhausted_commits_nothing(tmp_path):
         second.add_item(make_item("c", "c"))
 
 
-def test_same_item_group_from_two_writers_is_refused(repo):
-    repo.ensure_groups(["c"])
+@pytest.mark.parametrize("a_appends", [True, False], ids=["slots-moved", "nothing-moved"])
+def test_a_commit_landing_while_a_loser_rebases_does_not_take_its_slots(repo, a_appends):
+    """A, B and C on one base; B and C each stage a granule into the same stack (the same slot), A one too or a row
+    alone. A commits. B loses, looks at the tip (A's) and moves its slot past A's if A took it; before B's rebase, C
+    (which lost to A the same way) lands at that very slot. Icechunk rebases B onto C's tip, not A's.
+
+    When nothing moved, B looks again and lands with its own slice. When B had moved its slot to the one C took,
+    its staged slice is gone (the rebase kept C's): B is refused (its batch is planned again), never landed with
+    C's pixels under its row."""
+    seed_stacks(repo, HERE)
+    a, b, c = repo.writer(), repo.writer(), repo.writer()
+    if a_appends:
+        stage(a, "c", ["a"])
+    else:
+        a.add_item(make_item("a", "c"))
+    stage(b, "c", ["b"])
+    stage(c, "c", ["c"])
+    a.commit("A")
+    session = b.session
+    rebase = session.rebase
+
+    def c_lands_first(*args, **kwargs):
+        session.rebase = rebase
+        c.commit("C")
+        return rebase(*args, **kwargs)
+
+    session.rebase = c_lands_first  # the moment between B's look at the tip and its rebase
+    if a_appends:
+        with pytest.raises(CommitConflict, match="while this writer rebased"):
+            b.commit("B")
+    else:
+        b.commit("B")
+    assert session.rebase == rebase, "the race was not forced"
+    tip = repo.view()
+    landed = ["c", *(["a"] if a_appends else ["a", "b"])]
+    assert ids_at(repo) == Counter({"seed-0": 1, **dict.fromkeys(landed, 1)})
+    invariants.assert_rows_have_their_arrays(tip)
+    invariants.assert_no_slice_without_row(tip)
+    appended = ["c", *(["a"] if a_appends else ["b"])]
+    invariants.assert_item_arrays(tip, "c", {item_id: pixels_of(item_id) for item_id in appended})
+    assert check(repo, deep=True) == []
+
+
+def test_two_writers_replacing_one_items_arrays_are_refused(repo):
+    """Both writers replace the arrays of the same stored item (new slices, the old ones cleared): they changed
+    the same slices, which is no race to follow but a real conflict. The loser is refused, never merged."""
+    seed_stacks(repo, HERE)
+    first = repo.writer()
+    stored = stage(first, "c", ["x"])["x"]
+    first.commit("x")
+    (old,) = staged_slots(stored).items()
     first, second = repo.writer(), repo.writer()
-    stage(first, "c", "same", 1, ["x"])
-    stage(second, "c", "same", 2, ["x"])
-    first.commit("first")
+    one_pixels, two_pixels = pixels_of("x-1"), pixels_of("x-2")
+    first.add_item(replace_raster(first, make_item("x", "c"), one_pixels), replace=True)
+    second.add_item(replace_raster(second, make_item("x", "c"), two_pixels), replace=True)
+    landed = first.commit("first")
     with pytest.raises(CommitConflict) as refused:
         second.commit("second")
-    assert "/c/same" in refused.value.paths
+    stack, _slot = old
+    assert any(path.strip("/").startswith(stack + "/") for path in refused.value.paths), refused.value.paths
+    assert repo.resolve("main") == landed.snapshot_id, "a refused writer moved the branch"
+    with pytest.raises(WriterClosed):
+        second.add_item(make_item("y", "c"))
+
     tip = repo.view()
-    assert (tip.arrays("c/same")["band"][:] == 1).all()
-    assert ids_at(repo) == Counter({"x": 1})
+    assert ids_at(repo) == Counter({"seed-0": 1, "x": 1})
+    invariants.assert_item_arrays(tip, "c", {"x": one_pixels, "seed-0": pixels_of("seed-0")})
+    (new,) = staged_slots(tip.item("c", "x")).items()
+    assert new != old
+    assert tip.slot_items(stack) == {0: "seed-0", new[1]: "x"}, "the old slice was not cleared, or B's stayed"
+    assert check(repo, deep=True) == []
+
+
+def test_a_replacement_keeping_its_arrays_does_not_undo_a_concurrent_restage(repo):
+    """B re-stages x's raster (new slice, the old one cleared) and commits; A, from the same base, replaced x's row
+    keeping the stored arrays (only its metadata changed). A must not land a row naming the slice B cleared."""
+    seed_stacks(repo, HERE)
+    first = repo.writer()
+    stage(first, "c", ["x"])
+    first.commit("x")
+    a, b = repo.writer(), repo.writer()
+    stored = a.stored_items([("c", "x")])[("c", "x")]
+    a.add_item(with_arrays_asset(make_item("x", "c", platform="renamed"), stored["assets"][ARRAYS_ASSET]), replace=True)
+    b.add_item(replace_raster(b, make_item("x", "c"), pixels_of("x-2")), replace=True)
+    b.commit("B")
+    with pytest.raises(CommitConflict, match="keeps the arrays of the version that commit replaced"):
+        a.commit("A")
+    tip = repo.view()
+    invariants.assert_rows_have_their_arrays(tip)
+    invariants.assert_no_slice_without_row(tip)
+    invariants.assert_item_arrays(tip, "c", {"x": pixels_of("x-2")})
 
 
 def test_arrays_only_commit_keeps_the_table_version(repo):
     before = repo.view().metadata_location
     writer = repo.writer()
-    array = writer.item_group("c", "only-arrays").create_array("band", shape=(2,), dtype="uint8")
-    array[:] = 7
+    writer.ensure_collection("c")
+    zarr.create_array(writer.store, name="c/only-arrays", shape=(2,), dtype="uint8")[:] = 7
     result = writer.commit("arrays only")
     assert result.rows_added == 0
     assert repo.view().metadata_location == before
-    assert (repo.view().arrays("c/only-arrays")["band"][:] == 7).all()
+    assert (zarr.open_array(repo.view().session.store, path="c/only-arrays", mode="r")[:] == 7).all()
 
 
-def test_collection_group_is_created_once_for_concurrent_writers(repo):
+def test_collection_and_stack_are_created_once_for_concurrent_writers(repo):
+    """Two writers stage into a collection and a stack neither exists yet: the first makes each in a commit of
+    its own, the second finds them at the tip and carries on from there; both granules land in the one stack."""
     first, second = repo.writer(), repo.writer()
-    stage(first, "new", "g1", 1, ["a"])
-    stage(second, "new", "g2", 2, ["b"])  # finds /new created by the first writer's own commit
+    firsts = stage(first, "new", ["a"])
+    seconds = stage(second, "new", ["b"])  # finds /new and its stack created by the first writer's own commits
     first.commit("first")
     second.commit("second")
-    assert set(repo.view().arrays("new").group_keys()) == {"g1", "g2"}
-    creations = [entry for entry in repo.log() if entry.message.startswith("floe: create")]
-    assert len(creations) == 1
+    tip = repo.view()
+    (stack,) = tip.stacks("new")
+    assert stack_of(firsts["a"]) == stack_of(seconds["b"]) == stack
+    assert sorted(tip.slot_items(stack).values()) == ["a", "b"]
+    invariants.assert_item_arrays(tip, "new", {"a": pixels_of("a"), "b": pixels_of("b")})
+    creations = [entry.message for entry in repo.log() if entry.message.startswith("floe: create")]
+    assert len(creations) == 2, creations  # the collection's group, then the stack and its array
+    assert creations[-1] == "floe: create /new"
+    assert check(repo, deep=True) == []
 
 
 def test_table_metadata_stays_small_and_manifests_bounded(tmp_path):
