@@ -19,8 +19,12 @@ For each size N (granules already in the repository):
   by one and gives the same Icechunk state a real ingest would (no table rows
   are seeded: the table's own cost is issue 11's). Then ``--commits``
   measured commits, each of ``--batch`` real granules staged through floe's
-  ``stage_arrays`` into random grids, with their rows, committed by
-  ``Writer.commit``; we time ``commit`` only.
+  ``stage_arrays``, with their rows, committed by ``Writer.commit``; we time
+  ``commit`` only. A commit rewrites the newest manifest split of every stack
+  it appends to, so what it costs depends on how many stacks it touches:
+  ``--spreads`` measures commits whose granules fall on all the grids at
+  random (the worst case) and on a few (what a batch routed by area, as
+  floe's Ray pipeline routes them, touches).
 * **groups**: the baseline, the layout floe had before: a group per granule
   with the nodes an item group had (the group, a ``(band, y, x)`` array and
   ``band``/``x``/``y``/``spatial_ref`` coordinates), seeded the same way, and
@@ -127,8 +131,8 @@ def files_under(path: Path) -> dict[str, int]:
 
 
 class Stacks:
-    def __init__(self, root: Path, grids: int, seed: int) -> None:
-        self.repo = Repository.create(root, Settings())
+    def __init__(self, root: Path, grids: int, seed: int, split: int) -> None:
+        self.repo = Repository.create(root, Settings(arrays={"manifest_split": split}))
         self.root = root
         self.grids = grids
         self.rng = np.random.default_rng(seed)
@@ -179,12 +183,14 @@ class Stacks:
             self.granules += count
             log(f"stacks: {self.granules:,} granules")
 
-    def measure(self, commits: int, batch: int) -> Measured:
+    def measure(self, commits: int, batch: int, spread: int) -> Measured:
+        """Commits of ``batch`` granules, each commit's granules on ``spread`` grids picked at random."""
         latency, snapshots, manifests = [], [], []
         for _ in range(commits):
             writer = self.repo.writer()
+            grids = self.rng.choice(self.grids, size=min(spread, self.grids), replace=False)
             for number in range(batch):
-                self._stage(writer, f"g-{self.granules + number}", int(self.rng.integers(0, self.grids)))
+                self._stage(writer, f"g-{self.granules + number}", int(self.rng.choice(grids)))
             before = files_under(self.root / "arrays" / "manifests")
             started = time.perf_counter()
             result = writer.commit("measured batch")
@@ -195,7 +201,8 @@ class Stacks:
             self.granules += batch
             self.next_slot = [0] * self.grids  # unknown now; seeding continues from the stacks themselves
             self._refresh_slots()
-        return Measured("stacks", self.granules, latency, snapshots, manifests, count_nodes(self.repo))
+        layout = f"stacks, {spread} grids a commit"
+        return Measured(layout, self.granules, latency, snapshots, manifests, count_nodes(self.repo))
 
     def _refresh_slots(self) -> None:
         view = self.repo.view()
@@ -263,7 +270,7 @@ def table(results: list[Measured]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     first: dict[str, Measured] = {}
-    for result in results:
+    for result in sorted(results, key=lambda measured: (measured.layout, measured.granules)):
         base = first.setdefault(result.layout, result)
         latency = statistics.median(result.latency)
         snapshot = statistics.median(result.snapshot_bytes)
@@ -285,6 +292,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="granules per measured commit")
     parser.add_argument("--commits", type=int, default=5, help="measured commits per size")
     parser.add_argument("--seed-commit", type=int, default=50_000, help="granules per seeding commit")
+    parser.add_argument(
+        "--spreads",
+        default="300,10",
+        help="grids the granules of one measured commit fall on: all of them at random (the worst case), and a few "
+        "(what Ray's routing by area gives a batch)",
+    )
+    parser.add_argument("--split", type=int, default=Settings().arrays.manifest_split, help="arrays.manifest_split")
+    parser.add_argument("--no-groups", action="store_true", help="skip the layout-1 baseline")
     parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 only, 3 commits")
     parser.add_argument("--keep", action="store_true", help="keep the repositories")
     arguments = parser.parse_args()
@@ -296,18 +311,20 @@ def main() -> None:
     log(f"working in {workdir}")
     results: list[Measured] = []
     groups = Groups(workdir / "groups", seed=1)
-    for size in group_sizes:
+    for size in [] if arguments.no_groups else group_sizes:
         groups.seed_to(size, min(arguments.seed_commit, 5_000))
         results.append(groups.measure(arguments.commits, arguments.batch))
         log(f"groups at {size:,}: {statistics.median(results[-1].latency) * 1000:.0f} ms")
-    stacks = Stacks(workdir / "stacks", arguments.grids, seed=2)
+    stacks = Stacks(workdir / "stacks", arguments.grids, seed=2, split=arguments.split)
+    spreads = [int(spread) for spread in arguments.spreads.split(",")]
     for size in sizes:
         stacks.seed_to(size, arguments.seed_commit)
-        results.append(stacks.measure(arguments.commits, arguments.batch))
-        log(f"stacks at {size:,}: {statistics.median(results[-1].latency) * 1000:.0f} ms")
+        for spread in spreads:
+            results.append(stacks.measure(arguments.commits, arguments.batch, spread))
+            log(f"stacks at {size:,}, {spread} grids a commit: {statistics.median(results[-1].latency) * 1000:.0f} ms")
     print(
         f"\n{arguments.batch} granules (64x64 uint16) per measured commit, median of {arguments.commits}; "
-        f"stacks on {arguments.grids} grids (one tile each).\n"
+        f"stacks on {arguments.grids} grids (one tile each), manifests split every {arguments.split} slots.\n"
     )
     print(table(results))
     if not arguments.keep:

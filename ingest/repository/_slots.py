@@ -161,10 +161,13 @@ def rebase_following(
 
     * without moves, a rebase that fails because the tip moved meanwhile
       looks again (the newer commit may have appended to this writer's stacks);
-    * with moves, the rebase keeps the other side's chunks at vacated slots;
-      should a commit have landed between the look and the rebase and written
-      one of this writer's new slots, its staged slices are gone: that is a
-      ``CommitConflict`` (the batch is planned again), never a silent loss.
+    * with moves, the rebase keeps the other side's chunks at vacated slots,
+      so the tip is looked at once more right before it; should a commit
+      still land in between and write one of this writer's new slots, its
+      staged slices are gone: that is a ``CommitConflict`` (the batch is
+      planned again), never a silent loss. On local storage the writer holds
+      the root's mutation lock through all this (commits take it to swap),
+      so that cannot happen there; object stores have no such lock.
 
     Raises ``CommitConflict`` when the staged changes collide with the tip's
     anywhere but at the slots this writer vacated.
@@ -187,6 +190,8 @@ def rebase_following(
         ours = {path: {tuple(index) for index in chunks} for path, chunks in session.status().updated_chunks.items()}
         theirs = repository_icechunk.diff(from_snapshot_id=base, to_snapshot_id=tip).updated_chunks
         _refuse_real_conflicts(branch, ours, theirs, slots)
+        if repository_icechunk.lookup_branch(branch) != tip:
+            continue  # a commit landed while the moves were checked: look again before the rebase keeps theirs
         solver = icechunk.BasicConflictSolver(
             on_chunk_conflict=icechunk.VersionSelection.UseTheirs,
             fail_on_delete_of_updated_array=True,

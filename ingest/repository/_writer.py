@@ -143,8 +143,17 @@ class Writer:
         return clear_pieces(self._session, pieces)
 
     def _rebase(self, session: icechunk.Session, branch: str) -> None:
-        """The commit protocol's phase 6 for this writer: slots follow the tip's, and rows follow their slots."""
-        rebase_following(self.repository.icechunk, session, branch, self._slots, self._follow_moves)
+        """The commit protocol's phase 6 for this writer: slots follow the tip's, and rows follow their slots.
+
+        Commits swap under the root's mutation lock on local storage; holding
+        it from the look at the tip to the rebase means no commit lands in
+        between (see :func:`~ingest.repository._slots.rebase_following`).
+        """
+        if not self._slots:
+            rebase_following(self.repository.icechunk, session, branch, self._slots, self._follow_moves)
+            return
+        with self.repository.location.mutation_lock():
+            rebase_following(self.repository.icechunk, session, branch, self._slots, self._follow_moves)
 
     def _follow_moves(self, moves: Moves) -> None:
         owners = {key for (stack, _old), slot in moves.items() if (key := self._slots.owners.get((stack, slot)))}

@@ -180,20 +180,29 @@ def commit_worker(
         for number in range(commits):
             gate.commit = number
             lost.clear()
-            writer = repository.writer()
             ids = [f"w{worker}-{number}-{row}" for row in range(rows)]
-            staged = {}
-            for item_id in ids:
-                item = stage_raster(writer, make_item(item_id, "c", **{f"w{worker}": number}), pixels_of(item_id))
-                staged[item_id] = staged_slots(item)
-                writer.add_item(item)
-            result = writer.commit(f"worker {worker} commit {number}")
+            for replans in range(MAX_REPLANS + 1):
+                writer = repository.writer()
+                staged = {}
+                for item_id in ids:
+                    item = stage_raster(writer, make_item(item_id, "c", **{f"w{worker}": number}), pixels_of(item_id))
+                    staged[item_id] = staged_slots(item)
+                    writer.add_item(item)
+                try:
+                    result = writer.commit(f"worker {worker} commit {number}")
+                    break
+                except CommitConflict:
+                    # On object stores a commit can land between a loser's look at the tip and its rebase, on the
+                    # slots it moved to; its slices are gone and it is refused: stage again, as ingest does.
+                    if replans == MAX_REPLANS:
+                        raise
             done.append(
                 {
                     "snapshot_id": result.snapshot_id,
                     "ids": ids,
                     "staged": staged,
                     "attempts": result.attempts,
+                    "replans": replans,
                     "files_written": result.files_written,
                     "lost": list(lost),
                     "forced": gate.role == "loser" and gate.racing(),

@@ -173,14 +173,17 @@ def test_retries_exhausted_commits_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("a_appends", [True, False], ids=["slots-moved", "nothing-moved"])
-def test_a_commit_landing_while_a_loser_rebases_does_not_take_its_slots(repo, a_appends):
+def test_a_commit_landing_while_a_loser_rebases_does_not_take_its_slots(s3_root, s3_settings, a_appends):
     """A, B and C on one base; B and C each stage a granule into the same stack (the same slot), A one too or a row
     alone. A commits. B loses, looks at the tip (A's) and moves its slot past A's if A took it; before B's rebase, C
     (which lost to A the same way) lands at that very slot. Icechunk rebases B onto C's tip, not A's.
 
     When nothing moved, B looks again and lands with its own slice. When B had moved its slot to the one C took,
     its staged slice is gone (the rebase kept C's): B is refused (its batch is planned again), never landed with
-    C's pixels under its row."""
+    C's pixels under its row.
+
+    On S3: on local storage B holds the root's lock from its look to its rebase, so no commit can land there."""
+    repo = Repository.create(s3_root, s3_settings)
     seed_stacks(repo, HERE)
     a, b, c = repo.writer(), repo.writer(), repo.writer()
     if a_appends:
