@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from ingest.lifecycle._store import FileStat, RootFiles
-from ingest.storage import ARRAYS_DIR
+from ingest.storage import ARRAYS_DIR, Location
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +123,12 @@ class ArraysFootprint:
         return sum(self.bytes.values())
 
 
-def arrays_footprint(files: RootFiles) -> ArraysFootprint:
+def arrays_footprint(location: Location) -> ArraysFootprint:
     """Count what the Icechunk repository of a root holds, split into repo, overwritten, snapshots, manifests,
     transactions, chunks and other."""
     objects = dict.fromkeys((*_KINDS, "other"), 0)
     sizes = dict.fromkeys((*_KINDS, "other"), 0)
-    for path, stat in files.list(ARRAYS_DIR).items():
+    for path, stat in RootFiles(location).list(ARRAYS_DIR).items():
         head = path[len(ARRAYS_DIR) + 1 :].split("/", 1)[0]
         kind = head if head in _KINDS else "other"
         objects[kind] += 1

@@ -129,14 +129,14 @@ def test_default_gc_keeps_the_newest_ten_and_expiry_shrinks_repo(tmp_path):
         commit_with_arrays(repository, f"item-{number}", number)
     repository.tag("v1")
     exports_before = exports(repository)
-    footprint = arrays_footprint(RootFiles(repository.location))
+    footprint = arrays_footprint(repository.location)
     assert footprint.objects["overwritten"] >= KEEP_NEWEST + 6
     assert footprint.bytes["repo"] == RootFiles(repository.location).stat(REPO_OBJECT).size
 
     result = floe(root, "gc", "--grace", "0s", "--expire-older-than", "0s")
     assert result.exit_code == 0, result.output
     assert "arrays/overwritten: deleted" in result.stderr
-    after = arrays_footprint(RootFiles(repository.location))
+    after = arrays_footprint(repository.location)
     # Every copy is older than a zero grace: only the newest ten stay.
     assert after.objects["overwritten"] == KEEP_NEWEST
     # Expiry dropped the old snapshots from `repo` (tips and tags stay): it is smaller than before.
