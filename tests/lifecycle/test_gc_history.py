@@ -177,3 +177,36 @@ def test_gc_on_s3_removes_replaced_versions_by_last_modified(s3_root, s3_setting
     assert deleted and not deleted & left
     assert len(listed & left) <= 2  # the newest two (or copies made by this very run) stay
     assert_everything_reads(s3_root, versions_before, exports_before, s3_settings)
+
+
+def test_icechunk_reads_replaced_versions_only_to_extend_its_operations_log(tmp_path):
+    """What gc relies on, pinned against the installed Icechunk: ``repo`` keeps its newest updates itself, the
+    operations log follows the copies in ``overwritten/`` for older ones and ends without an error where they are
+    gone, and nothing else (reads, history, commits) notices."""
+    import icechunk
+    import zarr
+
+    path = tmp_path / "arrays"
+    config = icechunk.RepositoryConfig.default()
+    config.num_updates_per_repo_info_file = 5  # a chain of copies after a few commits, not after 1,000
+    repo = icechunk.Repository.create(icechunk.local_filesystem_storage(str(path)), config=config)
+    session = repo.writable_session("main")
+    zarr.group(session.store).create_array("a", shape=(20,), chunks=(1,), dtype="int64")
+    session.commit("create")
+    for number in range(12):
+        session = repo.writable_session("main")
+        zarr.open_array(session.store, path="a")[number] = number
+        session.commit(f"write {number}")
+    assert len(list(repo.ops_log())) == 14  # initialization, 13 commits: most of them read from copies
+
+    for copy in (path / "overwritten").iterdir():
+        copy.unlink()
+    reopened = icechunk.Repository.open(icechunk.local_filesystem_storage(str(path)))
+    assert len(list(reopened.ops_log())) == 5  # what `repo` holds itself
+    assert len(list(reopened.ancestry(branch="main"))) == 14
+    assert list(zarr.open_array(reopened.readonly_session("main").store, path="a", mode="r")[:12]) == list(range(12))
+    session = reopened.writable_session("main")
+    zarr.open_array(session.store, path="a")[12] = 12
+    after = session.commit("after")
+    log = list(reopened.ops_log())
+    assert len(log) >= 5 and after in str(log[0].kind)  # the log goes on, newest first
