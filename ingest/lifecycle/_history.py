@@ -1,8 +1,9 @@
 """The replaced versions of Icechunk's ``repo`` object in ``arrays/overwritten/``: what they are, and which gc removes.
 
-What Icechunk 2 does (read in earth-mover/icechunk, ``icechunk/src/asset_manager.rs``
-``write_repo_info`` and ``backup_destination``; behaviour checked with icechunk
-2.3.0): every change of a ref or of the history (a commit, a tag, a branch, a
+What Icechunk 2 does (read in earth-mover/icechunk's main branch of 2026-08-20,
+``icechunk/src/asset_manager.rs`` ``write_repo_info`` and ``backup_destination``,
+as no 2.3.0 tag was available; the behaviour checked with the installed 2.3.0 and
+pinned by ``tests/lifecycle/test_gc_history.py``): every change of a ref or of the history (a commit, a tag, a branch, a
 reset, an expiry, a GC run) first copies the current ``arrays/repo`` to
 ``arrays/overwritten/repo.<inverted time>.<random>`` and then writes the new
 ``repo`` conditionally on the one it copied. ``repo`` holds every ref and the
@@ -24,8 +25,8 @@ So gc treats them as it treats table files: an object last modified before
 
 - The newest ``keep_newest`` copies stay whatever their age: on a repository
   nobody wrote to for longer than the grace, they are the only earlier states of
-  the refs left (to undo a mistaken reset or tag deletion by hand). They cost a
-  few times the size of ``repo``.
+  the refs left (to undo a mistaken reset or tag deletion by hand). They cost
+  ``keep_newest`` times the size of ``repo``.
 - On local storage Icechunk *moves* ``repo`` into ``overwritten/``, so a copy's
   modification time is when that version of ``repo`` was written, not when it
   was replaced; on S3 it is the time of the copy. Either way a copy is never
