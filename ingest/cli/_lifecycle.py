@@ -92,6 +92,11 @@ def gc_command(
     writes its files before its commit lands, so keep --grace longer than any
     commit takes (the default, 24h, is safe next to running writers; use 0s
     only when nothing writes).
+
+    Also deletes the copies of Icechunk's `repo` object that every commit
+    leaves in arrays/overwritten/ once they are older than --grace (the newest
+    10 stay): Icechunk reads them only to list its operations log beyond the
+    newest 1,000 entries, and they grow with the square of the commits.
     """
     from ingest.lifecycle import gc, parse_duration
 
@@ -101,6 +106,7 @@ def gc_command(
         report = gc(open_repository(ctx), grace=grace_period, expire_older_than=expire, dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"
     if dry_run:
+        # Table files only, as before (scripts read these lines); arrays/overwritten/ is counted in the summary.
         for path, size in report.deleted:
             typer.echo(f"{path}\t{size}")  # plain tab-separated lines, for scripts
     if expire is not None:
@@ -110,8 +116,13 @@ def gc_command(
             else f"expired {report.expired_snapshots} Icechunk snapshot(s)",
             highlight=False,
         )
+    history = report.history
+    repo_size = "" if report.repo_bytes is None else f"; arrays/repo is {_human_bytes(report.repo_bytes)}"
     stderr.print(
         f"icechunk: {verb} {report.icechunk_objects_deleted} object(s), {_human_bytes(report.icechunk_bytes_deleted)}\n"
+        f"arrays/overwritten: {verb} {len(history.deleted)} replaced version(s) of arrays/repo, "
+        f"{_human_bytes(history.bytes_deleted)}; kept {len(history.kept_young)} younger than {grace} "
+        f"and {len(history.kept_newest)} of the newest{repo_size}\n"
         f"tables: {verb} {len(report.deleted)} unreferenced file(s), {_human_bytes(report.bytes_deleted)}; "
         f"kept {len(report.kept_young)} younger than {grace}; {report.live_files} live file(s) "
         f"in {report.snapshots_in_history} snapshot(s) of history",

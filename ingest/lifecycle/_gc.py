@@ -5,9 +5,12 @@ which table versions Icechunk's branches and tags still pin. floe's gc
 
 1. optionally expires Icechunk snapshots older than a cutoff (branch tips and
    tags stay) and runs Icechunk's own garbage collection on ``arrays/``;
-2. computes the live set of ``tables/`` from the pointers of every snapshot
+2. deletes the replaced versions of Icechunk's ``repo`` object in
+   ``arrays/overwritten/`` last modified before ``now - grace``, except the
+   newest few (Icechunk's GC never does; what they are: :mod:`._history`);
+3. computes the live set of ``tables/`` from the pointers of every snapshot
    left in the history of every branch and tag (see :mod:`._live`);
-3. deletes every file under ``tables/`` that is not live *and* was last
+4. deletes every file under ``tables/`` that is not live *and* was last
    modified before ``now - grace``.
 
 Why the grace period makes gc safe next to writers: a writer writes its data
@@ -35,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 
 from ingest._faults import fault_point
 from ingest.errors import InvalidDuration, RepositoryMoved, UnreadableTableFile
+from ingest.lifecycle._history import KEEP_NEWEST, REPO_OBJECT, HistorySweep, sweep_overwritten
 from ingest.lifecycle._live import history_pointers, live_table_files
 from ingest.lifecycle._store import RootFiles
 from ingest.repository import Repository
@@ -71,6 +75,10 @@ class GcReport:
     """(path relative to the root, bytes) of each table file removed."""
     kept_young: list[tuple[str, int]] = field(default_factory=list)
     """Unreferenced table files younger than the grace period, left for a later run."""
+    history: HistorySweep = field(default_factory=HistorySweep)
+    """The replaced versions of ``arrays/repo`` in ``arrays/overwritten/`` removed and kept."""
+    repo_bytes: int | None = None
+    """Size of ``arrays/repo`` (every ref and the history left) when gc finished."""
 
     @property
     def bytes_deleted(self) -> int:
@@ -83,8 +91,10 @@ def gc(
     grace: timedelta = timedelta(hours=24),
     expire_older_than: timedelta | None = None,
     dry_run: bool = False,
+    keep_newest: int = KEEP_NEWEST,
 ) -> GcReport:
-    """Expire (optionally), collect Icechunk garbage, then sweep ``tables/`` of files no version needs."""
+    """Expire (optionally), collect Icechunk garbage, drop old replaced versions of ``arrays/repo``, then sweep
+    ``tables/`` of files no version needs. ``keep_newest`` replaced versions of ``repo`` stay whatever their age."""
     # A copy whose metadata names another root would make every file here look unreferenced: touch nothing.
     repository.check_rooted()
     now = datetime.now(UTC)
@@ -112,6 +122,10 @@ def gc(
     )
     report.icechunk_bytes_deleted = summary.bytes_deleted
     fault_point("gc.after_icechunk")
+    # Listed after Icechunk's own updates of `repo` (expiry, GC), so their fresh copies count as the newest.
+    report.history = sweep_overwritten(files, cutoff, dry_run=dry_run, keep_newest=keep_newest)
+    repo_stat = files.stat(REPO_OBJECT)
+    report.repo_bytes = repo_stat.size if repo_stat is not None else None
 
     # A dry run cannot expire, so it leaves out what expiry would drop from history itself.
     pointers = history_pointers(repo, expire_before=expire_before if dry_run else None)
