@@ -21,7 +21,6 @@ import rioxarray  # noqa: F401 - registers the .rio accessor
 import xarray as xr
 import zarr
 import zarr.errors
-from affine import Affine
 
 from ingest import Repository, Settings
 from ingest.config import S3Settings
@@ -73,21 +72,10 @@ def raster_dataset(
     res: float = 10.0,
 ) -> xr.Dataset:
     """A georeferenced ``(band, y, x)`` Dataset like ``read_granule`` gives: ``pixels`` at ``origin`` (top-left)."""
-    if pixels.ndim == 2:
-        pixels = pixels[np.newaxis]
-    bands, height, width = pixels.shape
+    from ingest.pipeline import georeferenced
+
     x0, y0 = origin
-    array = xr.DataArray(
-        pixels,
-        dims=("band", "y", "x"),
-        coords={
-            "band": np.arange(1, bands + 1),
-            "x": x0 + res * (np.arange(width) + 0.5),
-            "y": y0 - res * (np.arange(height) + 0.5),
-        },
-    )
-    array = array.rio.write_crs(crs).rio.write_transform(Affine(res, 0.0, x0, 0.0, -res, y0))
-    return array.to_dataset(name="data")
+    return georeferenced(pixels, crs, (res, 0.0, x0, 0.0, -res, y0))
 
 
 def stage_raster(writer, item: dict, pixels: np.ndarray, *, key: str = "data", **where: Any) -> dict:
