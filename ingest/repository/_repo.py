@@ -48,7 +48,7 @@ from ingest.repository._groups import ensure_groups
 from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
-from ingest.stac import ARRAYS_LAYOUT, LAYOUT_ATTR, SLOT, check_name, shown
+from ingest.stac import ARRAYS_LAYOUT, LAYOUT_ATTR, SLOT, STACKS, check_name, shown
 from ingest.storage import TABLES_DIR, Location, local_url, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,16 @@ class LogEntry:
         if not self.extra:
             del document["extra"]
         return document
+
+
+def _item_groups(root: zarr.Group) -> list[str]:
+    """Groups of an earlier floe's layout 1 (``<collection>/<item>``): any group under a collection's but stacks."""
+    return [
+        f"{collection}/{name}"
+        for collection, group in root.groups()
+        for name, _child in group.groups()
+        if name != STACKS
+    ][:5]
 
 
 def stack_config(split: int) -> icechunk.RepositoryConfig:
@@ -241,7 +251,10 @@ class Repository:
             session = self.icechunk.readonly_session(branch="main")
         except icechunk.IcechunkError:
             return  # no main branch: nothing written by floe's first commit to look at
-        layout = zarr.open_group(session.store, mode="r").attrs.get(LAYOUT_ATTR, 1)
+        root = zarr.open_group(session.store, mode="r")
+        layout = root.attrs.get(LAYOUT_ATTR, 1)
+        if layout == 1 and not _item_groups(root):
+            return  # an earlier floe's repository of metadata only: no array in it is laid out otherwise
         if layout != ARRAYS_LAYOUT:
             raise UnsupportedLayout(
                 f"the repository at {self.location.url} keeps its arrays in layout {layout} "
