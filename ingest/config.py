@@ -87,7 +87,7 @@ class ArraysSettings(BaseModel):
     stack_capacity: int = Field(default=1_048_576, ge=1)
     # Icechunk manifests are split every this many slots of a stack (set when a repository is created):
     # a commit rewrites only the newest split of each stack it appends to.
-    manifest_split: int = Field(default=512, ge=1)
+    manifest_split: int = Field(default=1024, ge=1)
 
 
 class Settings(BaseSettings):
