@@ -91,8 +91,9 @@ async def _read_item(store: Any, pixels: dict[str, AssetPixels]) -> xr.Dataset:
     _bands, height, width = first.shape
     # rioxarray's arithmetic (the half pixel folded into the transform first), so x/y equal its to the last bit.
     centres = Affine(a, b, c, d, e, f) * Affine.translation(0.5, 0.5)
-    x = np.asarray((centres * (np.arange(width), np.zeros(width)))[0], dtype=np.float64)
-    y = np.asarray((centres * (np.zeros(height), np.arange(height)))[1], dtype=np.float64)
+    # Affine * (column, row) is a * column + b * row + c; with b = d = 0 that is the following, term for term.
+    x = (centres.a * np.arange(width) + centres.b * 0.0 + centres.c).astype(np.float64)
+    y = (centres.d * 0.0 + centres.e * np.arange(height) + centres.f).astype(np.float64)
     geotransform = " ".join(repr(float(value)) for value in (c, a, b, f, d, e))
     coords: dict[str, Any] = {
         "x": x,
@@ -155,7 +156,7 @@ def slot_items(view: View, stack: str) -> dict[int, str]:
     used = next_free_slot(view.session, stack)
     if used == 0:
         return {}
-    values = zarr.open_array(view.session.store, path=f"{stack}/{ITEM}", mode="r")[:used]
+    values = np.asarray(zarr.open_array(view.session.store, path=f"{stack}/{ITEM}", mode="r")[:used])
     return {int(slot): str(values[slot]) for slot in np.flatnonzero(values != "")}
 
 

@@ -261,7 +261,7 @@ def clear_pieces(session: icechunk.Session, pieces: Iterable[Piece]) -> int:
             array = zarr.open_array(store, path=f"{piece.stack}/{piece.array}", mode="r")
         except (FileNotFoundError, zarr.errors.NodeNotFoundError):
             continue
-        _slots, _bands, chunk_height, chunk_width = array.metadata.chunks  # type: ignore[union-attr]
+        _slots, _bands, chunk_height, chunk_width = array.metadata.chunks
         row, column, height, width = piece.window
         for band in range(array.shape[1]):
             for chunk_row in range(row // chunk_height, (row + height - 1) // chunk_height + 1):
