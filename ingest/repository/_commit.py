@@ -297,13 +297,14 @@ def _swap(
     return snapshot_id
 
 
-def rebase(session: icechunk.Session, branch: str) -> None:
+def rebase(session: icechunk.Session, branch: str, solver: icechunk.ConflictSolver | None = None) -> None:
     """Phase 6: carry the staged changes onto the branch's new tip, or name the nodes that collide.
 
-    Also used by a writer whose branch moved while it staged (``Writer.ensure_collection``).
+    Also used by a writer whose branch moved while it staged (``Writer.ensure_collection``). ``solver``
+    replaces Icechunk's ``ConflictDetector`` (slots that moved keep the winner's chunks, ``_slots.py``).
     """
     try:
-        session.rebase(icechunk.ConflictDetector())
+        session.rebase(solver or icechunk.ConflictDetector())
     except icechunk.RebaseFailedError as error:
         paths = sorted({conflict.path for conflict in error.conflicts})
         raise CommitConflict(

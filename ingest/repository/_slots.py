@@ -197,15 +197,7 @@ def rebase_following(
             fail_on_delete_of_updated_array=True,
             fail_on_delete_of_updated_group=True,
         )
-        try:
-            session.rebase(solver)
-        except icechunk.RebaseFailedError as error:
-            paths = sorted({conflict.path for conflict in error.conflicts})
-            raise CommitConflict(
-                f"changes staged on {branch!r} conflict with a commit made meanwhile at {', '.join(paths)}: "
-                "re-plan these items from the new tip",
-                paths=paths,
-            ) from error
+        rebase(session, branch, solver)
         if session.snapshot_id != tip:
             # Commits landed between the look and the rebase; where they wrote a chunk this writer staged, the
             # solver kept theirs and this writer's slice is gone.
