@@ -31,7 +31,7 @@ from pyiceberg.types import (
 )
 
 from ingest.api._cache import ColumnCache, SnapshotState
-from ingest.stac import OVERFLOW, render_datetime
+from ingest.stac import HILBERT, OVERFLOW, render_datetime
 
 _TIME_COLUMNS = ("datetime", "start_datetime", "end_datetime")
 # The bbox bound columns, and whether a collection's extent takes their upper (else lower) bounds.
@@ -181,7 +181,9 @@ def _render_micros(micros: int) -> str:
 
 
 # Columns a filter cannot usefully name: item structure, not properties.
-_NOT_QUERYABLE = frozenset(("type", "stac_version", "stac_extensions", "geometry", "bbox", "assets", "links", OVERFLOW))
+_NOT_QUERYABLE = frozenset(
+    ("type", "stac_version", "stac_extensions", "geometry", "bbox", "assets", "links", OVERFLOW, HILBERT)
+)
 
 
 def queryables(schema: Schema) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from ingest._compat import geoparquet_metadata
 from ingest.export._common import ExportResult, replacing_file
 from ingest.repository import View
 from ingest.stac import (
+    HILBERT,
     OVERFLOW,
     TIMESTAMP,
     arrow_to_items,
@@ -57,6 +58,8 @@ def export_schema(view: View) -> pa.Schema:
     arrow = schema_to_pyarrow(view.table.schema(), include_field_ids=False)
     fields = []
     for column in arrow:
+        if column.name == HILBERT:  # floe's sort key, not an item member: other readers would take it for a property
+            continue
         data_type = normalize_type(column.type)
         if column.name in TIMESTAMP_PROPERTIES and pa.types.is_string(data_type):
             data_type = TIMESTAMP

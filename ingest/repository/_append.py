@@ -39,6 +39,7 @@ from pyiceberg.table.snapshots import (
     Summary,
     update_snapshot_summaries,
 )
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER_ID
 from pyiceberg.table.update import (
     AddSnapshotUpdate,
     AssertRefSnapshotId,
@@ -47,7 +48,9 @@ from pyiceberg.table.update import (
 )
 
 from ingest._compat import transaction_updates
+from ingest.repository._catalog import sort_order_columns
 from ingest.repository._keys import KeyIndex
+from ingest.stac import HILBERT
 
 MIN_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
 TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
@@ -322,4 +325,9 @@ def schema_union_updates(table: Table, schema: pa.Schema) -> tuple[tuple[TableUp
     transaction = table.transaction()
     with transaction.update_schema() as update:
         update.union_by_name(schema)
+    if transaction.table_metadata.default_sort_order_id == UNSORTED_SORT_ORDER_ID and HILBERT in schema.names:
+        # A table made before floe stored the key: the batch that adds the column records the order its files follow.
+        with transaction.update_sort_order() as order:
+            for name, transform, null_order in sort_order_columns():
+                order.asc(name, transform, null_order)
     return transaction_updates(transaction), transaction.table_metadata

@@ -21,8 +21,9 @@ from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata, new_table_metadata
-from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, NullOrder, SortDirection, SortOrder
 from pyiceberg.table.update import TableRequirement, TableUpdate
+from pyiceberg.transforms import Transform
 
 TABLE_IDENTIFIER = ("floe", "items")
 DEFAULT_NAME_MAPPING = "schema.name-mapping.default"
@@ -35,6 +36,23 @@ def load_table_definition(path: Path = SCHEMA_FILE) -> tuple[Schema, PartitionSp
     schema = Schema.model_validate(definition["schema"])
     spec = PartitionSpec.model_validate(definition["partition-spec"])
     return schema, spec, dict(definition["properties"])
+
+
+def load_sort_order(path: Path = SCHEMA_FILE) -> SortOrder:
+    """The order of the rows in every data file floe writes: (``floe:hilbert``, ``datetime``), nulls last."""
+    definition = json.loads(path.read_text())
+    return SortOrder.model_validate(definition["sort-order"]) if "sort-order" in definition else UNSORTED_SORT_ORDER
+
+
+def sort_order_columns(path: Path = SCHEMA_FILE) -> list[tuple[str, Transform[Any, Any], NullOrder]]:
+    """The sort order's fields by column name (all ascending), to record it on a table made without it."""
+    schema, _, _ = load_table_definition(path)
+    order = load_sort_order(path)
+    if any(field.direction != SortDirection.ASC for field in order.fields):
+        raise ValueError(f"{path}: floe's sort order is ascending on every field")
+    return [
+        (schema.find_column_name(field.source_id) or "", field.transform, field.null_order) for field in order.fields
+    ]
 
 
 def trim_history(metadata: TableMetadata, keep: int) -> TableMetadata:
@@ -89,13 +107,14 @@ class PointerCatalog(MetastoreCatalog):
         metadata = FromInputFile.table_metadata(self._io.new_input(metadata_location))
         return Table(TABLE_IDENTIFIER, metadata, metadata_location, self._io, self)
 
-    def create_initial(self, location: str, definition_path: Path = SCHEMA_FILE) -> Table:
-        """Write version 0 of a new, empty items table under ``location``."""
+    def create_initial(self, location: str, definition_path: Path | None = None) -> Table:
+        """Write version 0 of a new, empty items table under ``location`` (as ``schemas/items.json`` defines it)."""
+        definition_path = definition_path or SCHEMA_FILE
         schema, spec, properties = load_table_definition(definition_path)
         metadata = new_table_metadata(
             schema=schema,
             partition_spec=spec,
-            sort_order=UNSORTED_SORT_ORDER,
+            sort_order=load_sort_order(definition_path),
             location=location,
             properties=properties,
         )

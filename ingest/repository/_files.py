@@ -41,7 +41,7 @@ from pyiceberg.types import BinaryType, DoubleType, PrimitiveType, StringType
 
 from ingest._compat import geoparquet_metadata
 from ingest._faults import fault_point
-from ingest.stac import RESERVED, items_to_arrow, normalize_type, parse_datetime
+from ingest.stac import HILBERT, RESERVED, items_to_arrow, normalize_type, parse_datetime
 
 Fit = Literal["same", "widen", "conflict"]
 ROW_GROUP_SIZE = 2_048
@@ -327,7 +327,8 @@ def to_data_file(staged: StagedFile, metadata: TableMetadata) -> DataFile:
         file_format=FileFormat.PARQUET,
         partition=Record(staged.collection, staged.month),
         file_size_in_bytes=staged.size,
-        sort_order_id=None,
+        # Every file floe writes follows the table's order (Hilbert key, datetime), once the table records one.
+        sort_order_id=(metadata.default_sort_order_id or None) if HILBERT in staged.schema.names else None,
         spec_id=metadata.default_spec_id,
         equality_ids=None,
         key_metadata=None,

@@ -44,7 +44,7 @@ from pyiceberg.table.update import AssertTableUUID
 from ingest.repository._append import AddedManifest, ManifestCache, plan_commit
 from ingest.repository._commit import AppliedChange, Base, TableChange, commit_change
 from ingest.repository._files import Run, StagedFile, data_file_path, month_label, run_of, stage, to_data_file
-from ingest.stac import spatial_order
+from ingest.stac import HILBERT, clustered
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -162,11 +162,17 @@ def _read(io: FileIO, data_file: DataFile) -> pa.Table:
         return pq.read_table(stream).replace_schema_metadata(None)
 
 
-def compact(io: FileIO, table_location: str, selection: Selection, target_file_rows: int) -> list[StagedFile]:
-    """Write the rows of ``selection``'s files as one run: sorted along the curve, split evenly into files."""
+def compact(
+    io: FileIO, table_location: str, selection: Selection, target_file_rows: int, *, with_key: bool = True
+) -> list[StagedFile]:
+    """Write the rows of ``selection``'s files as one run: sorted along the curve, split evenly into files.
+
+    ``with_key``: the table has the ``floe:hilbert`` column (one made before
+    it gets the column from its next ingest, not from a compaction).
+    """
     # Files written before a column existed lack it; struct columns may have grown: unify, filling nulls.
     rows = pa.concat_tables([_read(io, data_file) for data_file in selection.sources], promote_options="permissive")
-    rows = rows.take(spatial_order(rows.column("bbox"), rows.column("datetime")))
+    rows = clustered(rows, with_key=with_key)
     count = max(1, math.ceil(rows.num_rows / target_file_rows))
     per_file = math.ceil(rows.num_rows / count)
     run = Run(selection.level, uuid.uuid4().hex)
@@ -249,7 +255,8 @@ class CompactionPlan(TableChange):
         self._planned: dict[PartitionKey, PartitionCompaction] = {}
 
     def _compact(self, table: Table, selection: Selection) -> PartitionCompaction:
-        outputs = compact(self._io, table.location(), selection, self._policy.target_file_rows)
+        with_key = HILBERT in table.schema().column_names
+        outputs = compact(self._io, table.location(), selection, self._policy.target_file_rows, with_key=with_key)
         compaction = PartitionCompaction(selection, outputs)
         if self._progress is not None:
             self._progress(compaction)

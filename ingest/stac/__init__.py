@@ -34,7 +34,7 @@ from ingest.stac._rows import (
     render_datetime,
     strip_nulls,
 )
-from ingest.stac._spatial import hilbert_index, spatial_order
+from ingest.stac._spatial import HILBERT, clustered, hilbert_index, spatial_order
 from ingest.stac._text import one_line, shorten, shown
 from ingest.stac._validate import check_name, check_timestamp, item_as_dict, parse_datetime, validate_item
 
@@ -44,6 +44,7 @@ __all__ = [
     "ARRAYS_MEDIA_TYPE",
     "DATETIME",
     "GEOMETRY_TYPES",
+    "HILBERT",
     "ITEM",
     "LAYOUT_ATTR",
     "OVERFLOW",
@@ -59,6 +60,7 @@ __all__ = [
     "arrow_to_items",
     "check_name",
     "check_timestamp",
+    "clustered",
     "coordinates_problem",
     "has_arrays_asset",
     "hilbert_index",

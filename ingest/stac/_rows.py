@@ -30,7 +30,7 @@ import pyarrow as pa
 import shapely
 
 from ingest.stac._json import loads_json
-from ingest.stac._spatial import spatial_order
+from ingest.stac._spatial import HILBERT, clustered
 from ingest.stac._validate import parse_datetime
 
 OVERFLOW = "floe:overflow"
@@ -40,7 +40,8 @@ TIME_COLUMNS = ("datetime", "start_datetime", "end_datetime")
 # Top-level item members with a column of their own; everything else in properties.
 CORE_COLUMNS = ("type", "stac_version", "stac_extensions", "id", "collection", "geometry", "bbox")
 NESTED_TOP = ("assets", "links")
-RESERVED = frozenset((*CORE_COLUMNS, *TIME_COLUMNS, *NESTED_TOP, OVERFLOW, "properties"))
+RESERVED = frozenset((*CORE_COLUMNS, *TIME_COLUMNS, *NESTED_TOP, OVERFLOW, HILBERT, "properties"))
+_TOP_MEMBERS = frozenset((*CORE_COLUMNS, *NESTED_TOP, "properties"))
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: Every integer up to 2**53 in magnitude is exactly a double; beyond it, integers mixed with floats overflow.
 _DOUBLE_EXACT = 2**53
@@ -287,10 +288,10 @@ def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
     columns["bbox"] = _bbox_rows(items, wkb, overflows)
     for key in TIME_COLUMNS:
         columns[key] = _time_column(items, key, overflows)
-    # Foreign top-level members go to the overflow as they are.
+    # Foreign top-level members go to the overflow as they are (even one named like a column: properties fill those).
     for row, item in enumerate(items):
         for key, value in item.items():
-            if key not in RESERVED:
+            if key not in _TOP_MEMBERS:
                 overflows[row].top[key] = value
     # Nested members and properties: typed where lossless, else per-row overflow.
     for key, values in _candidate_columns(items, overflows).items():
@@ -298,8 +299,7 @@ def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
         if typed is not None:
             columns[key] = typed
     columns[OVERFLOW] = pa.array([overflow.to_json() for overflow in overflows], type=pa.string())
-    table = pa.table(columns)
-    return table.take(spatial_order(table.column("bbox"), table.column("datetime")))
+    return clustered(pa.table(columns))
 
 
 def _string_column(items: list[dict[str, Any]], key: str, untyped: set[str], overflows: list[_Overflow]) -> pa.Array:

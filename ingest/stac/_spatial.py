@@ -11,6 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+HILBERT = "floe:hilbert"
+"""The column holding each row's Hilbert key: the first field of the items table's sort order."""
+
 HILBERT_ORDER = 16
 """Bits per axis of the Hilbert curve floe orders rows along (a 65,536 x 65,536 grid: about 600 m cells)."""
 
@@ -63,8 +66,31 @@ def spatial_key(bbox: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 def spatial_order(bbox: pa.Array | pa.ChunkedArray, times: pa.Array | pa.ChunkedArray | None = None) -> np.ndarray:
     """Row order along the Hilbert curve of bbox centres, then by datetime, so neighbours share files and row groups."""
-    key = spatial_key(bbox)
+    return _order(spatial_key(bbox), times)
+
+
+def _order(key: np.ndarray, times: pa.Array | pa.ChunkedArray | None) -> np.ndarray:
     if times is None or len(key) == 0:
         return np.argsort(key, kind="stable")
     micros = pc.fill_null(pc.cast(times, pa.int64()), np.iinfo(np.int64).max).to_numpy(zero_copy_only=False)
     return np.lexsort((micros, key))
+
+
+def clustered(rows: pa.Table, *, with_key: bool = True) -> pa.Table:
+    """``rows`` in the items table's sort order, (Hilbert key ascending, datetime ascending, nulls last).
+
+    With ``with_key`` the key is stored in the :data:`HILBERT` column (added,
+    or recomputed where it exists), so the order a file follows is a column
+    other engines can see and the table's Iceberg sort order can name; rows
+    without a bbox have a null key. Without it (a table whose schema predates
+    the column) any such column is dropped.
+    """
+    key = spatial_key(rows.column("bbox"))
+    order = _order(key, rows.column("datetime"))
+    if HILBERT in rows.column_names:
+        rows = rows.drop_columns([HILBERT])
+    if with_key:
+        missing = key == np.iinfo(np.uint64).max
+        stored = pa.array(np.where(missing, 0, key).astype(np.int64), type=pa.int64(), mask=missing)
+        rows = rows.append_column(HILBERT, stored)
+    return rows.take(order)
