@@ -59,6 +59,10 @@ class ApiSettings(BaseModel):
     cache_mb: int = Field(default=256, ge=0)
     # Largest request body (a POST search) read; a larger one is answered 413 before it is parsed.
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # The token a write through the Transactions extension (`floe serve --transactions`) must carry as
+    # `Authorization: Bearer <token>`; without one, --transactions is refused. Set it in the environment
+    # (FLOE_API__WRITE_TOKEN), not in a file that is shared.
+    write_token: str | None = Field(default=None, repr=False)
 
 
 class OptimizeSettings(BaseModel):

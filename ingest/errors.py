@@ -17,7 +17,8 @@ The tree::
     │   └── ItemNotFound
     ├── AlreadyExists                                       409
     │   ├── RepositoryExists
-    │   └── RefExists
+    │   ├── RefExists
+    │   └── ItemExists
     ├── InvalidInput                  (also a ValueError)   400
     │   ├── InvalidRoot
     │   ├── UnsupportedLayout
@@ -33,7 +34,11 @@ The tree::
     │   └── InvalidExportTarget
     ├── Conflict                      (retry or re-plan)    409
     │   ├── CommitConflict
-    │   └── ConflictRetriesExhausted
+    │   ├── ConflictRetriesExhausted
+    │   └── StaleVersion              (If-Match)            412
+    ├── Refused                       (not allowed here)
+    │   ├── NotAuthorized                                   401
+    │   └── ReadOnlyRef                                     405
     ├── WriterClosed                  (a bug in the caller)
     ├── Corrupt                       (the store is damaged) 500
     │   ├── CorruptRepository
@@ -104,6 +109,12 @@ class RefExists(AlreadyExists):
     """A branch or tag of that name exists already (tags never move)."""
 
     kind = "ref-exists"
+
+
+class ItemExists(AlreadyExists):
+    """An item to be created (``POST``) exists already in its collection: ``PUT`` replaces it."""
+
+    kind = "item-exists"
 
 
 # -- invalid input --------------------------------------------------------------------------------
@@ -239,6 +250,31 @@ class ConflictRetriesExhausted(Conflict):
     """Every attempt of the rebase-and-reconcile loop lost its race."""
 
     kind = "conflict-retries-exhausted"
+
+
+class StaleVersion(Conflict):
+    """A change made for one version of an item (an ``If-Match``) met another: read the item again."""
+
+    kind = "stale-version"
+
+
+# -- refusals -------------------------------------------------------------------------------------
+class Refused(FloeError):
+    """The request is not allowed: without credentials, or on a ref that cannot change."""
+
+    kind = "refused"
+
+
+class NotAuthorized(Refused):
+    """A write without the write token (``Authorization: Bearer <token>``)."""
+
+    kind = "not-authorized"
+
+
+class ReadOnlyRef(Refused):
+    """A write to a tag or a snapshot: only branches move."""
+
+    kind = "read-only-ref"
 
 
 # -- misuse ---------------------------------------------------------------------------------------

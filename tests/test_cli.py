@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -172,3 +173,50 @@ def test_optimize_dry_run_then_compact_then_nothing_to_do(floe, tmp_path):
     assert "nothing to compact" in floe("optimize").output
     assert floe("check", "--all", "--deep").exit_code == 0
     assert "optimize" in floe("log", "--limit", "1").output
+
+
+def test_delete_by_ids_and_by_filter_takes_rows_and_arrays_and_tags_keep_them(floe, tmp_path, ray_cluster):
+    from ingest import Repository
+    from ingest.config import load_settings
+    from ingest.sample import make_archive
+    from tests import invariants
+
+    archive = tmp_path / "archive"
+    make_archive(archive, granules=6, seed=3)
+    assert floe("ingest", str(archive), "--workers", "2").exit_code == 0  # rasters into arrays
+    assert floe("tag", "before").exit_code == 0
+    items = {item["id"]: item for item in map(json.loads, floe("export").stdout.splitlines())}
+    optical = sorted(item_id for item_id, item in items.items() if item["collection"] == "sample-optical")
+    dem = sorted(item_id for item_id, item in items.items() if item["collection"] == "sample-dem")
+    assert len(optical) == 2 and len(dem) == 2
+
+    listed = floe("delete", "--ids", f"{optical[0]},no-such-item", "--dry-run")
+    assert listed.exit_code == 0, listed.output
+    assert f"sample-optical\t{optical[0]}" in listed.stdout and "not found: no-such-item" in listed.output
+    assert "would delete 1 item(s)" in listed.output
+    assert len(floe("export").stdout.splitlines()) == 6, "a dry run deleted something"
+
+    by_ids = floe("delete", "--ids", f"{optical[0]},no-such-item", "-m", "withdraw a granule")
+    assert by_ids.exit_code == 0, by_ids.output
+    assert "not found: no-such-item" in by_ids.output
+    slices = re.search(r"deleted 1 item\(s\) and (\d+) array slice\(s\)", by_ids.output)
+    assert slices and int(slices.group(1)) >= 1, by_ids.output
+    by_filter = floe("delete", "--collections", "sample-dem", "--filter", "true")
+    assert by_filter.exit_code == 0, by_filter.output
+    assert "deleted 2 item(s)" in by_filter.output
+    assert floe("delete", "--ids", optical[0]).output.strip().endswith("nothing to delete on main")
+    assert "2 deleted" in floe("log", "--limit", "1").output
+
+    left = {item["id"] for item in map(json.loads, floe("export").stdout.splitlines())}
+    assert left == set(items) - {optical[0], *dem}
+    assert floe("check", "--all", "--deep").exit_code == 0
+    repository = Repository.open(settings=load_settings(root=str(tmp_path / "repo")))
+    tip, before = repository.view(), repository.view("before")
+    invariants.assert_no_slice_without_row(tip)
+    invariants.assert_rows_have_their_arrays(tip)
+    # The tag still exports and reads every item, the deleted ones' pixels included.
+    assert {item["id"] for item in map(json.loads, floe("export", "--ref", "before").stdout.splitlines())} == set(items)
+    for item_id in (optical[0], *dem):
+        collection = items[item_id]["collection"]
+        assert before.item_arrays(collection, item_id).sizes["x"] > 0
+    assert floe("delete").exit_code == 2

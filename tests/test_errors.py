@@ -32,6 +32,7 @@ def test_every_error_belongs_to_one_group_named_in_the_docstring():
         errors.Corrupt,
         errors.Unavailable,
         errors.WriterClosed,
+        errors.Refused,
     )
     for error in every_error():
         if error is errors.FloeError:

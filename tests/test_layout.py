@@ -74,7 +74,7 @@ def test_only_the_commit_protocol_commits_to_icechunk():
 def test_the_commit_records_keys_are_spelled_in_one_module():
     from ingest.repository._commit import FLOE_KEY
 
-    record_keys = {FLOE_KEY, "items", "rows_added", "rows_replaced", "attempts"}
+    record_keys = {FLOE_KEY, "items", "rows_added", "rows_replaced", "rows_deleted", "attempts"}
     spelled = set()
     for path in MODULES:
         for node in ast.walk(ast.parse(path.read_text())):
@@ -96,7 +96,7 @@ def test_the_commit_records_keys_are_spelled_in_one_module():
         str(path.relative_to(PACKAGE))
         for path in MODULES
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Constant) and node.value in ("rows_added", "rows_replaced")
+        if isinstance(node, ast.Constant) and node.value in ("rows_added", "rows_replaced", "rows_deleted")
     }
     assert anywhere == {"repository/_commit.py"}
 

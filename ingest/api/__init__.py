@@ -2,27 +2,31 @@
 
 from typing import Any
 
+from ingest.api._changes import Deletion, delete_items
 from ingest.api._request import MAX_LIMIT, SearchPage, SearchRequest, SortKey
 from ingest.api._search import SearchEngine
 
 __all__ = [
     "MAX_LIMIT",
+    "Deletion",
     "SearchEngine",
     "SearchPage",
     "SearchRequest",
     "SortKey",
     "create_app",
+    "delete_items",
     "serve",
     "serve_command",
 ]
 
 
-def serve_command(root: str, port: int, host: str = "127.0.0.1") -> list[str]:
+def serve_command(root: str, port: int, host: str = "127.0.0.1", *, transactions: bool = False) -> list[str]:
     """The command line of a `floe serve` child process (this interpreter, this checkout's floe) on ``host:port``."""
     import sys
 
     command = "from ingest.cli import app; app()"
-    return [sys.executable, "-c", command, "--root", root, "serve", "--host", host, "--port", str(port)]
+    writes = ["--transactions"] if transactions else []
+    return [sys.executable, "-c", command, "--root", root, "serve", "--host", host, "--port", str(port), *writes]
 
 
 def __getattr__(name: str) -> Any:

@@ -41,6 +41,7 @@ from stac_fastapi.extensions.query.query import QueryConformanceClasses
 from stac_fastapi.extensions.sort import SortConformanceClasses
 from stac_fastapi.types.config import ApiSettings
 from stac_fastapi.types.core import BaseCoreClient
+from stac_fastapi.types.extension import ApiExtension
 from stac_fastapi.types.requests import get_base_url
 from stac_fastapi.types.search import APIRequest
 from stac_fastapi.types.stac import LandingPage
@@ -53,7 +54,8 @@ from ingest.api._limits import bounded_receive, refuse_large_body
 from ingest.api._models import FloeFilterExtension, ItemsGetRequest, SearchGetRequest, SearchPostRequest
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._search import SearchEngine
-from ingest.errors import FloeError, ItemNotFound, RefNotFound
+from ingest.api._transactions import TransactionsExtension, item_etag
+from ingest.errors import FloeError, InvalidInput, ItemNotFound, RefNotFound
 from ingest.repository import Repository
 
 REFS_PREFIX = "/refs/"
@@ -249,7 +251,9 @@ class FloeClient(BaseCoreClient):
         )
         if not page.items:
             raise ItemNotFound(f"no item {item_id!r} in collection {collection_id!r} at this ref")
-        return _GeoJSON(self._item_links(self._base(request), page.items[0]))
+        # The ETag names the item's version: a write with If-Match holds only for it (_transactions.py).
+        etag = item_etag(page.items[0])
+        return _GeoJSON(self._item_links(self._base(request), page.items[0]), headers={"ETag": etag})
 
     def get_search(  # type: ignore[override]  # noqa: PLR0917 - a Response; the framework passes keywords
         self,
@@ -368,9 +372,16 @@ class RefRouter:
         await self.app(scope, receive, send)
 
 
-def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb: int | None = None) -> RefRouter:
-    """The ASGI application serving ``repository``: the default branch at ``/``, every ref at ``/refs/{ref}/``."""
+def create_app(
+    repository: Repository, *, max_limit: int | None = None, cache_mb: int | None = None, transactions: bool = False
+) -> RefRouter:
+    """The ASGI application serving ``repository``: the default branch at ``/``, every ref at ``/refs/{ref}/``.
+
+    With ``transactions``, items can be written (``_transactions.py``); that needs ``api.write_token``.
+    """
     api_settings = repository.settings.api
+    if transactions and not api_settings.write_token:
+        raise InvalidInput("the Transactions extension needs a write token: set FLOE_API__WRITE_TOKEN")
     engine = SearchEngine(
         repository,
         max_limit=max_limit if max_limit is not None else api_settings.max_limit,
@@ -400,6 +411,16 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
         QueryExtension(conformance_classes=[str(QueryConformanceClasses.SEARCH)]),
         TokenPaginationExtension(),
     ]
+    extensions: list[ApiExtension] = list(search_extensions)
+    if transactions:
+        extensions.append(
+            TransactionsExtension(
+                repository=repository,
+                engine=engine,
+                token=api_settings.write_token or "",
+                ref_of=lambda request: (request.scope.get(SCOPE_REF), bool(request.scope.get(SCOPE_PINNED))),
+            )
+        )
     settings = ApiSettings(
         stac_fastapi_title="floe",
         stac_fastapi_description="STAC API over a floe repository (Icechunk arrays + Iceberg items), at any ref",
@@ -426,8 +447,8 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
             description=settings.stac_fastapi_description,
             root_path_in_servers=False,
         ),
-        client=FloeClient(engine, extensions=search_extensions, title="floe", landing_page_id="floe"),
-        extensions=search_extensions,
+        client=FloeClient(engine, extensions=extensions, title="floe", landing_page_id="floe"),
+        extensions=extensions,
         exceptions=dict(DEFAULT_STATUS_CODES),
         search_get_request_model=create_get_request_model(search_extensions, base_model=SearchGetRequest),
         search_post_request_model=create_post_request_model(search_extensions, base_model=SearchPostRequest),
@@ -438,13 +459,20 @@ def create_app(repository: Repository, *, max_limit: int | None = None, cache_mb
     return RefRouter(api.app, engine, max_body_bytes=api_settings.max_body_bytes)
 
 
-def serve(repository: Repository, host: str = "127.0.0.1", port: int = 8080, *, log_level: str = "warning") -> None:
-    """Serve the STAC API with uvicorn until interrupted."""
+def serve(
+    repository: Repository,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    *,
+    log_level: str = "warning",
+    transactions: bool = False,
+) -> None:
+    """Serve the STAC API with uvicorn until interrupted (``transactions``: accept writes, see ``_transactions``)."""
     import gc
 
     import uvicorn
 
-    application = create_app(repository)
+    application = create_app(repository, transactions=transactions)
     # Process tuning for the server: the objects made at start-up (modules, models, the app) live as long as the
     # process, so stop the cyclic collector re-scanning them; responses make many short-lived, acyclic dicts, so
     # young collections can be rarer. Together they cut the CPU of a 1,000-item page by about a third here.

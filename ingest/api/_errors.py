@@ -27,8 +27,12 @@ from ingest.errors import (
     Corrupt,
     FloeError,
     InvalidInput,
+    NotAuthorized,
     NotFound,
+    ReadOnlyRef,
+    Refused,
     RequestTooLarge,
+    StaleVersion,
     Unavailable,
 )
 
@@ -42,6 +46,10 @@ FLOE_STATUS_CODES: dict[type[FloeError], int] = {
     InvalidInput: 400,
     RequestTooLarge: 413,
     Conflict: 409,
+    StaleVersion: 412,
+    NotAuthorized: 401,
+    ReadOnlyRef: 405,
+    Refused: 403,
     Corrupt: 500,
     Unavailable: 503,
     FloeError: 500,

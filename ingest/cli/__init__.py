@@ -8,7 +8,8 @@ Modules (each command is a thin shell over library calls):
 - ``_app``: the Typer application, global options, shared error rendering and consoles;
 - ``_ingest``: ``init``, ``ingest``, ``demo``;
 - ``_read``: ``export``, ``log``, ``tag``, ``branch``, ``refs``;
-- ``_lifecycle``: ``check``, ``gc``, ``replicate``;
+- ``_changes``: ``delete``;
+- ``_lifecycle``: ``check``, ``gc``, ``replicate``, ``relocate``, ``optimize``;
 - ``_api``: ``serve``, ``search``.
 
 Importing them registers their commands, in the order ``floe --help`` lists them.
@@ -19,7 +20,7 @@ import importlib
 from ingest.cli._app import EXIT_ERROR, EXIT_PROBLEMS, EXIT_REJECTED, app
 
 # In the order `floe --help` lists them (Typer lists commands as they are registered).
-for _module in ("_ingest", "_read", "_lifecycle", "_api"):
+for _module in ("_ingest", "_changes", "_read", "_lifecycle", "_api"):
     importlib.import_module(f"ingest.cli.{_module}")
 
 __all__ = ["EXIT_ERROR", "EXIT_PROBLEMS", "EXIT_REJECTED", "app"]

@@ -25,17 +25,30 @@ def serve(
         int | None,
         typer.Option("--port", "-p", min=0, max=65535, help="Port (default 8080; api.port in the settings)."),
     ] = None,
+    transactions: Annotated[
+        bool,
+        typer.Option(
+            "--transactions",
+            help=(
+                "Accept writes (the STAC Transactions extension: POST, PUT, PATCH, DELETE of items on branches), "
+                "each one commit; needs a write token (FLOE_API__WRITE_TOKEN), sent as Authorization: Bearer."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Serve the STAC API: the default branch at /, every branch, tag and snapshot at /refs/{ref}/."""
     from ingest.api import serve as run_server
 
     settings = settings_of(ctx)
+    if transactions and not settings.api.write_token:
+        fail("--transactions needs a write token: set FLOE_API__WRITE_TOKEN (or api.write_token)", code=2)
     with floe_errors():
         repository = open_repository(ctx)
     host = host or settings.api.host
     port = settings.api.port if port is None else port
-    stderr.print(f"serving {repository.location.url} at http://{host}:{port}/ (Ctrl-C stops)", highlight=False)
-    run_server(repository, host, port)
+    writes = " (writes accepted with the write token)" if transactions else ""
+    stderr.print(f"serving {repository.location.url} at http://{host}:{port}/{writes} (Ctrl-C stops)", highlight=False)
+    run_server(repository, host, port, transactions=transactions)
 
 
 @app.command()

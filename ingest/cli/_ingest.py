@@ -63,7 +63,9 @@ def _summary(result: Any) -> str:
             else ""
         )
         + f"; {len(result.rejected)} rejected; "
-        f"{result.conflicts_retried} conflicts retried" + _compacted(result)
+        f"{result.conflicts_retried} conflicts retried"
+        + (f"; {result.pruned} deleted (--prune: gone from the sources)" if result.pruned else "")
+        + _compacted(result)
     )
 
 
@@ -144,12 +146,23 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             ),
         ),
     ] = False,
+    prune: Annotated[
+        bool,
+        typer.Option(
+            "--prune",
+            help=(
+                "Mirror the sources: delete (rows and arrays, in the last commit) the items of the sources' "
+                "collections that the sources no longer hold. Nothing is pruned if any input cannot be read. "
+                "Without it an ingest never deletes."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Ingest STAC items and their local rasters, one commit per batch.
 
     With Ray (the default), each actor copies its granules' rasters into
-    Icechunk arrays (one group per item) and commits arrays and rows together
-    through its own writer. Items whose assets are remote are ingested as
+    Icechunk arrays (slices of stacks shared by the granules of one grid) and
+    commits arrays and rows together through its own writer. Items whose assets are remote are ingested as
     metadata. Creates the repository if it does not exist. Bad input
     (unreadable files, invalid items, corrupt rasters, missing assets,
     duplicate or unsafe ids) is reported with its source and skipped;
@@ -175,6 +188,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     message=message,
                     default_collection=collection,
                     progress=update,
+                    prune=prune,
                 )
             else:
                 result = ingest_with_ray(
@@ -189,6 +203,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     default_collection=collection,
                     progress=update,
                     virtual=virtual,
+                    prune=prune,
                 )
     for fallback in result.fallbacks:
         stderr.print(
@@ -200,6 +215,8 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     for rejection in result.rejected:
         # Ids and file names are the user's text: rich must not read "[/x]" as markup nor ":x:" as an emoji.
         stderr.print(f"[yellow]rejected[/] {escape(str(rejection))}", highlight=False, soft_wrap=True, emoji=False)
+    if result.prune_skipped:
+        stderr.print(f"[yellow]not pruned[/] {escape(result.prune_skipped)}", highlight=False, soft_wrap=True)
     if report is not None:
         result.write_report(report)
     stderr.print(_summary(result), highlight=False)

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table as RichTable
 
 from ingest.cli._app import app, fail, floe_errors, open_repository, stderr, stdout
+from ingest.repository import LogEntry
 
 
 @app.command()
@@ -56,6 +57,13 @@ def export(
     )
 
 
+def _rows(entry: LogEntry) -> str:
+    """Rows a commit added, with those it replaced and deleted when there are any."""
+    counts = ((entry.rows_replaced, "replaced"), (entry.rows_deleted, "deleted"))
+    shown = [f"{count} {what}" for count, what in counts if count]
+    return f"{entry.rows_added} ({', '.join(shown)})" if shown else str(entry.rows_added)
+
+
 @app.command("log")
 def log_command(
     ctx: typer.Context,
@@ -74,7 +82,7 @@ def log_command(
         table.add_row(
             entry.snapshot_id,
             entry.written_at.strftime("%Y-%m-%d %H:%M:%S"),
-            f"{entry.rows_added} ({entry.rows_replaced} replaced)" if entry.rows_replaced else str(entry.rows_added),
+            _rows(entry),
             str(entry.attempts),
             entry.message,
         )

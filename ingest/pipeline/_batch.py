@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +38,13 @@ REPLANS = 3
 
 
 def commit_batch(
-    repository: Repository, branch: str, granules: list[Granule], message: str, *, virtual: bool = False
+    repository: Repository,
+    branch: str,
+    granules: list[Granule],
+    message: str,
+    *,
+    virtual: bool = False,
+    delete: Sequence[tuple[str, str]] = (),
 ) -> BatchOutcome:
     """Stage a batch's new and changed granules (arrays and rows) and commit them; unchanged ones are skipped.
 
@@ -46,11 +53,12 @@ def commit_batch(
     rewriting one item's arrays cannot be merged: the loser plans its batch
     again on the winner's version (a bounded number of times). With
     ``virtual``, rasters are referenced in place where they can be and copied
-    where they cannot (``fallbacks`` says which and why).
+    where they cannot (``fallbacks`` says which and why). The items ``delete``
+    names leave in the same commit (``--prune``).
     """
     for attempt in range(1, REPLANS + 1):
         try:
-            outcome = _commit_batch_once(repository, branch, granules, message, virtual=virtual)
+            outcome = _commit_batch_once(repository, branch, granules, message, virtual=virtual, delete=delete)
         except CommitConflict:
             if attempt == REPLANS:
                 raise
@@ -143,9 +151,17 @@ class _ReadAhead:
 
 
 def _commit_batch_once(
-    repository: Repository, branch: str, granules: list[Granule], message: str, *, virtual: bool
+    repository: Repository,
+    branch: str,
+    granules: list[Granule],
+    message: str,
+    *,
+    virtual: bool,
+    delete: Sequence[tuple[str, str]],
 ) -> BatchOutcome:
     writer = repository.writer(branch)
+    for collection, item_id in delete:
+        writer.delete_item(collection, item_id)
     steps, skipped = _plan_steps(writer, granules)
     outcome = BatchOutcome(commit=None, skipped=skipped)
     # Copies read the next granule's rasters (GDAL decodes without the GIL) while this one is written.
@@ -156,7 +172,7 @@ def _commit_batch_once(
                 _stage(writer, step, outcome, reads, virtual=virtual)
         finally:
             reads.cancel()
-    if writer.pending_items or writer.session.has_uncommitted_changes:
+    if writer.pending_items or writer.pending_deletions or writer.session.has_uncommitted_changes:
         outcome.commit = writer.commit(message)
     return outcome
 

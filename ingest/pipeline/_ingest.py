@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ingest.pipeline._batch import commit_batch
 from ingest.pipeline._compact import AutoCompactor
+from ingest.pipeline._prune import SourceScope, prune_keys, with_last
 from ingest.pipeline._report import IngestReport, ProgressCallback, record
 from ingest.pipeline._stream import VALIDATION_CHUNK, batched, granule_stream
 from ingest.repository import Repository
@@ -34,18 +35,22 @@ def ingest_items(
     message: str | None = None,
     default_collection: str | None = None,
     progress: ProgressCallback | None = None,
+    prune: bool = False,
 ) -> IngestReport:
     """Ingest every item found in ``sources`` in this process (metadata only), one commit per ``batch_size`` items.
 
     Bad input (unreadable files, invalid items, ids repeated within the run) is
     rejected with its source named; everything else is committed. Items the
     branch holds already, unchanged, are skipped; changed ones replace their row.
+    With ``prune``, the items of the sources' collections that the sources no
+    longer hold are deleted in the last commit (see ``_prune.py``).
     """
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
     raster_bytes = repository.settings.batch_raster_mb << 20
     message = message or "floe ingest"
     report = IngestReport()
+    scope = SourceScope()
     granules = granule_stream(
         repository,
         sources,
@@ -53,6 +58,7 @@ def ingest_items(
         branch=branch,
         default_collection=default_collection,
         chunk=min(VALIDATION_CHUNK, batch_size),
+        scope=scope,
     )
     compactor = AutoCompactor(repository, branch, report)
     # Reading and validating allocate millions of small acyclic objects; Python's cyclic collector would walk
@@ -62,8 +68,11 @@ def ingest_items(
     gc.freeze()
     try:
         with paused_collection():
-            for number, batch in enumerate(batched(granules, batch_size, raster_bytes), start=1):
-                outcome = commit_batch(repository, branch, batch, f"{message} (batch {number})")
+            batches = with_last(batched(granules, batch_size, raster_bytes))
+            number = 0
+            for number, (batch, last) in enumerate(batches, start=1):
+                delete = prune_keys(repository, branch, scope, report) if prune and last else []
+                outcome = commit_batch(repository, branch, batch, f"{message} (batch {number})", delete=delete)
                 record(report, outcome)
                 compactor.after(outcome)
                 if outcome.commit is not None:
@@ -78,6 +87,9 @@ def ingest_items(
                     progress(report)
                 if number % COLLECT_EVERY == 0:
                     gc.collect()
+            if prune and number == 0 and (delete := prune_keys(repository, branch, scope, report)):
+                # The sources hold no item at all: the deletions are a commit of their own.
+                record(report, commit_batch(repository, branch, [], f"{message} (prune)", delete=delete))
     finally:
         gc.unfreeze()
     compactor.finish()

@@ -22,6 +22,7 @@ from ingest.errors import FloeError, RayUnavailable
 from ingest.pipeline._batch import commit_batch
 from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._granules import Granule, select_assets
+from ingest.pipeline._prune import SourceScope, prune_keys, with_last
 from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback, record
 from ingest.pipeline._stream import VALIDATION_CHUNK, granule_stream, routed_batches
 from ingest.repository import Repository
@@ -109,12 +110,15 @@ def ingest_with_ray(
     default_collection: str | None = None,
     progress: ProgressCallback | None = None,
     virtual: bool = False,
+    prune: bool = False,
 ) -> IngestReport:
     """Ingest granules (rasters as arrays, items as rows) with ``workers`` Ray actors, one commit per batch.
 
     With ``virtual``, local rasters are referenced in place (Icechunk virtual
     chunks) instead of copied; granules that cannot be referenced are copied
-    and listed in the report's ``fallbacks``.
+    and listed in the report's ``fallbacks``. With ``prune``, the last batch
+    is committed by the driver once the actors are done, with the deletions
+    of the items the sources no longer hold (see ``_prune.py``).
     """
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
@@ -127,6 +131,7 @@ def ingest_with_ray(
     started = start_ray(workers, ray_address)
     pool = _ActorPool(repository, branch, workers, report, progress, AutoCompactor(repository, branch, report))
     known_collections: set[str] = set()
+    scope = SourceScope()
     granules = granule_stream(
         repository,
         sources,
@@ -135,16 +140,30 @@ def ingest_with_ray(
         default_collection=default_collection,
         assets=select_assets(assets),
         chunk=min(VALIDATION_CHUNK, batch_size),
+        scope=scope,
     )
     try:
-        for number, (lane, batch) in enumerate(routed_batches(granules, workers, batch_size, raster_bytes), start=1):
+        batches = with_last(routed_batches(granules, workers, batch_size, raster_bytes))
+        number = 0
+        for number, ((lane, batch), last) in enumerate(batches, start=1):
             # A collection's group is created in a commit of its own before writers stage arrays under it.
             collections = {granule.item["collection"] for granule in batch} - known_collections
             if collections:
                 repository.ensure_groups(sorted(collections), branch=branch)
                 known_collections |= collections
+            if prune and last:
+                pool.drain()  # the deletions are planned on every other batch's commit
+                delete = prune_keys(repository, branch, scope, report)
+                pool.collect(
+                    commit_batch(
+                        repository, branch, batch, f"{message} (batch {number})", virtual=virtual, delete=delete
+                    )
+                )
+                continue
             pool.submit(batch, f"{message} (batch {number})", virtual, lane=lane)
         pool.drain()
+        if prune and number == 0 and (delete := prune_keys(repository, branch, scope, report)):
+            pool.collect(commit_batch(repository, branch, [], f"{message} (prune)", delete=delete))
         pool.compactor.finish()
     finally:
         pool.close(shutdown=started)
@@ -213,9 +232,13 @@ class _ActorPool:
             except ray.exceptions.RayTaskError as error:
                 cause = error.cause if isinstance(error.cause, FloeError) else error
                 raise cause from None
-            record(self.report, outcome)
-            self.compactor.after(outcome)
-            self._report_progress()
+            self.collect(outcome)
+
+    def collect(self, outcome: BatchOutcome) -> None:
+        """Add a batch's outcome to the run (an actor's, or the driver's own last batch)."""
+        record(self.report, outcome)
+        self.compactor.after(outcome)
+        self._report_progress()
 
     def _report_progress(self) -> None:
         if self.progress:

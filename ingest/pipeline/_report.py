@@ -65,6 +65,13 @@ class IngestReport:
     compactions: list[OptimizeResult] = field(default_factory=list)
     """Compactions of the partitions the run made due (``[optimize]`` thresholds)."""
     compaction_errors: list[str] = field(default_factory=list)
+    prune_skipped: str | None = None
+    """Why ``--prune`` deleted nothing although asked to (some input could not be read), or None."""
+
+    @property
+    def pruned(self) -> int:
+        """Items ``--prune`` deleted (the sources no longer hold them)."""
+        return sum(commit.rows_deleted for commit in self.commits)
 
     @property
     def rows_added(self) -> int:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ingest.errors import FloeError, InvalidInput
 from ingest.pipeline._granules import Granule, granule_from_item
+from ingest.pipeline._prune import SourceScope
 from ingest.pipeline._report import IngestReport, Rejection
 from ingest.pipeline._sources import SourcedItem, read_items
 from ingest.repository import Repository
@@ -53,28 +54,33 @@ def granule_stream(
     default_collection: str | None = None,
     assets: set[str] | frozenset[str] | None = METADATA_ONLY,
     chunk: int = VALIDATION_CHUNK,
+    scope: SourceScope | None = None,
 ) -> Iterator[Granule]:
     """Every valid, first-seen granule of ``sources``, in order; rejections are added to ``report``.
 
     ``assets`` selects the raster assets each granule carries (None: every
     local raster; empty: none, metadata only). ``chunk`` items are validated
     at a time (a driver with small batches passes a smaller chunk, so its
-    first batch does not wait for a large one).
+    first batch does not wait for a large one). ``scope`` hears what the
+    sources hold (``--prune``).
     """
-    seen: dict[tuple[str, str], str] = {}
+    scope = scope if scope is not None else SourceScope()
     pending: list[SourcedItem] = []
     for sourced in read_items(sources):
         if sourced.collection is not None:
+            if isinstance(sourced.collection.get("id"), str):
+                scope.collections.add(sourced.collection["id"])
             _store_collection(repository, sourced, report, branch)
         elif sourced.error is not None:
             report.rejected.append(Rejection.of(sourced.error, sourced.source))
+            scope.unknown.append(sourced.source)
         else:
             report.items_read += 1
             pending.append(sourced)
             if len(pending) >= chunk:
-                yield from _granules(pending, report, seen, default_collection, assets)
+                yield from _granules(pending, report, scope, default_collection, assets)
                 pending = []
-    yield from _granules(pending, report, seen, default_collection, assets)
+    yield from _granules(pending, report, scope, default_collection, assets)
 
 
 def batched(granules: Iterable[Granule], size: int, raster_bytes: int | None = None) -> Iterator[list[Granule]]:
@@ -186,13 +192,15 @@ def _validated(
 def _granules(
     pending: list[SourcedItem],
     report: IngestReport,
-    seen: dict[tuple[str, str], str],
+    scope: SourceScope,
     default_collection: str | None,
     assets: set[str] | frozenset[str] | None,
 ) -> Iterator[Granule]:
+    seen = scope.seen
     for sourced, outcome in _validated(pending, default_collection):
         if isinstance(outcome, InvalidInput):
             report.rejected.append(Rejection.of(outcome, sourced.source))
+            scope.note_unkeyed(sourced.source, sourced.item, default_collection)
             continue
         item_id, key = str(outcome["id"]), (str(outcome["collection"]), str(outcome["id"]))
         if key in seen:

@@ -213,7 +213,8 @@ class AddedManifest:
 
     snapshot_id: int
     data_files: tuple[DataFile, ...]
-    manifest: ManifestFile
+    manifest: ManifestFile | None
+    """None when the change adds no file (a deletion): Iceberg has no empty manifests."""
 
 
 def plan_commit(
@@ -235,7 +236,8 @@ def plan_commit(
     (and their statistics) are unchanged and its snapshot id is still free, the
     manifest is reused and only a manifest list and metadata.json are new.
     Removing files (copy-on-write replacement of rows) makes an ``overwrite``
-    snapshot (``operation`` overrides: a compaction, which changes no row, is a ``replace``); every path in
+    snapshot, a ``delete`` when nothing is added (``operation`` overrides: a
+    compaction, which changes no row, is a ``replace``); every path in
     ``removed`` must be live in ``metadata``.
     """
     io = cache.io
@@ -252,9 +254,8 @@ def plan_commit(
         snapshot_id = previous.snapshot_id if previous is not None else metadata.new_snapshot_id()
         if metadata.snapshot_by_id(snapshot_id) is not None:
             snapshot_id = metadata.new_snapshot_id()
-        added = AddedManifest(
-            snapshot_id, data_files, _write_added_manifest(io, metadata, snapshot_id, data_files, commit_id)
-        )
+        manifest = _write_added_manifest(io, metadata, snapshot_id, data_files, commit_id) if data_files else None
+        added = AddedManifest(snapshot_id, data_files, manifest)
     snapshot_id = added.snapshot_id
     parent = metadata.current_snapshot()
     sequence_number = metadata.next_sequence_number()
@@ -267,7 +268,10 @@ def plan_commit(
         missing = removed - {data_file.file_path for data_file in removed_files}
         if missing:
             raise ValueError(f"cannot remove files that are not live in the base version: {sorted(missing)}")
-    manifests = [added.manifest, *_merge_small_manifests(cache, metadata, snapshot_id, existing, commit_id)]
+    manifests = [
+        *([added.manifest] if added.manifest is not None else []),
+        *_merge_small_manifests(cache, metadata, snapshot_id, existing, commit_id),
+    ]
     manifest_list = _metadata_path(metadata, f"snap-{snapshot_id}-0-{commit_id}.avro")
     with write_manifest_list(
         format_version=metadata.format_version,
@@ -286,7 +290,7 @@ def plan_commit(
     for data_file in removed_files:
         collector.remove_file(data_file=data_file, partition_spec=spec, schema=schema)
     if operation is None:
-        operation = Operation.OVERWRITE if removed_files else Operation.APPEND
+        operation = (Operation.OVERWRITE if data_files else Operation.DELETE) if removed_files else Operation.APPEND
     # pyiceberg 0.12 totals only append, overwrite and delete summaries (table/snapshots.py,
     # update_snapshot_summaries): a replace is totalled as an overwrite, then named for what it is.
     totalled = Operation.OVERWRITE if operation == Operation.REPLACE else operation

@@ -75,8 +75,9 @@ FLOE_KEY = "floe"
 _ITEMS = "items"
 _ROWS_ADDED = "rows_added"
 _ROWS_REPLACED = "rows_replaced"
+_ROWS_DELETED = "rows_deleted"
 _ATTEMPTS = "attempts"
-_KNOWN = frozenset((_ITEMS, _ROWS_ADDED, _ROWS_REPLACED, _ATTEMPTS))
+_KNOWN = frozenset((_ITEMS, _ROWS_ADDED, _ROWS_REPLACED, _ROWS_DELETED, _ATTEMPTS))
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class CommitMetadata:
     """The items table's metadata.json, relative to ``<root>/tables/`` (None only in Icechunk's root snapshot)."""
     rows_added: int = 0
     rows_replaced: int = 0
+    rows_deleted: int = 0
     attempts: int = 1
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Keys this version of floe does not know (written by a newer one): kept, never interpreted."""
@@ -99,6 +101,8 @@ class CommitMetadata:
             _ROWS_REPLACED: self.rows_replaced,
             _ATTEMPTS: self.attempts,
         }
+        if self.rows_deleted:
+            record[_ROWS_DELETED] = self.rows_deleted
         if self.items is not None:
             record[_ITEMS] = self.items
         return {**(caller_metadata or {}), FLOE_KEY: record}
@@ -114,6 +118,7 @@ class CommitMetadata:
             items=pointer if isinstance(pointer, str) else None,
             rows_added=_count(record.get(_ROWS_ADDED), 0),
             rows_replaced=_count(record.get(_ROWS_REPLACED), 0),
+            rows_deleted=_count(record.get(_ROWS_DELETED), 0),
             attempts=_count(record.get(_ATTEMPTS), 1),
             extra={key: value for key, value in record.items() if key not in _KNOWN},
         )
@@ -169,11 +174,12 @@ class Base:
 
 @dataclass(frozen=True)
 class AppliedChange:
-    """What applying a change to one base wrote: the next table version, and the rows it adds and replaces."""
+    """What applying a change to one base wrote: the next table version, and the rows it adds, replaces, deletes."""
 
     metadata_location: str
     rows_added: int = 0
     rows_replaced: int = 0
+    rows_deleted: int = 0
 
 
 class TableChange(ABC):
@@ -262,6 +268,7 @@ def commit_change(
                 items=encode_pointer(repository.location.tables_url, applied.metadata_location),
                 rows_added=applied.rows_added,
                 rows_replaced=applied.rows_replaced,
+                rows_deleted=applied.rows_deleted,
                 attempts=attempt,
             )
             snapshot_id = _swap(repository, session, branch, message, record.encode(caller_metadata))

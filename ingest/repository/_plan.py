@@ -65,10 +65,12 @@ class ItemsPlan(TableChange):
         items: list[dict[str, Any]],
         *,
         replace: set[Key],
+        delete: set[Key] | None = None,
+        expected: dict[Key, dict[str, Any] | None] | None = None,
         message: str,
         located: Located | None = None,
         known_rows: dict[Key, dict[str, Any]] | None = None,
-        clear_pieces: Callable[[list[Piece]], object] | None = None,
+        clear_pieces: Callable[[list[Piece], bool], object] | None = None,
         staged_slots: Callable[[], set[tuple[str, int]]] | None = None,
     ) -> None:
         self._io = io
@@ -76,7 +78,12 @@ class ItemsPlan(TableChange):
         self._manifests = manifests
         self._items = items
         self._message = message
-        self._replacement = ReplacementPlan(replace, primed=located)
+        self._delete = set(delete or ())
+        self._expected = dict(expected or {})
+        self._replacement = ReplacementPlan(set(replace) | self._delete, primed=located)
+        unguarded = set(self._expected) - self._replacement.keys
+        if unguarded:
+            raise ValueError(f"an expectation guards no change of {sorted(unguarded)[:3]}: replace or delete them")
         self._files: list[StagedFile] | None = None
         self._files_base: str | None = None
         self._moved: dict[Key, dict[str, Any]] = {}
@@ -84,6 +91,7 @@ class ItemsPlan(TableChange):
         self._clear_pieces = clear_pieces
         self._staged_slots = staged_slots or set
         self._cleared_from: set[str] = set()
+        self._deleted_slices: dict[str, int] = {}
         self._added_manifest: AddedManifest | None = None
         self.files_written = 0
         """Data files written so far (the batch's files, their rewrites, and the copies replacement made)."""
@@ -113,12 +121,48 @@ class ItemsPlan(TableChange):
         files = self._files_for(table)
         if self._replacement.keys:
             self.files_written += self._replacement.plan(self._manifests, table)
+            self._check_expected()
+            self._refuse_vanished_arrays()
             self._clear_replaced_slices()
         location = self._write_metadata(table, files)
-        return AppliedChange(location, self.rows, self._replacement.rows_removed)
+        deleted = self.rows_deleted
+        return AppliedChange(location, self.rows, self._replacement.rows_removed - deleted, deleted)
+
+    @property
+    def rows_deleted(self) -> int:
+        """Rows the deletions remove (as of the version last planned)."""
+        return sum(len(hits & self._delete) for _, hits in self._replacement.found_files.values())
+
+    @property
+    def slices_deleted(self) -> int:
+        """Slices (pieces of arrays) of the deleted rows, cleared with them (as of the version last planned)."""
+        return sum(self._deleted_slices.get(path, 0) for path in self._replacement.found_files)
+
+    @property
+    def not_found(self) -> set[Key]:
+        """Keys to delete that no live row holds (as of the version last planned)."""
+        found = {key for _, hits in self._replacement.found_files.values() for key in hits}
+        return self._delete - found
+
+    def _refuse_vanished_arrays(self) -> None:
+        """A row this change replaces was deleted by a commit made meanwhile; if our row keeps that row's
+        slices (a metadata change, no rasters of its own), they are gone with it: re-plan it."""
+        vanished = self._replacement.vanished - self._delete
+        if not vanished:
+            return
+        staged = self._staged_slots()
+        for item in self._items:
+            key = (item["collection"], item["id"])
+            arrays = read_arrays_asset(item) if key in vanished else None
+            if arrays is not None and not all((piece.stack, piece.slot) in staged for piece in arrays.pieces()):
+                raise CommitConflict(
+                    f"item {key[1]!r} ({key[0]}) was deleted by a commit made meanwhile, and this change keeps "
+                    "the arrays of the version that commit deleted; re-plan it from the new tip",
+                    paths=[f"{key[0]}/{key[1]}"],
+                )
 
     def _clear_replaced_slices(self) -> None:
-        """The slices of the rows this change replaces leave with them (in the same commit).
+        """The slices of the rows this change replaces or deletes leave with them (in the same commit).
 
         On the first base these are the rows the writer planned against (the
         pipeline clears them itself already: clearing again does nothing); on a
@@ -126,8 +170,6 @@ class ItemsPlan(TableChange):
         outcome is the two commits in order, the winner's item then ours, so
         the winner's slices go with its row and no slice is left without one.
         """
-        if self._clear_pieces is None:
-            return
         # A row replaced with the same slices (its metadata changed, not its rasters) keeps them.
         kept = {
             (piece.stack, piece.array, piece.slot)
@@ -136,6 +178,7 @@ class ItemsPlan(TableChange):
             for piece in arrays.pieces()
         }
         pieces: list[Piece] = []
+        deleted: list[Piece] = []
         for path, (data_file, hits) in self._replacement.found_files.items():
             if path in self._cleared_from:
                 continue
@@ -150,11 +193,45 @@ class ItemsPlan(TableChange):
             for row in rows:
                 arrays = read_arrays_asset(row)
                 if arrays is not None:
-                    pieces.extend(
+                    gone = deleted if (row["collection"], row["id"]) in self._delete else pieces
+                    before = len(deleted)
+                    gone.extend(
                         piece for piece in arrays.pieces() if (piece.stack, piece.array, piece.slot) not in kept
                     )
-        if pieces:
-            self._clear_pieces(pieces)
+                    self._deleted_slices[path] = self._deleted_slices.get(path, 0) + len(deleted) - before
+        if self._clear_pieces is not None:
+            if pieces:
+                self._clear_pieces(pieces, False)
+            if deleted:
+                # A concurrent commit that cleared (or re-staged) the same slices is no conflict for a deletion.
+                self._clear_pieces(deleted, True)
+
+    def _check_expected(self) -> None:
+        """Changes made on a condition (``Writer.expect``) hold only for the version of the item they expect:
+        the row read at the writer's base, or none. Another one (a concurrent commit's) refuses the commit."""
+        if not self._expected:
+            return
+        found: dict[Key, list[dict[str, Any]]] = {}
+        for path, (data_file, hits) in self._replacement.found_files.items():
+            wanted = hits & self._expected.keys()
+            if not wanted:
+                continue
+            planned = path in self._replacement.primed_paths and path not in self._replacement.found_later
+            if planned and wanted <= self._known_rows.keys():
+                rows = [self._known_rows[key] for key in wanted]  # read at the base already (files never change)
+            else:
+                rows = list(arrow_to_items(read_rows(self._io, data_file, wanted)))
+            for row in rows:
+                found.setdefault((row["collection"], row["id"]), []).append(row)
+        for key, version in self._expected.items():
+            rows = found.get(key, [])
+            if rows != ([] if version is None else [version]):
+                state = "created" if version is None else ("deleted" if not rows else "changed")
+                raise CommitConflict(
+                    f"item {key[1]!r} ({key[0]}) was {state} by a commit made meanwhile, and this change was "
+                    "made for the version it replaced: re-plan it from the new tip",
+                    paths=[f"{key[0]}/{key[1]}"],
+                )
 
     def _refuse_kept_arrays(self, rows: list[dict[str, Any]]) -> None:
         """Rows this writer did not plan against are being replaced: a row of ours that keeps arrays it did not
@@ -242,8 +319,11 @@ class ItemsPlan(TableChange):
         if schema is not None:
             updates, metadata = schema_union_updates(table, schema)
         properties = {"floe.rows-added": str(self.rows), "floe.message": self._message[:200]}
-        if replacement.rows_removed:
-            properties["floe.rows-replaced"] = str(replacement.rows_removed)
+        deleted = self.rows_deleted
+        if replacement.rows_removed - deleted:
+            properties["floe.rows-replaced"] = str(replacement.rows_removed - deleted)
+        if deleted:
+            properties["floe.rows-deleted"] = str(deleted)
         data_files = [to_data_file(staged, metadata) for staged in [*files, *replacement.rewritten_files]]
         append_updates, head, self._added_manifest = plan_commit(
             metadata,

@@ -139,6 +139,11 @@ class ReplacementPlan:
         """Files among ``found_files`` that appeared after the first version planned: a concurrent writer's."""
         """Live file -> (its DataFile, the keys it holds that the plan drops), as of the last version planned."""
         self._live: set[str] | None = None
+        # The keys the writer's base held (when it looked them up there): the first version planned may be later.
+        self._ever_found: set[Key] = {key for _, hits in primed.found.values() for key in hits} if primed else set()
+        self._ever_found &= keys
+        self.vanished: set[Key] = set()
+        """Keys a version planned earlier held and the last one holds nowhere: a concurrent commit deleted them."""
 
     def plan(self, cache: ManifestCache, table: Table) -> int:
         """Bring the plan up to ``table``; returns how many files it rewrote."""
@@ -172,6 +177,9 @@ class ReplacementPlan:
             if self._live is not None:
                 self.found_later.add(path)
         self._live = set(live)
+        present = {key for _, hits in self.found_files.values() for key in hits}
+        self._ever_found |= present
+        self.vanished = self._ever_found - present
         return len(found)
 
     @property

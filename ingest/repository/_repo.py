@@ -93,6 +93,7 @@ class LogEntry:
     attempts: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
     """What else floe's record in the commit holds (see ``CommitMetadata.extra``)."""
+    rows_deleted: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The entry as ``floe log --json`` prints it: every field (``extra`` only when it holds something)."""
@@ -418,6 +419,7 @@ class Repository:
                     rows_added=record.rows_added,
                     attempts=record.attempts,
                     rows_replaced=record.rows_replaced,
+                    rows_deleted=record.rows_deleted,
                     extra=dict(record.extra),
                 )
             )

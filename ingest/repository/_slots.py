@@ -16,7 +16,10 @@ the stack axis, in every stack it writes to. Writers never coordinate, so:
    pixel is read or written again.
 3. **Check, then rebase.** Moving a chunk leaves its old position cleared in
    the loser's changes, and where the winner wrote there that is a conflict
-   with no meaning (the loser never wanted that slot). Every chunk both
+   with no meaning (the loser never wanted that slot). The slots of items the
+   loser deletes are vacated too: the tip's content there is the tip's rows'
+   business, and the deletion, re-planned on the tip, takes whatever version
+   of the item it holds. Every chunk both
    sides changed is compared against those vacated slots: any other (both
    replaced the same item's slices, say) is a real conflict and the caller
    re-plans (``CommitConflict``). Otherwise the rebase keeps the winner's
@@ -80,7 +83,8 @@ class Slots:
     def __init__(self) -> None:
         self._capacity: dict[str, int] = {}
         self.vacated: set[tuple[str, int]] = set()
-        """(stack, slot) this writer moved slices away from: its changes there are no claim on them."""
+        """(stack, slot) this writer moved slices away from, or cleared for an item it deletes: its changes
+        there are no claim on them. Whatever the tip holds there belongs to the tip's rows."""
         self._next: dict[str, int] = {}
         self._taken: dict[str, list[int]] = {}
         self.owners: dict[tuple[str, int], Key] = {}
@@ -88,6 +92,12 @@ class Slots:
 
     def __bool__(self) -> bool:
         return bool(self.owners)
+
+    def cleared(self, pieces: Iterable[Piece]) -> None:
+        """This writer clears the slices ``pieces`` name because it deletes their items (the rows leave with its
+        commit). A re-staged item's old slices are not vacated: two writers re-staging one item conflict."""
+        self.vacated |= {(piece.stack, piece.slot) for piece in pieces}
+        self.vacated -= set(self.owners)
 
     def take(self, session: icechunk.Session, stack: str, owner: Key) -> int:
         """The next slot of ``stack`` for ``owner``'s slice."""
@@ -178,7 +188,7 @@ def rebase_following(
         moves = slots.follow(repository_icechunk, session, tip) if slots else {}
         if moves and on_moves is not None:
             on_moves(moves)
-        if not moves and not (slots and slots.vacated):
+        if not moves and not (slots is not None and slots.vacated):
             try:
                 rebase(session, branch)
                 return

@@ -44,6 +44,11 @@ class CommitResult:
     rows_replaced: int
     files_written: int
     files_rewritten: int
+    rows_deleted: int = 0
+    slices_deleted: int = 0
+    """Array slices of the deleted rows, cleared in the same commit."""
+    not_found: tuple[tuple[str, str], ...] = ()
+    """(collection, id) of the items asked to be deleted that the branch did not hold when the commit landed."""
 
 
 class Writer:
@@ -66,6 +71,8 @@ class Writer:
         self._sources: dict[tuple[str, str], str | None] = {}
         self._closed = False
         self._replace: set[tuple[str, str]] = set()
+        self._delete: set[tuple[str, str]] = set()
+        self._expected: dict[tuple[str, str], dict[str, Any] | None] = {}
         self._manifests = repository.manifests
         self._located: Located | None = None
         self._slots = Slots()
@@ -140,6 +147,13 @@ class Writer:
     def clear_pieces(self, pieces: Iterable[Piece]) -> int:
         """Remove the slices ``pieces`` name from the arrays (staged: the commit removes them); returns chunks."""
         self._check_open()
+        return self._clear(list(pieces))
+
+    def _clear(self, pieces: list[Piece], deleting: bool = False) -> int:
+        if deleting:
+            # A commit landing meanwhile may clear (or re-stage) the same slices: what the tip holds there wins,
+            # and the deletion, re-planned on it, removes the tip's version of the item.
+            self._slots.cleared(pieces)
         return clear_pieces(self._session, pieces)
 
     def _rebase(self, session: icechunk.Session, branch: str) -> None:
@@ -189,6 +203,8 @@ class Writer:
         if not validated:
             item = validate_item(item_as_dict(item), source=source, default_collection=default_collection)
         key = (item["collection"], item["id"])
+        if key in self._delete:
+            raise InvalidItem("this batch deletes the same item: add it with replace=True instead", item_id=item["id"])
         if key in self._items:
             first = self._sources.get(key)
             raise InvalidItem(
@@ -217,6 +233,45 @@ class Writer:
             except InvalidItem as error:
                 rejected.append(error)
         return rejected
+
+    def delete_item(self, collection: str, item_id: str, *, if_unchanged: bool = False) -> None:
+        """Stage the deletion of item ``item_id`` of ``collection``: its row and its slices leave with the commit.
+
+        Whatever version of the item the branch holds when the commit lands
+        goes (a concurrent replacement of it included), so the outcome is
+        always one of the two commits after the other. With ``if_unchanged``
+        the deletion holds only for the version :meth:`stored_items` read
+        (the one a filter chose; see :meth:`expect`). Deleting an
+        item the branch does not hold deletes nothing; the commit result lists
+        it in ``not_found``. Older snapshots and tags keep the item.
+        """
+        self._check_open()
+        key = (collection, item_id)
+        if key in self._items:
+            raise InvalidItem("this batch adds the same item: add it with replace=True instead", item_id=item_id)
+        if if_unchanged:
+            if key not in self._stored:
+                raise ValueError(f"{item_id!r} ({collection}): read it with stored_items() before deleting it")
+            self.expect(collection, item_id, self._stored[key])
+        self._delete.add(key)
+
+    def expect(self, collection: str, item_id: str, version: dict[str, Any] | None) -> None:
+        """Make this commit conditional on the branch holding ``version`` of the item when it lands.
+
+        ``version`` is the item as :meth:`stored_items` read it (a change made
+        for that version: a replacement after an ``If-Match``, a deletion a
+        filter chose), or None for an item that must not exist (a creation).
+        If a concurrent commit changed, deleted or created the item first, the
+        commit raises ``CommitConflict`` and nothing is committed. It guards a
+        change of the item: add it with ``replace=True``, or delete it.
+        """
+        self._check_open()
+        self._expected[(collection, item_id)] = version
+
+    @property
+    def pending_deletions(self) -> int:
+        """Items staged for deletion and not yet committed."""
+        return len(self._delete)
 
     def base_table(self) -> Table:
         """The items table at this writer's base snapshot."""
@@ -255,10 +310,12 @@ class Writer:
             self._manifests,
             list(self._items.values()),
             replace=self._replace & set(self._items),
+            delete=set(self._delete),
+            expected=dict(self._expected),
             message=message,
             located=self._located,
             known_rows=self._stored,
-            clear_pieces=lambda pieces: clear_pieces(self._session, pieces),
+            clear_pieces=self._clear,
             staged_slots=lambda: set(self._slots.owners),
         )
         base = self._session.snapshot_id
@@ -290,4 +347,7 @@ class Writer:
             rows_replaced=landed.applied.rows_replaced,
             files_written=plan.files_written,
             files_rewritten=plan.files_rewritten,
+            rows_deleted=landed.applied.rows_deleted,
+            slices_deleted=plan.slices_deleted,
+            not_found=tuple(sorted(plan.not_found)),
         )

@@ -16,13 +16,20 @@ WORKTREE = Path(__file__).resolve().parents[2]
 
 
 class FloeServer:
-    def __init__(self, root: Path | str, *, env: dict[str, str] | None = None, log_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        env: dict[str, str] | None = None,
+        log_dir: Path | None = None,
+        transactions: bool = False,
+    ) -> None:
         """Serve ``root``; an ``s3://`` root needs ``log_dir`` (the log goes beside a local root by default)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         name = f"serve-{self.port}.log"
         self.log = log_dir / name if log_dir is not None else Path(f"{root}.{name}")
-        command = serve_command(str(root), self.port)
+        command = serve_command(str(root), self.port, transactions=transactions)
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
                 command, cwd=WORKTREE, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}

@@ -24,9 +24,23 @@ from ingest.errors import (
     Unavailable,
 )
 
-GROUP_STATUS = {NotFound: 404, AlreadyExists: 409, InvalidInput: 400, Conflict: 409, Corrupt: 500, Unavailable: 503}
-# The one class more precise than its group: a body too large to read is HTTP's own 413.
-CLASS_STATUS = {errors.RequestTooLarge: 413}
+GROUP_STATUS = {
+    NotFound: 404,
+    AlreadyExists: 409,
+    InvalidInput: 400,
+    Conflict: 409,
+    errors.Refused: 403,
+    Corrupt: 500,
+    Unavailable: 503,
+}
+# Classes more precise than their group, each HTTP's own status: a body too large to read (413), a stale
+# If-Match (412), a write without the token (401), a write to a tag or a snapshot (405).
+CLASS_STATUS = {
+    errors.RequestTooLarge: 413,
+    errors.StaleVersion: 412,
+    errors.NotAuthorized: 401,
+    errors.ReadOnlyRef: 405,
+}
 EVERY_ERROR = [
     value
     for value in vars(errors).values()

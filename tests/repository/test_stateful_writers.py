@@ -27,8 +27,11 @@ What floe does, and the model expects:
   slots move past the winner's and its rows follow: it commits;
 - a writer that re-stages an item's arrays (new slices, the stored ones
   cleared) is refused (``CommitConflict``, naming the item's stack) when
-  another writer re-staged that item's arrays *on its branch* after it opened;
-  no other commit is;
+  another writer re-staged that item's arrays *on its branch* after it opened,
+  or deleted the item; no other commit is;
+- a writer that deletes items (rows and slices) deletes whatever version its
+  branch holds when its commit lands (a concurrent replacement or re-stage
+  included), and reports the items already gone as not found;
 - gc with no grace period deletes only what no version needs: a writer open
   across it commits as if gc had not run (its staged arrays are inline in its
   session here: 16-pixel tiles and chunks keep each chunk under Icechunk's
@@ -61,7 +64,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ingest import CommitConflict, Repository, Settings, Writer
 from ingest.config import ArraysSettings
 from ingest.lifecycle import gc
-from ingest.repository import View
+from ingest.repository import CommitResult, View
 from tests import invariants
 from tests.conftest import make_item, stage_raster
 from tests.repository._writers import replace_raster, staged_slots
@@ -105,6 +108,8 @@ class OpenWriter:
     writer: Writer
     base_arrays: dict[str, int]
     """The items with arrays its branch held when it opened (id -> pixel value): it may re-stage those."""
+    base_ids: set[str] = field(default_factory=set)
+    """The items its branch held when it opened: it may delete those."""
     ids: list[str] = field(default_factory=list)
     """Fresh items it appends (with arrays or without)."""
     replaced: dict[str, int] = field(default_factory=dict)
@@ -115,6 +120,8 @@ class OpenWriter:
     """Item whose stored arrays it replaces -> the stack they were in at its base."""
     slots: dict[str, dict[str, int]] = field(default_factory=dict)
     """Item -> stack -> the slot its raster was staged at."""
+    deleted: set[str] = field(default_factory=set)
+    """Items it deletes (whatever version its branch holds when its commit lands)."""
     base_expired: bool = False
     """gc expired the snapshot it opened at."""
     across_gc: bool = False
@@ -125,7 +132,12 @@ class OpenWriter:
         return self.writer.session.snapshot_id
 
     def has_staged(self) -> bool:
-        return bool(self.ids or self.replaced or self.arrays)
+        return bool(self.ids or self.replaced or self.arrays or self.deleted)
+
+    def deletable(self) -> list[str]:
+        """Items its base held that it has neither staged nor deleted yet."""
+        staged = {*self.ids, *self.replaced, *self.arrays, *self.deleted}
+        return sorted(item_id for item_id in self.base_ids if item_id not in staged)
 
     def can_stage_arrays(self) -> bool:
         """Whether it may stage a raster: its base snapshot still exists.
@@ -142,7 +154,9 @@ class OpenWriter:
 
     def restageable(self) -> list[str]:
         """Items with arrays at its base that it has not staged yet."""
-        return sorted(item_id for item_id in self.base_arrays if item_id not in self.arrays)
+        return sorted(
+            item_id for item_id in self.base_arrays if item_id not in self.arrays and item_id not in self.deleted
+        )
 
 
 class InterleavedWriters(RuleBasedStateMachine):
@@ -212,7 +226,8 @@ class InterleavedWriters(RuleBasedStateMachine):
 
     def open_writer_on(self, branch: str) -> OpenWriter:
         self.opened += 1
-        state = OpenWriter(f"w{self.opened}", branch, self.repo.writer(branch), dict(self.branches[branch].arrays))
+        held = self.branches[branch]
+        state = OpenWriter(f"w{self.opened}", branch, self.repo.writer(branch), dict(held.arrays), set(held.ids))
         self.writers[state.name] = state
         note(f"{state.name} opens on {branch} at {state.base} (arrays {state.base_arrays})")
         return state
@@ -243,7 +258,10 @@ class InterleavedWriters(RuleBasedStateMachine):
         stored = [
             item_id
             for item_id in sorted(held)
-            if item_id not in state.replaced and item_id not in self.with_arrays and item_id not in state.ids
+            if item_id not in state.replaced
+            and item_id not in self.with_arrays
+            and item_id not in state.ids
+            and item_id not in state.deleted
         ]
         choices = st.one_of(st.sampled_from(stored), st.just(fresh)) if stored else st.just(fresh)
         item_id = data.draw(choices, label="replaced item")
@@ -251,6 +269,16 @@ class InterleavedWriters(RuleBasedStateMachine):
         state.writer.add_item(make_item(item_id, "c", version=self.counter), replace=True)
         state.replaced[item_id] = self.counter
         note(f"{state.name} stages {item_id!r} version {self.counter}, replacing")
+
+    @precondition(lambda self: any(state.deletable() for state in self.writers.values()))
+    @rule(data=st.data())
+    def stage_deletion(self, data: st.DataObject) -> None:
+        """Delete an item the writer's base holds, rows and slices: the version its branch holds at landing goes."""
+        state = self.draw_writer(data, applies=OpenWriter.deletable)
+        item_id = data.draw(st.sampled_from(state.deletable()), label="deleted item")
+        state.writer.delete_item("c", item_id)
+        state.deleted.add(item_id)
+        note(f"{state.name} deletes {item_id!r}")
 
     @precondition(lambda self: any(state.can_stage_arrays() for state in self.writers.values()))
     @rule(data=st.data(), origin=st.sampled_from(range(len(ORIGINS))))
@@ -290,8 +318,9 @@ class InterleavedWriters(RuleBasedStateMachine):
         state = self.writers.pop(self.draw_writer(data).name)
         branch = self.branches[state.branch]
         # Items whose arrays another writer re-staged on this branch since this one opened: both cleared their slices.
+        # (Or deleted it: its slices went with it.)
         conflicting = sorted(
-            item_id for item_id in state.restaged if branch.arrays[item_id] != state.base_arrays[item_id]
+            item_id for item_id in state.restaged if branch.arrays.get(item_id) != state.base_arrays[item_id]
         )
         replacing = [item_id for item_id in state.replaced if item_id in branch.ids] + list(state.restaged)
         try:
@@ -320,6 +349,7 @@ class InterleavedWriters(RuleBasedStateMachine):
             assert not conflicting, f"two writers re-staged {conflicting} on {state.branch} and both committed"
             assert result.rows_added == len(state.ids) + len(state.replaced) + len(state.restaged)
             assert result.rows_replaced == len(replacing), "a replacement removed other rows than the stored version"
+            self.apply_deletions(state, branch, result)
             branch.ids.update(state.ids)
             for item_id, version in state.replaced.items():
                 branch.ids[item_id] = 1
@@ -339,6 +369,21 @@ class InterleavedWriters(RuleBasedStateMachine):
                     event("a loser's slots moved past the winner's")
         finally:
             self.changed()  # the branch moved, or a refused writer wrote files
+
+    @staticmethod
+    def apply_deletions(state: OpenWriter, branch: Contents, result: CommitResult) -> None:
+        """The model of a landed commit's deletions: the items the branch held go, the others were not found."""
+        present = {item_id for item_id in state.deleted if item_id in branch.ids}
+        assert result.rows_deleted == len(present), "a deletion removed other rows than the branch held"
+        assert {item_id for _, item_id in result.not_found} == state.deleted - present
+        if present:
+            event("a deletion landed")
+        if state.deleted - present:
+            event("a deletion found its item gone")
+        for item_id in present:
+            del branch.ids[item_id]
+            branch.arrays.pop(item_id, None)
+            branch.versions.pop(item_id, None)
 
     @precondition(lambda self: bool(self.untagged_tips()))
     @rule(data=st.data())
@@ -437,7 +482,8 @@ class InterleavedWriters(RuleBasedStateMachine):
     def check_branch(self, name: str, contents: Contents, checked: set[str]) -> None:
         """The branch's history holds its commits in order, and its tip holds exactly its model."""
         invariants.assert_history_holds(self.repo, name, contents.commits)
-        invariants.assert_committed_rows_readable(self.repo, self.added, f"branch:{name}", self.rows)
+        held = {snapshot_id: [i for i in ids if i in contents.ids] for snapshot_id, ids in self.added.items()}
+        invariants.assert_committed_rows_readable(self.repo, held, f"branch:{name}", self.rows)
         tip = self.repo.view(f"branch:{name}")
         assert tip.snapshot_id == contents.tip, f"branch {name} is at {tip.snapshot_id}, not {contents.tip}"
         self.check_version(tip, contents, checked)
