@@ -50,7 +50,7 @@ from ingest.stac import ARRAYS_ASSET, validate_item, with_arrays_asset, without_
 
 if TYPE_CHECKING:
     from ingest.api._search import SearchEngine
-    from ingest.repository import CommitResult, Repository
+    from ingest.repository import CommitResult, Repository, Writer
 
 TRANSACTIONS_CONFORMANCE = "https://api.stacspec.org/v1.0.0/ogcapi-features/extensions/transaction"
 RETRIES = 3
@@ -83,6 +83,10 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             merged[key] = merge_patch(merged.get(key), value)
     return merged
+
+
+def _snapshot(result: CommitResult) -> dict[str, str]:
+    return {"Floe-Snapshot": result.snapshot_id}
 
 
 def _json_body(raw: bytes) -> Any:
@@ -228,9 +232,8 @@ class TransactionsExtension(ApiExtension):
     def delete(self, request: Request, branch: str, collection_id: str, item_id: str | None, raw: bytes) -> Response:
         assert item_id is not None
         key = (collection_id, item_id)
-        condition = request.headers.get("if-match")
-        for attempt in range(1, RETRIES + 2):
-            writer = self.repository.writer(branch)
+
+        def stage(writer: Writer, condition: str | None) -> Response | None:
             try:
                 current = self._current(writer.session.snapshot_id, *key)
             except ItemNotFound:
@@ -243,24 +246,18 @@ class TransactionsExtension(ApiExtension):
             writer.delete_item(*key)
             if condition is not None:
                 writer.expect(*key, stored.get(key))
-            try:
-                result = writer.commit(f"DELETE /collections/{collection_id}/items/{item_id}")
-            except CommitConflict:
-                if condition is not None:
-                    raise StaleVersion(f"item {item_id!r} changed while it was deleted; nothing was") from None
-                if attempt > RETRIES:
-                    raise
-                continue
-            return Response(status_code=204, headers={"Floe-Snapshot": result.snapshot_id})
-        raise AssertionError("unreachable")
+            return None
+
+        return self._write(
+            request, branch, key, stage, lambda result: Response(status_code=204, headers=_snapshot(result))
+        )
 
     def _rewrite(
         self, request: Request, branch: str, key: Key, make: Callable[[dict[str, Any]], dict[str, Any]]
     ) -> Response:
         """Replace an existing item with ``make(stored)``, keeping its arrays; conditional on ``If-Match``."""
-        condition = request.headers.get("if-match")
-        for attempt in range(1, RETRIES + 2):
-            writer = self.repository.writer(branch)
+
+        def stage(writer: Writer, condition: str | None) -> None:
             current = self._current(writer.session.snapshot_id, *key)
             self._check_match(condition, current)
             stored = writer.stored_items([key])[key]
@@ -271,6 +268,27 @@ class TransactionsExtension(ApiExtension):
             writer.add_item(item, replace=True, validated=True)
             if condition is not None:
                 writer.expect(*key, stored)
+
+        # 204 with the new ETag, or the item itself when asked for (RFC 7240 Prefer: return=representation).
+        representation = "return=representation" in request.headers.get("prefer", "")
+        return self._write(request, branch, key, stage, lambda result: self._answer(result, key, body=representation))
+
+    def _write(
+        self,
+        request: Request,
+        branch: str,
+        key: Key,
+        stage: Callable[[Writer, str | None], Response | None],
+        answer: Callable[[CommitResult], Response],
+    ) -> Response:
+        """Stage a change on a fresh writer and commit it. Refused with ``If-Match``: 412, nothing committed;
+        without it the change is read and staged again on the new tip (:data:`RETRIES` times at most)."""
+        condition = request.headers.get("if-match")
+        for attempt in range(1, RETRIES + 2):
+            writer = self.repository.writer(branch)
+            early = stage(writer, condition)
+            if early is not None:
+                return early
             try:
                 result = writer.commit(f"{request.method} /collections/{key[0]}/items/{key[1]}")
             except CommitConflict:
@@ -279,8 +297,7 @@ class TransactionsExtension(ApiExtension):
                 if attempt > RETRIES:
                     raise
                 continue
-            # 204 with the new ETag, or the item itself when asked for (RFC 7240 Prefer: return=representation).
-            return self._answer(result, key, body="return=representation" in request.headers.get("prefer", ""))
+            return answer(result)
         raise AssertionError("unreachable")
 
     @staticmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -53,3 +54,24 @@ class FloeServer:
             except subprocess.TimeoutExpired:
                 os.kill(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=5)
+
+
+def run_validator(*arguments: str) -> str:
+    """stac-api-validator (offline, see run_validator.py) with ``arguments``: its whole output."""
+    result = subprocess.run(
+        [sys.executable, "-W", "ignore", str(Path(__file__).with_name("run_validator.py")), *arguments],
+        check=False,
+        cwd=WORKTREE,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return result.stdout + result.stderr
+
+
+def assert_validator_passed(output: str) -> None:
+    # The validator exits 0 even when it crashes: its verdict is in the output.
+    assert "Failed." not in output, output[-5000:]
+    assert "Errors: none" in output, "\n".join(
+        line for line in output.splitlines() if line.startswith(("- ", "Errors", "Failed"))
+    )
