@@ -89,8 +89,10 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         list[str],
         typer.Argument(
             help=(
-                "STAC item JSON, FeatureCollection, JSON array or NDJSON files, folders of them, "
-                "or - for NDJSON on stdin."
+                "STAC item JSON, FeatureCollection, JSON array, NDJSON or stac-geoparquet files, folders of them, "
+                "static catalogs, - for NDJSON on stdin; or the same at s3:// or https:// URLs (an s3:// URL ending "
+                "in / is a folder); or a STAC API (its root or a /search?... URL), searched with --collections, "
+                "--bbox, --datetime, --filter."
             ),
             show_default=False,
         ),
@@ -146,6 +148,50 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             ),
         ),
     ] = False,
+    collections: Annotated[
+        str | None,
+        typer.Option(
+            "--collections",
+            help="STAC API sources: search these collections (comma-separated).",
+            show_default=False,
+        ),
+    ] = None,
+    bbox: Annotated[
+        str | None,
+        typer.Option("--bbox", help="STAC API sources: items intersecting W,S,E,N.", show_default=False),
+    ] = None,
+    datetime_range: Annotated[
+        str | None,
+        typer.Option(
+            "--datetime",
+            help="STAC API sources: items of this instant or interval (RFC 3339, 2024-01-01T00:00:00Z/..).",
+            show_default=False,
+        ),
+    ] = None,
+    search_filter: Annotated[
+        str | None,
+        typer.Option("--filter", help="STAC API sources: a CQL2 filter (text or JSON).", show_default=False),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help=(
+                "STAC API sources: only items updated at or after this RFC 3339 time, or 'last': since the last "
+                "run of the same search on this branch read it to its end (recorded in that run's last commit). "
+                "Without a filter on 'updated' in the API, or a cursor, the whole search is read again and only "
+                "new or changed items are committed."
+            ),
+            show_default=False,
+        ),
+    ] = None,
+    anonymous: Annotated[
+        bool,
+        typer.Option(
+            "--anonymous",
+            help="s3:// sources: read without credentials (public buckets); otherwise AWS_* and FLOE_S3__* apply.",
+        ),
+    ] = False,
     prune: Annotated[
         bool,
         typer.Option(
@@ -172,6 +218,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
 
     if virtual and workers == 0:
         fail("--virtual references rasters, which only the Ray pipeline ingests: use --workers 1 or more", 2)
+    options = _source_options(sources, collections, bbox, datetime_range, search_filter, since, anonymous, prune)
     with floe_errors():
         try:
             repository = open_repository(ctx)
@@ -189,6 +236,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     default_collection=collection,
                     progress=update,
                     prune=prune,
+                    options=options,
                 )
             else:
                 result = ingest_with_ray(
@@ -204,7 +252,10 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     progress=update,
                     virtual=virtual,
                     prune=prune,
+                    options=options,
                 )
+    for search in options.searches:
+        _report_search(search)
     for fallback in result.fallbacks:
         stderr.print(
             f"[cyan]copied instead of referenced[/] {escape(str(fallback))}",
@@ -222,6 +273,60 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     stderr.print(_summary(result), highlight=False)
     if result.rejected:
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _source_options(  # noqa: PLR0917 - one per option of `floe ingest`
+    sources: list[str],
+    collections: str | None,
+    bbox: str | None,
+    datetime_range: str | None,
+    search_filter: str | None,
+    since: str | None,
+    anonymous: bool,
+    prune: bool,
+) -> Any:
+    """What `floe ingest`'s options ask of remote sources; usage errors (exit 2) for options that cannot apply."""
+    from ingest.pipeline import SearchParameters, SourceOptions, is_api_url, parse_since
+
+    parameters = SearchParameters(
+        collections=tuple(part.strip() for part in (collections or "").split(",") if part.strip()),
+        bbox=_bbox(bbox) if bbox else None,
+        datetime=datetime_range,
+        filter=search_filter,
+    )
+    apis = [source for source in sources if is_api_url(source)]
+    if (parameters.given() or since) and not apis:
+        fail("--collections, --bbox, --datetime, --filter and --since apply to STAC API sources, and none is named", 2)
+    if prune and apis and (since or parameters.bbox or parameters.datetime or parameters.filter):
+        fail(
+            "--prune mirrors whole collections: with --since, --bbox, --datetime or --filter the search "
+            "holds only part of them, and the rest would be deleted",
+            2,
+        )
+    try:
+        when = None if since in (None, "last") else parse_since(since)
+    except ValueError as error:
+        fail(str(error), 2)
+    return SourceOptions(anonymous=anonymous, search=parameters, since="last" if since == "last" else when)
+
+
+def _bbox(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        fail(f"--bbox {text!r}: give W,S,E,N as numbers", 2)
+    if len(values) not in (4, 6):
+        fail(f"--bbox {text!r}: give 4 numbers (W,S,E,N) or 6 (with heights)", 2)
+    return values
+
+
+def _report_search(search: Any) -> None:
+    """One line per STAC API search: what it asked for and how far it read."""
+    since = f" updated since {search.since.isoformat()}" if search.since is not None else ""
+    state = "read to its end" if search.complete else "NOT read to its end (no cursor recorded)"
+    stderr.print(f"{escape(search.key)}{since}: {search.items} items, {state}", highlight=False, soft_wrap=True)
+    if search.note:
+        stderr.print(f"[yellow]note[/] {escape(search.note)}", highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +45,7 @@ def commit_batch(
     *,
     virtual: bool = False,
     delete: Sequence[tuple[str, str]] = (),
+    metadata: Mapping[str, Any] | None = None,
 ) -> BatchOutcome:
     """Stage a batch's new and changed granules (arrays and rows) and commit them; unchanged ones are skipped.
 
@@ -54,11 +55,14 @@ def commit_batch(
     again on the winner's version (a bounded number of times). With
     ``virtual``, rasters are referenced in place where they can be and copied
     where they cannot (``fallbacks`` says which and why). The items ``delete``
-    names leave in the same commit (``--prune``).
+    names leave in the same commit (``--prune``); ``metadata`` joins the
+    commit's (a run's last batch records its searches' cursors).
     """
     for attempt in range(1, REPLANS + 1):
         try:
-            outcome = _commit_batch_once(repository, branch, granules, message, virtual=virtual, delete=delete)
+            outcome = _commit_batch_once(
+                repository, branch, granules, message, virtual=virtual, delete=delete, metadata=metadata
+            )
         except CommitConflict:
             if attempt == REPLANS:
                 raise
@@ -158,6 +162,7 @@ def _commit_batch_once(
     *,
     virtual: bool,
     delete: Sequence[tuple[str, str]],
+    metadata: Mapping[str, Any] | None,
 ) -> BatchOutcome:
     writer = repository.writer(branch)
     for collection, item_id in delete:
@@ -173,7 +178,7 @@ def _commit_batch_once(
         finally:
             reads.cancel()
     if writer.pending_items or writer.pending_deletions or writer.session.has_uncommitted_changes:
-        outcome.commit = writer.commit(message)
+        outcome.commit = writer.commit(message, metadata=metadata)
     return outcome
 
 

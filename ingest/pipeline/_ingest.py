@@ -11,6 +11,8 @@ from ingest.pipeline._batch import commit_batch
 from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._prune import SourceScope, prune_keys, with_last
 from ingest.pipeline._report import IngestReport, ProgressCallback, record
+from ingest.pipeline._sources import SourceOptions
+from ingest.pipeline._stac_api import cursor_metadata
 from ingest.pipeline._stream import VALIDATION_CHUNK, batched, granule_stream
 from ingest.repository import Repository
 from ingest.stac import paused_collection
@@ -36,6 +38,7 @@ def ingest_items(
     default_collection: str | None = None,
     progress: ProgressCallback | None = None,
     prune: bool = False,
+    options: SourceOptions | None = None,
 ) -> IngestReport:
     """Ingest every item found in ``sources`` in this process (metadata only), one commit per ``batch_size`` items.
 
@@ -44,6 +47,8 @@ def ingest_items(
     branch holds already, unchanged, are skipped; changed ones replace their row.
     With ``prune``, the items of the sources' collections that the sources no
     longer hold are deleted in the last commit (see ``_prune.py``).
+    ``options`` say how to reach remote sources and what to ask STAC APIs;
+    the last commit records the cursors of the searches read to the end.
     """
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
@@ -51,6 +56,7 @@ def ingest_items(
     message = message or "floe ingest"
     report = IngestReport()
     scope = SourceScope()
+    options = options if options is not None else SourceOptions()
     granules = granule_stream(
         repository,
         sources,
@@ -59,6 +65,7 @@ def ingest_items(
         default_collection=default_collection,
         chunk=min(VALIDATION_CHUNK, batch_size),
         scope=scope,
+        options=options,
     )
     compactor = AutoCompactor(repository, branch, report)
     # Reading and validating allocate millions of small acyclic objects; Python's cyclic collector would walk
@@ -72,7 +79,10 @@ def ingest_items(
             number = 0
             for number, (batch, last) in enumerate(batches, start=1):
                 delete = prune_keys(repository, branch, scope, report) if prune and last else []
-                outcome = commit_batch(repository, branch, batch, f"{message} (batch {number})", delete=delete)
+                metadata = cursor_metadata(options.searches) if last else None
+                outcome = commit_batch(
+                    repository, branch, batch, f"{message} (batch {number})", delete=delete, metadata=metadata
+                )
                 record(report, outcome)
                 compactor.after(outcome)
                 if outcome.commit is not None:

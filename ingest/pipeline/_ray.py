@@ -24,6 +24,8 @@ from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._granules import Granule, select_assets
 from ingest.pipeline._prune import SourceScope, prune_keys, with_last
 from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback, record
+from ingest.pipeline._sources import SourceOptions
+from ingest.pipeline._stac_api import cursor_metadata
 from ingest.pipeline._stream import VALIDATION_CHUNK, granule_stream, routed_batches
 from ingest.repository import Repository
 
@@ -111,6 +113,7 @@ def ingest_with_ray(
     progress: ProgressCallback | None = None,
     virtual: bool = False,
     prune: bool = False,
+    options: SourceOptions | None = None,
 ) -> IngestReport:
     """Ingest granules (rasters as arrays, items as rows) with ``workers`` Ray actors, one commit per batch.
 
@@ -118,7 +121,8 @@ def ingest_with_ray(
     chunks) instead of copied; granules that cannot be referenced are copied
     and listed in the report's ``fallbacks``. With ``prune``, the last batch
     is committed by the driver once the actors are done, with the deletions
-    of the items the sources no longer hold (see ``_prune.py``).
+    of the items the sources no longer hold (see ``_prune.py``); so is it
+    when ``options`` name STAC API searches, with their cursors.
     """
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
@@ -132,6 +136,7 @@ def ingest_with_ray(
     pool = _ActorPool(repository, branch, workers, report, progress, AutoCompactor(repository, branch, report))
     known_collections: set[str] = set()
     scope = SourceScope()
+    options = options if options is not None else SourceOptions()
     granules = granule_stream(
         repository,
         sources,
@@ -141,6 +146,7 @@ def ingest_with_ray(
         assets=select_assets(assets),
         chunk=min(VALIDATION_CHUNK, batch_size),
         scope=scope,
+        options=options,
     )
     try:
         batches = with_last(routed_batches(granules, workers, batch_size, raster_bytes))
@@ -151,12 +157,20 @@ def ingest_with_ray(
             if collections:
                 repository.ensure_groups(sorted(collections), branch=branch)
                 known_collections |= collections
-            if prune and last:
-                pool.drain()  # the deletions are planned on every other batch's commit
-                delete = prune_keys(repository, branch, scope, report)
+            metadata = cursor_metadata(options.searches) if last else None
+            if last and (prune or metadata):
+                # Deletions are planned, and cursors recorded, once every other batch has landed.
+                pool.drain()
+                delete = prune_keys(repository, branch, scope, report) if prune else []
                 pool.collect(
                     commit_batch(
-                        repository, branch, batch, f"{message} (batch {number})", virtual=virtual, delete=delete
+                        repository,
+                        branch,
+                        batch,
+                        f"{message} (batch {number})",
+                        virtual=virtual,
+                        delete=delete,
+                        metadata=metadata,
                     )
                 )
                 continue

@@ -4,6 +4,10 @@ Every item comes with a label naming where it came from (``file``,
 ``file:line``, ``file#features[3]``), so a rejection can say exactly which
 input was bad. A file that cannot be read or parsed is reported and skipped;
 the rest goes on.
+
+Sources named by URL go elsewhere: ``s3://`` and ``http(s)://`` files and
+folders to :mod:`ingest.pipeline._remote` (obstore), STAC APIs to
+:mod:`ingest.pipeline._stac_api`; ``file://`` URLs are local paths.
 """
 
 from __future__ import annotations
@@ -14,12 +18,19 @@ import logging
 import os
 import sys
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ingest.errors import InvalidItem, InvalidSource
+from ingest.remote import url_scheme
 from ingest.stac import loads_json
+
+if TYPE_CHECKING:
+    from ingest.config import S3Settings
+    from ingest.pipeline._remote import RemoteReader
+    from ingest.pipeline._stac_api import ApiSearch, SearchParameters
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +135,95 @@ def _what(error: json.JSONDecodeError) -> str:
     return error.msg if error.msg.endswith(" at") else f"{error.msg} at"
 
 
-def read_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
-    """Every item in ``sources``, in order, each with its label (or the error that kept it out)."""
+def _default_search() -> SearchParameters:
+    from ingest.pipeline._stac_api import SearchParameters
+
+    return SearchParameters()
+
+
+@dataclass
+class SourceOptions:
+    """How to reach remote sources, and what to ask STAC APIs; what the searches found is added to it."""
+
+    s3: S3Settings | None = None
+    """Settings for ``s3://`` sources; where set they override the ``AWS_*`` environment (None: environment only)."""
+    anonymous: bool = False
+    """Unsigned requests to S3 (public buckets)."""
+    search: SearchParameters = field(default_factory=_default_search)
+    since: datetime | str | None = None
+    """STAC APIs: only items updated since then; ``"last"``: since the cursor ``recorded`` holds for the search."""
+    recorded: dict[str, str] = field(default_factory=dict)
+    """Cursors recorded on the branch (search key -> RFC 3339), for ``since="last"``."""
+    searches: list[ApiSearch] = field(default_factory=list)
+    """Each STAC API search read, in order (whether it was read to its end, its cursor)."""
+
+
+def read_items(sources: Iterable[str | Path], options: SourceOptions | None = None) -> Iterator[SourcedItem]:
+    """Every item in ``sources``, in order, each with its label (or the error that kept it out).
+
+    A source is a local path (file or folder), ``-`` (standard input), a
+    ``file://``, ``s3://`` or ``http(s)://`` URL of a file (or an ``s3://``
+    folder, ending in ``/``), or a STAC API. ``options`` say how to reach S3
+    (settings that are set win over the ``AWS_*`` environment) and what to ask
+    STAC APIs.
+    """
+    options = options if options is not None else SourceOptions()
+    remote: RemoteReader | None = None
+    for source in sources:
+        scheme = url_scheme(source) if isinstance(source, str) else None
+        if scheme is None:
+            yield from _read_local([source])
+        elif scheme == "file":
+            from ingest.remote import file_url_path
+
+            try:
+                path = file_url_path(str(source))
+            except InvalidSource as error:
+                yield SourcedItem(str(source), error=error)
+                continue
+            yield from _read_local([path])
+        elif _is_api(str(source)):
+            yield from _read_api(str(source), options)
+        else:
+            if remote is None:
+                from ingest.pipeline._remote import RemoteReader
+
+                remote = RemoteReader(s3=options.s3, anonymous=options.anonymous)
+            yield from remote.read(str(source))
+
+
+def _is_api(url: str) -> bool:
+    from ingest.pipeline._stac_api import is_api_url
+
+    return is_api_url(url)
+
+
+def _read_api(url: str, options: SourceOptions) -> Iterator[SourcedItem]:
+    """A STAC API search named by URL (its landing page or its ``/search``), with ``options``' parameters."""
+    from ingest.pipeline._stac_api import ApiSearch, parse_since, read_search
+
+    try:
+        search = ApiSearch.parse(url, options.search)
+    except InvalidSource as error:
+        yield SourcedItem(url, error=error)
+        return
+    try:
+        if options.since == "last":
+            cursor = options.recorded.get(search.key)
+            search.since = parse_since(cursor) if cursor else None
+        elif isinstance(options.since, str):
+            search.since = parse_since(options.since)
+        else:
+            search.since = options.since
+    except ValueError as error:
+        yield SourcedItem(url, error=InvalidSource(str(error)))
+        return
+    options.searches.append(search)
+    yield from read_search(search)
+
+
+def _read_local(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
+    """Every item in the local ``sources`` (files, folders, ``-``), in order."""
     sources = list(sources)
     named = {Path(source): True for source in sources if str(source) != STDIN and Path(source).is_file()}
     for path in expand_paths(sources):

@@ -30,11 +30,13 @@ import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from ingest.config import S3Settings
 from ingest.errors import FloeError, InvalidInput
 from ingest.pipeline._granules import Granule, granule_from_item
 from ingest.pipeline._prune import SourceScope
 from ingest.pipeline._report import IngestReport, Rejection
-from ingest.pipeline._sources import SourcedItem, read_items
+from ingest.pipeline._sources import SourcedItem, SourceOptions, read_items
+from ingest.pipeline._stac_api import is_api_url
 from ingest.repository import Repository
 from ingest.stac import item_as_dict, refused_geometries, shorten, validate_item
 
@@ -55,6 +57,7 @@ def granule_stream(
     assets: set[str] | frozenset[str] | None = METADATA_ONLY,
     chunk: int = VALIDATION_CHUNK,
     scope: SourceScope | None = None,
+    options: SourceOptions | None = None,
 ) -> Iterator[Granule]:
     """Every valid, first-seen granule of ``sources``, in order; rejections are added to ``report``.
 
@@ -62,11 +65,20 @@ def granule_stream(
     local raster; empty: none, metadata only). ``chunk`` items are validated
     at a time (a driver with small batches passes a smaller chunk, so its
     first batch does not wait for a large one). ``scope`` hears what the
-    sources hold (``--prune``).
+    sources hold (``--prune``). ``options`` say how to reach remote sources
+    and what to ask STAC APIs (``--since last`` resumes from the cursors the
+    branch's history recorded).
     """
     scope = scope if scope is not None else SourceScope()
+    options = options if options is not None else SourceOptions()
+    if options.s3 is None and repository.settings.s3 != S3Settings():
+        options.s3 = repository.settings.s3  # FLOE_S3__* reach s3:// sources too (over the AWS_* environment)
+    sources = list(sources)
+    if options.since == "last" and any(is_api_url(str(source)) for source in sources):
+        branches = {ref.name for ref in repository.refs() if ref.kind == "branch"}
+        options.recorded = repository.source_cursors(f"branch:{branch}") if branch in branches else {}
     pending: list[SourcedItem] = []
-    for sourced in read_items(sources):
+    for sourced in read_items(sources, options):
         if sourced.collection is not None:
             if isinstance(sourced.collection.get("id"), str):
                 scope.collections.add(sourced.collection["id"])
@@ -81,6 +93,10 @@ def granule_stream(
                 yield from _granules(pending, report, scope, default_collection, assets)
                 pending = []
     yield from _granules(pending, report, scope, default_collection, assets)
+    for search in options.searches:
+        # A search read to its end holds every item of the collections it names, even those it found empty.
+        if search.complete:
+            scope.collections.update(search.parameters.collections)
 
 
 def batched(granules: Iterable[Granule], size: int, raster_bytes: int | None = None) -> Iterator[list[Granule]]:

@@ -19,7 +19,7 @@ Modules, in the order a commit flows through them:
 """
 
 from ingest.repository._catalog import PointerCatalog
-from ingest.repository._commit import CommitMetadata
+from ingest.repository._commit import SOURCE_CURSORS, CommitMetadata
 from ingest.repository._keys import IdIndex, id_hashes
 from ingest.repository._optimize import OptimizeResult
 from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
@@ -27,6 +27,7 @@ from ingest.repository._view import View
 from ingest.repository._writer import CommitResult, Writer
 
 __all__ = [
+    "SOURCE_CURSORS",
     "CommitMetadata",
     "CommitResult",
     "IdIndex",

@@ -53,7 +53,7 @@ import logging
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +70,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLOE_KEY = "floe"
+SOURCE_CURSORS = "floe:source-cursors"
+"""Commit metadata key beside floe's record: search -> cursor of each STAC API search an ingest read to its end.
+
+Cursors ride in the metadata of a run's last commit: a branch's history says
+how far each search was read on that branch (``floe ingest --since last``), and
+a tag keeps what it was when tagged.
+"""
 """The key of floe's record in an Icechunk commit's metadata (beside any metadata of the caller's)."""
 
 _ITEMS = "items"
@@ -319,3 +326,15 @@ def rebase(session: icechunk.Session, branch: str, solver: icechunk.ConflictSolv
             "another writer changed the same nodes; re-plan these items from the new tip",
             paths=paths,
         ) from error
+
+
+def newest_cursors(history: Iterable[Mapping[str, Any] | None]) -> dict[str, str]:
+    """Search -> cursor, the newest of each, from the metadata of commits newest first (``SOURCE_CURSORS``)."""
+    found: dict[str, str] = {}
+    for metadata in history:
+        cursors = (metadata or {}).get(SOURCE_CURSORS)
+        if isinstance(cursors, Mapping):
+            for search, cursor in cursors.items():
+                if isinstance(search, str) and isinstance(cursor, str):
+                    found.setdefault(search, cursor)
+    return found

@@ -41,6 +41,7 @@ from ingest.repository._commit import (
     commit_change,
     decode_pointer,
     encode_pointer,
+    newest_cursors,
     pointer_of,
 )
 from ingest.repository._containers import local_access, missing_prefixes, with_containers
@@ -337,7 +338,7 @@ class Repository:
         """The items table as snapshot ``snapshot_id`` records it."""
         return self.catalog.load_at(self.metadata_location_of(snapshot_id))
 
-    # -- refs --------------------------------------------------------------------------------
+    # -- refs, history, collections --------------------------------------------------------------
     def resolve(self, ref: str | None = None) -> str:
         """The snapshot id a ref names: a branch, a tag or a snapshot id (in that order).
 
@@ -427,7 +428,10 @@ class Repository:
                 break
         return entries
 
-    # -- collections ---------------------------------------------------------------------------
+    def source_cursors(self, ref: str | None = None) -> dict[str, str]:
+        """The newest cursor each STAC API search recorded in the history of ``ref`` (``floe ingest --since last``)."""
+        return newest_cursors(info.metadata for info in self.icechunk.ancestry(snapshot_id=self.resolve(ref)))
+
     def store_collection(self, collection: dict[str, Any], *, branch: str | None = None) -> str | None:
         """Keep a STAC Collection with the repository (attributes of its group), so it versions with it."""
         try:

@@ -1,0 +1,390 @@
+"""Read STAC metadata named by URL (``s3://``, ``http(s)://``) through obstore, as local files are read.
+
+The same kinds of files as :mod:`ingest.pipeline._sources` reads from disk:
+
+- **NDJSON** (``.ndjson .jsonl .geojsonl``) is streamed: the object arrives
+  in chunks of :attr:`Transport.stream_chunk` bytes, split into lines (a line
+  cut by a chunk boundary is carried over), and each line is read on its own,
+  labelled ``URL:LINE``. A large file is never held whole.
+- **JSON** (``.json .geojson``, or no known suffix): an item, a
+  FeatureCollection or an array, read whole. A STAC Catalog or Collection
+  named by URL is walked through its links (:class:`ObstoreStacIO`), so
+  relative links resolve against the URL, on S3 as over HTTP.
+- **stac-geoparquet** (``.parquet .geoparquet``) is read row group by row
+  group through a seekable reader (range requests), labelled ``URL#rowN``.
+- A **folder**, ``s3://bucket/prefix/`` (ending in ``/``), is listed: its
+  metadata files, sorted by key, each read as above (rasters are ignored).
+
+Relative asset hrefs become absolute URLs (joined with the URL of the file
+the item came from), so a stored item never points somewhere relative to a
+place floe does not keep.
+
+How stores are reached (credentials, timeouts, retries) is :mod:`ingest.remote`'s.
+
+Failures are rejections naming the URL (an unreachable host, 403, "no such
+object", a timeout, a document cut short or not JSON); the other sources go
+on, after obstore's retries of transient failures.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+import obstore
+import pystac
+
+from ingest.errors import InvalidSource
+from ingest.pipeline._sources import (
+    METADATA_SUFFIXES,
+    NDJSON_SUFFIXES,
+    PARQUET_SUFFIXES,
+    TIFF_SUFFIXES,
+    SourcedItem,
+    _from_document,
+    _read_ndjson,
+    _what,
+)
+from ingest.remote import RemoteError, Stores, Transport, describe, join_url, url_scheme
+from ingest.stac import ARRAYS_ASSET, loads_json
+
+if TYPE_CHECKING:
+    from obstore import ReadableFile
+    from obstore.store import ObjectStore
+
+    from ingest.config import S3Settings
+
+log = logging.getLogger(__name__)
+
+
+def absolute_hrefs(document: Any, base: str) -> None:
+    """Make the relative asset hrefs of an item or collection ``document`` absolute against ``base``, in place."""
+    assets = document.get("assets") if isinstance(document, dict) else None
+    if not isinstance(assets, dict):
+        return
+    for key, asset in assets.items():
+        if key == ARRAYS_ASSET or not isinstance(asset, dict):
+            continue
+        href = asset.get("href")
+        if isinstance(href, str) and href and url_scheme(href) is None:
+            asset["href"] = join_url(base, href)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """An object (or a prefix, for folders) in a store, and the URL that names it."""
+
+    store: ObjectStore
+    path: str
+    url: str
+    listable: bool
+
+
+class RemoteReader:
+    """Reads sources named by URL; holds one obstore store per (scheme, bucket or host).
+
+    ``s3`` settings override the ``AWS_*`` environment where set (None: the
+    environment only); ``anonymous`` sends unsigned S3 requests (public buckets).
+    """
+
+    def __init__(
+        self, *, s3: S3Settings | None = None, anonymous: bool = False, transport: Transport | None = None
+    ) -> None:
+        self.stores = Stores(s3=s3, anonymous=anonymous, transport=transport)
+        self.transport = self.stores.transport
+
+    # -- the sources ------------------------------------------------------------------------------
+    def read(self, url: str) -> Iterator[SourcedItem]:
+        """Every item (or collection, or failure) the URL names, in order."""
+        try:
+            target = self.target(url)
+        except RemoteError as error:
+            yield SourcedItem(url, error=InvalidSource(error.reason))
+            return
+        if target.path == "" or target.path.endswith("/"):
+            if not target.listable:
+                reason = "names a web folder, which cannot be listed over HTTP: name its files"
+                yield SourcedItem(url, error=InvalidSource(reason))
+                return
+            yield from self._read_folder(target)
+            return
+        yield from self._read_object(target, named=True)
+
+    def target(self, url: str) -> _Target:
+        """The store and path of ``url``.
+
+        Raises:
+            RemoteError: an unsupported scheme, a URL without bucket or host, or a store obstore refuses to build.
+        """
+        store, path = self.stores.locate(url)
+        return _Target(store, path, url, listable=url_scheme(url) == "s3")
+
+    # -- whole objects and streams ----------------------------------------------------------------
+    def read_bytes(self, url: str) -> bytes:
+        """The whole object at ``url``.
+
+        Raises:
+            RemoteError: it cannot be read.
+        """
+        target = self.target(url)
+        return self._bytes(target)
+
+    def _bytes(self, target: _Target) -> bytes:
+        try:
+            return bytes(obstore.get(target.store, target.path).bytes())
+        except Exception as error:
+            raise RemoteError(target.url, describe(error)) from error
+
+    # -- kinds of objects -------------------------------------------------------------------------
+    def _read_folder(self, target: _Target) -> Iterator[SourcedItem]:
+        try:
+            listed = [meta["path"] for chunk in obstore.list(target.store, target.path or None) for meta in chunk]
+        except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
+            yield SourcedItem(target.url, error=InvalidSource(f"cannot be listed ({describe(error)})"))
+            return
+        keys = sorted(key for key in listed if PurePosixPath(key).suffix.lower() in METADATA_SUFFIXES)
+        if not keys:
+            suffixes = " ".join(sorted(METADATA_SUFFIXES))
+            yield SourcedItem(target.url, error=InvalidSource(f"holds no STAC metadata files ({suffixes})"))
+            return
+        bucket = urlparse(target.url).netloc
+        for key in keys:
+            child = _Target(target.store, key, f"s3://{bucket}/{key}", listable=True)
+            yield from self._read_object(child, named=False)
+
+    def _read_object(self, target: _Target, *, named: bool) -> Iterator[SourcedItem]:
+        suffix = PurePosixPath(target.path).suffix.lower()
+        if suffix in NDJSON_SUFFIXES:
+            yield from self._read_ndjson(target)
+        elif suffix in PARQUET_SUFFIXES:
+            yield from self._read_geoparquet(target)
+        elif suffix in TIFF_SUFFIXES:
+            reason = "a raster without an item: floe makes items from local rasters only (name its item)"
+            yield SourcedItem(target.url, error=InvalidSource(reason))
+        else:
+            yield from self._read_json(target, named=named)
+
+    def _read_ndjson(self, target: _Target) -> Iterator[SourcedItem]:
+        try:
+            result = obstore.get(target.store, target.path)
+        except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
+            yield SourcedItem(target.url, error=InvalidSource(describe(error)))
+            return
+        lines = _Lines(result.stream(min_chunk_size=self.transport.stream_chunk))
+        for sourced in _read_ndjson(lines, target.url):
+            absolute_hrefs(sourced.item, target.url)
+            absolute_hrefs(sourced.collection, target.url)
+            yield sourced
+        if lines.failure is not None:
+            reason = f"the transfer broke off after line {lines.count} ({describe(lines.failure)})"
+            yield SourcedItem(target.url, error=InvalidSource(reason))
+
+    def _read_json(self, target: _Target, *, named: bool) -> Iterator[SourcedItem]:
+        try:
+            data = self._bytes(target)
+        except RemoteError as error:
+            yield SourcedItem(target.url, error=InvalidSource(error.reason))
+            return
+        try:
+            document = loads_json(data)
+        except UnicodeDecodeError as error:
+            yield SourcedItem(target.url, error=InvalidSource(f"not UTF-8 (byte {data[error.start]:#04x})"))
+            return
+        except json.JSONDecodeError as error:
+            reason = f"not valid JSON ({_what(error)} line {error.lineno}, column {error.colno})"
+            yield SourcedItem(target.url, error=InvalidSource(reason))
+            return
+        if named and isinstance(document, dict) and document.get("type") in ("Catalog", "Collection"):
+            yield from self._walk_catalog(target.url, document)
+            return
+        for sourced in _from_document(document, target.url):
+            absolute_hrefs(sourced.item, target.url)
+            absolute_hrefs(sourced.collection, target.url)
+            yield sourced
+
+    def _walk_catalog(self, url: str, document: dict[str, Any]) -> Iterator[SourcedItem]:
+        """A STAC Catalog or Collection named by URL: its collections and items, following its links."""
+        stac_io = ObstoreStacIO(self)
+        try:
+            root = pystac.read_dict(document, href=url, stac_io=stac_io)
+        except Exception as error:  # noqa: BLE001 - pystac raises many kinds; all mean "not a readable catalog"
+            yield SourcedItem(url, error=InvalidSource(f"not a readable STAC catalog ({error})"))
+            return
+        if not isinstance(root, pystac.Catalog):  # a Collection is a Catalog too
+            yield SourcedItem(url, error=InvalidSource(f"not a STAC catalog or collection ({type(root).__name__})"))
+            return
+        try:
+            collections: list[pystac.Collection] = [root] if isinstance(root, pystac.Collection) else []
+            collections += list(root.get_all_collections())
+            for collection in collections:
+                collection_url = collection.self_href or url
+                collection_dict = collection.to_dict(include_self_link=False)
+                absolute_hrefs(collection_dict, collection_url)
+                yield SourcedItem(collection_url, collection=collection_dict)
+            for item in root.get_items(recursive=True):
+                href = item.get_self_href() or url
+                item_dict = item.to_dict(include_self_link=False, transform_hrefs=False)
+                absolute_hrefs(item_dict, href)
+                yield SourcedItem(href, item=item_dict)
+        except Exception as error:  # noqa: BLE001 - pystac raises many kinds for a broken child
+            remote = _remote_cause(error)
+            reason = (
+                f"the catalog's link to {remote.url} failed: {remote.reason}"
+                if remote is not None
+                else f"the catalog could not be walked to its end ({error})"
+            )
+            yield SourcedItem(url, error=InvalidSource(reason))
+
+    def _read_geoparquet(self, target: _Target) -> Iterator[SourcedItem]:
+        """Items of a stac-geoparquet object, one record batch (of one row group) at a time."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from stac_geoparquet.arrow import stac_table_to_items
+
+        row = 0
+        file: _ArrowFile | None = None
+        try:
+            try:
+                file = _ArrowFile(
+                    obstore.open_reader(target.store, target.path, buffer_size=self.transport.reader_buffer)
+                )
+            except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
+                yield SourcedItem(target.url, error=InvalidSource(describe(error)))
+                return
+            try:
+                for batch in pq.ParquetFile(file).iter_batches():
+                    for item in stac_table_to_items(pa.Table.from_batches([batch])):
+                        absolute_hrefs(item, target.url)
+                        yield SourcedItem(f"{target.url}#row{row}", item=item)
+                        row += 1
+            except Exception as error:  # noqa: BLE001 - any failure means the object is not stac-geoparquet
+                if file.failure is not None:
+                    reason = f"the transfer broke off after row {row} ({describe(file.failure)})"
+                else:
+                    reason = f"not a readable stac-geoparquet file ({error})"
+                yield SourcedItem(target.url, error=InvalidSource(reason))
+        finally:
+            if file is not None:
+                file.close()
+
+
+def _remote_cause(error: BaseException | None) -> RemoteError | None:
+    """The :class:`RemoteError` behind ``error`` (pystac wraps what a StacIO raises in its own errors)."""
+    while error is not None:
+        if isinstance(error, RemoteError):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class _Lines:
+    """The lines of a stream of byte chunks (without their ``\\n``); a line cut between chunks is joined.
+
+    A transfer that fails part way ends the lines (the part of a line it cut
+    is dropped, not reported as bad JSON) and is kept in ``failure``.
+    """
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self.failure: BaseException | None = None
+        self.count = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        pending: list[bytes] = []
+        chunks = iter(self._chunks)
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                break
+            except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
+                self.failure = error
+                return
+            parts = chunk.split(b"\n")
+            if len(parts) == 1:
+                pending.append(chunk)
+                continue
+            pending.append(parts[0])
+            for line in (b"".join(pending), *parts[1:-1]):
+                self.count += 1
+                yield line
+            pending = [parts[-1]] if parts[-1] else []
+        tail = b"".join(pending)
+        if tail:
+            self.count += 1
+            yield tail
+
+
+class _ArrowFile(io.RawIOBase):
+    """obstore's seekable reader as the file object pyarrow expects (it wants ``closed`` and ``readinto``).
+
+    A failed read is kept in ``failure`` so the rejection can say it was the
+    transfer, not the file, that failed.
+    """
+
+    def __init__(self, reader: ReadableFile) -> None:
+        super().__init__()
+        self._reader = reader
+        self.failure: BaseException | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._reader.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._reader.tell()
+
+    def size(self) -> int:
+        return self._reader.size
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._guarded(lambda: self._reader.read(len(buffer)))
+        view = memoryview(buffer).cast("B")
+        view[: len(data)] = data
+        return len(data)
+
+    def read(self, size: int | None = -1) -> bytes:
+        return bytes(self._guarded(lambda: self._reader.read(None if size is None or size < 0 else size)))
+
+    def _guarded(self, read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        except Exception as error:
+            self.failure = error
+            raise
+
+    def close(self) -> None:
+        if not self.closed:
+            self._reader.close()
+        super().close()
+
+
+class ObstoreStacIO(pystac.StacIO):
+    """A ``pystac.StacIO`` that reads through a :class:`RemoteReader` (so ``s3://`` catalogs walk); never writes."""
+
+    def __init__(self, reader: RemoteReader) -> None:
+        super().__init__()
+        self.reader = reader
+
+    def read_text(self, source: Any, *args: Any, **kwargs: Any) -> str:
+        href = str(os.fspath(source))
+        data = self.reader.read_bytes(href)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise RemoteError(href, f"not UTF-8 (byte {data[error.start]:#04x})") from error
+
+    def write_text(self, dest: Any, txt: str, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError("floe reads catalogs from URLs; it never writes to them")

@@ -1,0 +1,339 @@
+"""Items from a STAC API search: paged with pystac-client, streamed, retried, and resumable with ``--since``.
+
+``floe ingest https://host/stac --collections C --bbox ... --datetime ...``
+(or the ``.../search?collections=C&...`` URL itself) reads the search page by
+page (never every item in memory). Transient answers (429, 5xx, dropped
+connections) are retried with exponential backoff by urllib3 under
+pystac-client's session; what still fails is a rejection naming the URL, and
+the run goes on with what it read, without recording a cursor.
+
+Resuming (``--since TIMESTAMP`` or ``--since last``): a run that read its
+search to the end records a cursor for it (:attr:`ApiSearch.key`) in its last
+commit's metadata; ``--since last`` asks the API only for items whose
+``updated`` is at or after that cursor (a CQL2 filter), and the usual re-run
+check skips those that did not change. The cursor is the earlier of the run's
+start (on this machine's clock, less :data:`CLOCK_MARGIN`, so a server clock
+a little behind loses nothing) and the newest ``updated`` the run saw (on the
+server's clock); an item changed while the run paged is read again next time,
+never missed. Where the API cannot say what changed (no filter conformance,
+or items without ``updated``), the whole search is read again and only what
+is new or changed is committed, as local re-runs do.
+
+Items and collections read from an API lose the links an API makes for itself
+(``self``, ``root``, ``parent``, ``collection``, ...): floe's API makes its own.
+A ``floe:arrays`` asset names the other repository's arrays and is dropped too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
+
+from ingest.errors import InvalidSource
+from ingest.pipeline._sources import SourcedItem
+from ingest.repository import SOURCE_CURSORS
+
+log = logging.getLogger(__name__)
+
+CLOCK_MARGIN = timedelta(minutes=5)
+"""How far a server's clock may run behind this machine's without an update being missed by ``--since last``."""
+
+PAGE_SIZE = 1000
+"""Items asked for per page (a server may send fewer)."""
+
+RETRIES = 6
+"""Retries of one request after a transient failure (backoff 0.5 s, 1 s, 2 s, ... between them)."""
+
+TIMEOUT = (10.0, 60.0)
+"""Seconds to connect, and to wait for a page."""
+
+_ITEM_STRUCTURAL = frozenset(("self", "root", "parent", "collection"))
+_COLLECTION_STRUCTURAL = frozenset(
+    (
+        "self",
+        "root",
+        "parent",
+        "child",
+        "item",
+        "items",
+        "queryables",
+        "http://www.opengis.net/def/rel/ogc/1.0/queryables",
+    )
+)
+_FILE_SUFFIXES = frozenset(
+    (".json", ".geojson", ".ndjson", ".jsonl", ".geojsonl", ".parquet", ".geoparquet", ".tif", ".tiff")
+)
+
+
+def is_api_url(source: str) -> bool:
+    """Whether ``source`` names a STAC API (its root, or its ``/search``) rather than a file at a URL."""
+    parsed = urlparse(source)
+    if parsed.scheme not in ("http", "https"):
+        return False
+    return PurePosixPath(parsed.path).suffix.lower() not in _FILE_SUFFIXES
+
+
+@dataclass(frozen=True)
+class SearchParameters:
+    """What ``--collections``, ``--bbox``, ``--datetime`` and ``--filter`` ask of every STAC API source."""
+
+    collections: tuple[str, ...] = ()
+    bbox: tuple[float, ...] | None = None
+    datetime: str | None = None
+    filter: str | None = None
+    """CQL2 text or CQL2 JSON."""
+    page_size: int = PAGE_SIZE
+
+    def given(self) -> bool:
+        return bool(self.collections or self.bbox or self.datetime or self.filter)
+
+
+@dataclass
+class ApiSearch:
+    """One STAC API search named as a source, and what reading it found."""
+
+    root: str
+    """The API's landing page."""
+    parameters: SearchParameters
+    since: datetime | None = None
+    complete: bool = False
+    """The search was read to its last page."""
+    items: int = 0
+    without_updated: int = 0
+    """Items read that carry no ``updated`` (then ``--since last`` cannot trust a cursor of this run)."""
+    newest_updated: datetime | None = None
+    started: datetime = field(default_factory=lambda: datetime.now(UTC))
+    note: str | None = None
+    """Why the search was read whole although ``--since`` asked for changes only."""
+
+    @classmethod
+    def parse(cls, url: str, parameters: SearchParameters) -> ApiSearch:
+        """A search of the API at ``url``; a ``/search?...`` URL brings its own parameters (options override them)."""
+        parsed = urlparse(url)
+        path = parsed.path.rstrip("/")
+        if not path.endswith("/search") and path != "search":
+            return cls(root=url.rstrip("/"), parameters=parameters)
+        query = parse_qs(parsed.query)
+
+        def first(name: str) -> str | None:
+            values = query.get(name)
+            return values[0] if values else None
+
+        collections = tuple(part for value in query.get("collections", []) for part in value.split(",") if part)
+        bbox_text = first("bbox")
+        try:
+            bbox = tuple(float(part) for part in bbox_text.split(",")) if bbox_text else None
+        except ValueError:
+            raise InvalidSource(f"{url}: bbox {bbox_text!r} is not a list of numbers") from None
+        root = urlunparse(parsed._replace(path=path[: -len("search")].rstrip("/") or "/", query="", fragment=""))
+        return cls(
+            root=root.rstrip("/"),
+            parameters=SearchParameters(
+                collections=parameters.collections or collections,
+                bbox=parameters.bbox or bbox,
+                datetime=parameters.datetime or first("datetime"),
+                filter=parameters.filter or first("filter"),
+                page_size=parameters.page_size,
+            ),
+        )
+
+    @property
+    def key(self) -> str:
+        """The search as one string, the same for the same search whichever way it was named (cursors' key)."""
+        query: dict[str, str] = {}
+        if self.parameters.collections:
+            query["collections"] = ",".join(sorted(self.parameters.collections))
+        if self.parameters.bbox:
+            query["bbox"] = ",".join(repr(float(value)) for value in self.parameters.bbox)
+        if self.parameters.datetime:
+            query["datetime"] = self.parameters.datetime
+        if self.parameters.filter:
+            query["filter"] = _filter_json_text(self.parameters.filter)
+        return f"{self.root}/search" + (f"?{urlencode(query)}" if query else "")
+
+    def cursor(self) -> str | None:
+        """What a later ``--since last`` may resume from; None when this run cannot vouch for one."""
+        if not self.complete or self.without_updated:
+            return None
+        cursor = self.started - CLOCK_MARGIN
+        if self.newest_updated is not None:
+            cursor = min(cursor, self.newest_updated)
+        return cursor.isoformat().replace("+00:00", "Z")
+
+    def note_updated(self, item: Mapping[str, Any]) -> None:
+        self.items += 1
+        properties = item.get("properties")
+        value = properties.get("updated") if isinstance(properties, dict) else None
+        when = _timestamp(value) if isinstance(value, str) else None
+        if when is None:
+            self.without_updated += 1
+        elif self.newest_updated is None or when > self.newest_updated:
+            self.newest_updated = when
+
+
+def _timestamp(text: str) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def parse_since(text: str) -> datetime:
+    """``--since``'s timestamp (RFC 3339; a time without a zone is UTC)."""
+    when = _timestamp(text.strip())
+    if when is None:
+        raise ValueError(f"--since {text!r} is neither 'last' nor an RFC 3339 timestamp (2024-05-01T00:00:00Z)")
+    return when
+
+
+def _filter_json(text: str) -> dict[str, Any]:
+    """CQL2 JSON of a filter given as CQL2 text or JSON."""
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        document = json.loads(stripped)
+        if not isinstance(document, dict):
+            raise ValueError("a CQL2 JSON filter is an object")
+        return document
+    import cql2
+
+    converted = cql2.Expr(stripped).to_json()
+    return converted if isinstance(converted, dict) else json.loads(converted)
+
+
+def _filter_json_text(text: str) -> str:
+    try:
+        return json.dumps(_filter_json(text), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return text
+
+
+def cursor_metadata(searches: list[ApiSearch]) -> dict[str, Any] | None:
+    """The commit metadata that records the cursors of ``searches`` (None when none can vouch for one)."""
+    cursors = {search.key: cursor for search in searches if (cursor := search.cursor()) is not None}
+    return {SOURCE_CURSORS: cursors} if cursors else None
+
+
+def strip_links(document: dict[str, Any], structural: frozenset[str]) -> dict[str, Any]:
+    """``document`` without the links an API writes about itself."""
+    links = document.get("links")
+    if isinstance(links, list):
+        document = {
+            **document,
+            "links": [link for link in links if not (isinstance(link, dict) and link.get("rel") in structural)],
+        }
+    return document
+
+
+def _item_from_api(item: dict[str, Any]) -> dict[str, Any]:
+    item = strip_links(item, _ITEM_STRUCTURAL)
+    assets = item.get("assets")
+    if isinstance(assets, dict) and "floe:arrays" in assets:
+        item = {**item, "assets": {key: value for key, value in assets.items() if key != "floe:arrays"}}
+    return item
+
+
+def _session_io() -> Any:
+    from pystac_client.stac_api_io import StacApiIO
+    from urllib3.util.retry import Retry
+
+    retry = Retry(
+        total=RETRIES,
+        backoff_factor=0.5,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=None,  # a search is a POST, and safe to repeat
+        respect_retry_after_header=True,
+        raise_on_status=False,  # the last answer reaches pystac-client, which names its status
+    )
+    return StacApiIO(max_retries=retry, timeout=TIMEOUT)
+
+
+def _reason(error: Exception) -> str:
+    status = getattr(error, "status_code", None)
+    text = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+    return f"HTTP {status}: {text}" if status else text
+
+
+def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
+    """Each item, collection and failure of ``search``, in order, labelled by URL (``.../search#N``: the Nth item).
+
+    Collections are fetched the first time one of their items appears, so
+    they are stored before it. ``search.complete`` is set once the last page
+    is read.
+    """
+    from pystac_client import Client, ConformanceClasses
+
+    io = _session_io()
+    try:
+        client = Client.open(search.root, stac_io=io)
+    except Exception as error:  # noqa: BLE001 - requests, pystac and pystac-client raise many kinds
+        yield SourcedItem(search.root, error=InvalidSource(f"not a readable STAC API ({_reason(error)})"))
+        return
+    if not client.conforms_to(ConformanceClasses.ITEM_SEARCH):
+        reason = "is a STAC catalog without item search: name a search, or a file"
+        yield SourcedItem(search.root, error=InvalidSource(reason))
+        return
+    parameters = search.parameters
+    query_filter: dict[str, Any] | None = _filter_json(parameters.filter) if parameters.filter else None
+    if search.since is not None:
+        if client.conforms_to(ConformanceClasses.FILTER):
+            since = {"op": ">=", "args": [{"property": "updated"}, {"timestamp": _rfc3339(search.since)}]}
+            query_filter = {"op": "and", "args": [query_filter, since]} if query_filter else since
+        else:
+            search.note = f"{search.root} cannot filter by updated (no CQL2 filter): the whole search is read again"
+            log.warning(search.note)
+    try:
+        item_search = client.search(
+            collections=list(parameters.collections) or None,
+            bbox=list(parameters.bbox) if parameters.bbox else None,
+            datetime=parameters.datetime,
+            filter=query_filter,
+            filter_lang="cql2-json" if query_filter else None,
+            limit=parameters.page_size,
+        )
+        label = f"{search.root}/search"
+        seen: set[str] = set()
+        number = 0
+        for page in item_search.pages_as_dicts():
+            for raw in page.get("features") or []:
+                number += 1
+                source = f"{label}#{number}"
+                if not isinstance(raw, dict):
+                    yield SourcedItem(source, item=raw)  # validation says why it is not an item
+                    continue
+                search.note_updated(raw)
+                collection_id = raw.get("collection")
+                if isinstance(collection_id, str) and collection_id not in seen:
+                    seen.add(collection_id)
+                    collection = _fetch_collection(io, search.root, collection_id)
+                    if collection is not None:
+                        yield SourcedItem(f"{search.root}/collections/{quote(collection_id)}", collection=collection)
+                yield SourcedItem(source, item=_item_from_api(raw))
+    except Exception as error:  # noqa: BLE001 - a page that cannot be read ends the search, reported
+        reason = f"search failed after {search.items} items ({_reason(error)})"
+        yield SourcedItem(f"{search.root}/search", error=InvalidSource(reason))
+        return
+    search.complete = True
+
+
+def _fetch_collection(io: Any, root: str, collection_id: str) -> dict[str, Any] | None:
+    """The collection's document from the API, without its API links; None (logged) when it cannot be read."""
+    url = f"{root}/collections/{quote(collection_id, safe='')}"
+    try:
+        document = io.read_json(url)
+    except Exception as error:  # noqa: BLE001 - the items still ingest without their collection's document
+        log.warning("collection %s could not be read (%s): its items are ingested without it", url, _reason(error))
+        return None
+    if not isinstance(document, dict) or document.get("type") != "Collection":
+        return None
+    return strip_links(document, _COLLECTION_STRUCTURAL)
+
+
+def _rfc3339(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")

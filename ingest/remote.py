@@ -1,0 +1,283 @@
+"""Objects named by URL: obstore stores for ``s3://`` and ``http(s)://`` with floe's credentials, timeouts and retries.
+
+One home for reaching remote objects, whatever reads them (item files and
+catalogs now; rasters later):
+
+- ``s3://``: obstore's ``S3Store`` reads the ``AWS_*`` environment
+  (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+  ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``AWS_SKIP_SIGNATURE``, ...); floe's
+  own :class:`~ingest.config.S3Settings` (``FLOE_S3__*``), where set, win over
+  it. obstore drops the environment's client options (``AWS_ALLOW_HTTP``,
+  ``AWS_PROXY_URL``, timeouts) as soon as any client option is passed
+  (pyo3-object_store ``aws/store.rs``: ``from_env()`` then
+  ``with_client_options``), so floe reads those itself
+  (:func:`_environment_client_options`).
+- ``http(s)://``: plain GETs (``HTTPStore``); there is no listing over HTTP.
+- One store per (scheme, bucket or host) for the life of a :class:`Stores`.
+
+Transient failures (connection errors, 5xx, timeouts of reads) are retried by
+obstore with exponential backoff and jitter (:attr:`Transport.max_retries`
+attempts more, waits from :attr:`Transport.initial_backoff` doubling up to
+:attr:`Transport.max_backoff`, never past :attr:`Transport.retry_timeout`);
+what still fails is a :class:`RemoteError` with a short reason
+(:func:`describe`). Credentials are used, never written anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urljoin, urlparse, uses_relative
+
+from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
+from obstore.store import HTTPStore, S3Store
+
+from ingest.errors import InvalidSource
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config, S3Credential
+
+    from ingest.config import S3Settings
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
+def url_scheme(source: str) -> str | None:
+    """The scheme of ``source`` if it is a URL (``scheme://...``, lower case), else None (a local path)."""
+    match = _URL.match(source)
+    return match.group(1).lower() if match else None
+
+
+REMOTE_SCHEMES = ("s3", "http", "https")
+"""URL schemes read through obstore (``file://`` URLs are read as local paths)."""
+
+SUPPORTED = "s3://, http://, https:// and file:// URLs (or local paths)"
+
+_S3_ERROR_CODE = re.compile(r"<Code>([A-Za-z]+)</Code>")
+_STATUS = re.compile(r"status code: (\d{3})")
+
+# ClientConfig keys (obstore/_store/_client.pyi) that object_store also reads from the environment as AWS_<KEY>.
+_CLIENT_KEYS = (
+    "allow_http",
+    "allow_invalid_certificates",
+    "connect_timeout",
+    "default_content_type",
+    "http1_only",
+    "http2_keep_alive_interval",
+    "http2_keep_alive_timeout",
+    "http2_keep_alive_while_idle",
+    "http2_only",
+    "pool_idle_timeout",
+    "pool_max_idle_per_host",
+    "proxy_ca_certificate",
+    "proxy_excludes",
+    "proxy_url",
+    "randomize_addresses",
+    "read_timeout",
+    "timeout",
+    "user_agent",
+)
+
+
+@dataclass(frozen=True)
+class Transport:
+    """Timeouts, retries and chunk sizes of remote reads."""
+
+    connect_timeout: timedelta = timedelta(seconds=30)
+    read_timeout: timedelta = timedelta(seconds=30)
+    """A read that receives nothing this long fails (and is retried): a stalled server."""
+    request_timeout: timedelta = timedelta(hours=6)
+    """The whole of one request, body included: streaming a large NDJSON file takes long, stalls are
+    caught by ``read_timeout``."""
+    max_retries: int = 4
+    initial_backoff: timedelta = timedelta(milliseconds=200)
+    max_backoff: timedelta = timedelta(seconds=10)
+    retry_timeout: timedelta = timedelta(minutes=3)
+    stream_chunk: int = 1 << 20
+    """Bytes of an NDJSON object handled at a time."""
+    reader_buffer: int = 1 << 20
+    """Bytes a stac-geoparquet reader fetches at least per range request."""
+
+    def client_options(self) -> ClientConfig:
+        return {
+            "connect_timeout": self.connect_timeout,
+            "read_timeout": self.read_timeout,
+            "timeout": self.request_timeout,
+        }
+
+    def retry_config(self) -> RetryConfig:
+        return {
+            "max_retries": self.max_retries,
+            "backoff": {"init_backoff": self.initial_backoff, "max_backoff": self.max_backoff, "base": 2},
+            "retry_timeout": self.retry_timeout,
+        }
+
+
+def file_url_path(url: str) -> Path:
+    """The local path a ``file://`` URL names.
+
+    Raises:
+        InvalidSource: the URL names another host.
+    """
+    parsed = urlparse(url)
+    if parsed.netloc not in ("", "localhost"):
+        raise InvalidSource(f"a file:// URL names a file on this machine, not on {parsed.netloc!r}")
+    return Path(unquote(parsed.path))
+
+
+def join_url(base: str, href: str) -> str:
+    """``href`` resolved against the URL ``base``, for any scheme (``urljoin`` alone leaves ``s3://`` bases out)."""
+    scheme = urlparse(base).scheme
+    if not scheme or scheme in uses_relative:
+        return urljoin(base, href)
+    # Join as if http (same rules for paths), then put the scheme back.
+    joined = urljoin("http" + base[len(scheme) :], href)
+    return scheme + joined[len("http") :] if joined.startswith("http://") else joined
+
+
+class RemoteError(Exception):
+    """A remote object that could not be read: the URL and a short reason."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"{url}: {reason}")
+
+
+def describe(error: BaseException) -> str:
+    """A short reason for an obstore failure, without obstore's debug dump (the URL goes with it elsewhere)."""
+    text = str(error)
+    code = _S3_ERROR_CODE.search(text)
+    code_note = f", {code.group(1)}" if code else ""
+    if isinstance(error, FileNotFoundError):
+        if code and code.group(1) == "NoSuchBucket":
+            return "no such bucket"
+        return "no such object"
+    if isinstance(error, PermissionDeniedError):
+        return f"access denied (HTTP 403{code_note}): check the credentials and what they may read"
+    if isinstance(error, UnauthenticatedError):
+        return f"not authenticated (HTTP 401{code_note}): give credentials, or --anonymous for a public bucket"
+    retried = re.search(r"after (\d+) retries", text)
+    retries = int(retried.group(1)) if retried else 0
+    after = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+    lowered = text.lower()
+    if "connection refused" in lowered:
+        return f"connection refused{after}: nothing listens at that address"
+    if "timed out" in lowered or "timedout" in lowered:  # not "timeout": every retry error names retry_timeout
+        return f"timed out{after}"
+    if "dns error" in lowered or "failed to lookup address" in lowered:
+        return "unknown host (DNS lookup failed)"
+    if "tcp connect error" in lowered or "error sending request" in lowered:
+        return f"cannot connect{after}"
+    if "builder error" in lowered and "http://" in lowered:
+        return "an http:// endpoint needs allow_http (FLOE_S3__ALLOW_HTTP=true or AWS_ALLOW_HTTP=true)"
+    if status := _STATUS.search(text):
+        return f"HTTP {status.group(1)}{code_note}{after}"
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return first[:300]
+
+
+def _environment_client_options(prefix: str) -> dict[str, Any]:
+    """Client options the environment sets for ``prefix`` (``AWS_ALLOW_HTTP`` -> ``allow_http``).
+
+    obstore builds an S3 store from the environment but replaces all of its
+    client options with the ones passed in, so floe passes these along itself.
+    """
+    return {key: os.environ[f"{prefix}{key.upper()}"] for key in _CLIENT_KEYS if f"{prefix}{key.upper()}" in os.environ}
+
+
+@dataclass(frozen=True)
+class _StaticCredentials:
+    """Credentials from floe's settings, used instead of whatever the environment holds (a stray
+    ``AWS_SESSION_TOKEN`` must not join keys it does not belong to)."""
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    token: str | None = field(default=None, repr=False)
+
+    def __call__(self) -> S3Credential:
+        return {
+            "access_key_id": self.access_key_id,
+            "secret_access_key": self.secret_access_key,
+            "token": self.token,
+            "expires_at": None,
+        }
+
+
+class Stores:
+    """obstore stores, one per (scheme, bucket or host), built on first use.
+
+    ``s3`` settings override the ``AWS_*`` environment where set (None: the
+    environment only); ``anonymous`` sends unsigned S3 requests (public buckets).
+    """
+
+    def __init__(
+        self, *, s3: S3Settings | None = None, anonymous: bool = False, transport: Transport | None = None
+    ) -> None:
+        self.s3 = s3
+        self.anonymous = anonymous or bool(s3 is not None and s3.anonymous)
+        self.transport = transport if transport is not None else Transport()
+        self._stores: dict[tuple[str, str], ObjectStore] = {}
+
+    def locate(self, url: str) -> tuple[ObjectStore, str]:
+        """The store of ``url`` and the object's path in it.
+
+        Raises:
+            RemoteError: an unsupported scheme, a URL without bucket or host, or a store obstore refuses to build.
+        """
+        scheme = url_scheme(url)
+        if scheme not in REMOTE_SCHEMES:
+            raise RemoteError(url, f"unsupported URL scheme {scheme!r}: floe reads {SUPPORTED}")
+        parsed = urlparse(url)
+        if not parsed.netloc:
+            what = "bucket" if scheme == "s3" else "host"
+            raise RemoteError(url, f"names no {what}")
+        if parsed.query:
+            raise RemoteError(url, "a URL with a query string is not supported (floe requests objects by path)")
+        key = (scheme, parsed.netloc)
+        store = self._stores.get(key)
+        if store is None:
+            try:
+                store = self._s3_store(parsed.netloc) if scheme == "s3" else self._http_store(scheme, parsed.netloc)
+            except Exception as error:
+                raise RemoteError(url, f"cannot set up a client for it ({describe(error)})") from error
+            self._stores[key] = store
+        return store, unquote(parsed.path.lstrip("/"))
+
+    def _s3_store(self, bucket: str) -> ObjectStore:
+        settings = self.s3
+        config: S3Config = {}
+        credentials: _StaticCredentials | None = None
+        options: dict[str, Any] = {**self.transport.client_options(), **_environment_client_options("AWS_")}
+        if settings is not None:
+            if settings.endpoint_url:
+                config["endpoint"] = settings.endpoint_url
+            if settings.region:
+                config["region"] = settings.region
+            if settings.force_path_style:
+                config["virtual_hosted_style_request"] = False
+            if settings.allow_http:
+                options["allow_http"] = True
+            if settings.access_key_id and settings.secret_access_key and not self.anonymous:
+                credentials = _StaticCredentials(
+                    settings.access_key_id, settings.secret_access_key, settings.session_token
+                )
+        if self.anonymous:
+            config["skip_signature"] = True
+        return S3Store(
+            bucket,
+            config=config,
+            client_options=options,  # type: ignore[arg-type] # values from the environment are strings
+            retry_config=self.transport.retry_config(),
+            credential_provider=credentials,
+        )
+
+    def _http_store(self, scheme: str, host: str) -> ObjectStore:
+        options = self.transport.client_options()
+        if scheme == "http":
+            options["allow_http"] = True  # the URL asks for plain HTTP itself
+        return HTTPStore(f"{scheme}://{host}/", client_options=options, retry_config=self.transport.retry_config())
