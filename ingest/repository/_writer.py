@@ -338,6 +338,10 @@ class Writer:
             ) from error
         finally:
             self._closed = True
+            # The plan holds this writer's methods (and the writer the plan): dropped here, the cycle goes, and
+            # the batch's items are freed at once instead of waiting for Python's cyclic collector, which an
+            # ingest pauses (at ten million items, 50 batches of garbage made every allocation slower).
+            self._plan = None
         return CommitResult(
             snapshot_id=landed.snapshot_id,
             branch=self.branch,

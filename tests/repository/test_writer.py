@@ -390,3 +390,23 @@ def test_manifest_merging_is_tiered_so_history_metadata_grows_near_linearly(tmp_
     tip = repo.view().table.current_snapshot().manifests(repo.io)
     assert len(tip) <= 2 * 15 + 1
     assert sum(ids_at(repo).values()) == commits
+
+
+def test_a_committed_writer_is_freed_without_the_cyclic_collector(repo):
+    """An ingest pauses Python's cyclic collector; a batch's writer (and its items) must go as soon as it is dropped."""
+    import gc
+    import weakref
+
+    for replace in (False, True):  # a first commit, and one that plans replacements and slices
+        writer = repo.writer()
+        item = make_item("freed", when="2024-03-01T00:00:00Z")
+        writer.add_item(item, replace=replace)
+        stage_raster(writer, item, np.ones((1, 8, 8), dtype=np.uint8))
+        writer.commit("freed")
+        gone = weakref.ref(writer)
+        gc.disable()
+        try:
+            del writer
+            assert gone() is None, [type(holder).__name__ for holder in gc.get_referrers(gone())]
+        finally:
+            gc.enable()
