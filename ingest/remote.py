@@ -25,8 +25,10 @@ what still fails is a :class:`RemoteError` with a short reason
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -222,6 +224,19 @@ class Stores:
         self.anonymous = anonymous or bool(s3 is not None and s3.anonymous)
         self.transport = transport if transport is not None else Transport()
         self._stores: dict[tuple[str, str], ObjectStore] = {}
+        self.heads: dict[str, dict[str, Any]] = {}
+        """What :func:`head` found, by URL, kept for the life of these stores (one batch)."""
+
+    def prefetch_heads(self, urls: Iterable[str], concurrency: int = 16) -> None:
+        """HEAD ``urls`` ``concurrency`` at a time (round trips overlap), so :func:`head` answers from memory."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(url: str) -> None:
+            with contextlib.suppress(RemoteError):  # asked again, and reported, by whoever needs it
+                head(self, url)
+
+        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="floe-head") as pool:
+            list(pool.map(one, sorted(set(urls) - set(self.heads))))
 
     def locate(self, url: str) -> tuple[ObjectStore, str]:
         """The store of ``url`` and the object's path in it.
@@ -281,3 +296,88 @@ class Stores:
         if scheme == "http":
             options["allow_http"] = True  # the URL asks for plain HTTP itself
         return HTTPStore(f"{scheme}://{host}/", client_options=options, retry_config=self.transport.retry_config())
+
+
+def is_remote(href: str) -> bool:
+    """Whether ``href`` names an object floe reads over the network (``s3://``, ``http(s)://``)."""
+    return url_scheme(href) in REMOTE_SCHEMES
+
+
+def head(stores: Stores, url: str) -> dict[str, Any]:
+    """What identifies the object at ``url`` now: its size, ETag and last modification (one HEAD request).
+
+    Recorded with the arrays copied from it, so a re-run copies it again only when it changed.
+
+    Raises:
+        RemoteError: it cannot be reached or does not exist.
+    """
+    import obstore
+
+    known = stores.heads.get(url)
+    if known is not None:
+        return known
+    store, path = stores.locate(url)
+    try:
+        meta = obstore.head(store, path)
+    except Exception as error:
+        raise RemoteError(url, describe(error)) from error
+    described: dict[str, Any] = {"size": int(meta["size"])}
+    if meta.get("e_tag"):
+        described["etag"] = str(meta["e_tag"])
+    if meta.get("last_modified") is not None:
+        described["last_modified"] = meta["last_modified"].isoformat()
+    stores.heads[url] = described
+    return described
+
+
+def gdal_path(url: str) -> str:
+    """The GDAL virtual file system path of ``url`` (``/vsis3/bucket/key``, ``/vsicurl/https://...``)."""
+    scheme = url_scheme(url)
+    if scheme == "s3":
+        return "/vsis3/" + url[len("s3://") :]
+    if scheme in ("http", "https"):
+        return "/vsicurl/" + url
+    return url
+
+
+GDAL_REMOTE_OPTIONS = {
+    # What production tilers set: no directory listing on open (a COG is one object), consecutive ranges merged
+    # into one request, HTTP/2 with many requests on one connection, blocks cached for the rest of the read.
+    "GDAL_DISABLE_READDIR_ON_OPEN": "EMPTY_DIR",
+    "GDAL_HTTP_MERGE_CONSECUTIVE_RANGES": "YES",
+    "GDAL_HTTP_MULTIPLEX": "YES",
+    "GDAL_HTTP_VERSION": "2TLS",  # HTTP/2 where TLS negotiates it; no h2c upgrade sent to plain http://
+    "VSI_CACHE": "TRUE",
+    "GDAL_HTTP_MAX_RETRY": "4",
+    "GDAL_HTTP_RETRY_DELAY": "0.5",
+    "GDAL_HTTP_TIMEOUT": "60",
+}
+
+
+def gdal_options(s3: S3Settings | None = None, *, anonymous: bool = False) -> dict[str, str]:
+    """GDAL configuration for reading ``s3://`` and ``http(s)://`` rasters, credentials included (never stored).
+
+    ``s3`` settings win where set; otherwise GDAL reads the ``AWS_*``
+    environment itself, except ``AWS_ENDPOINT_URL``, which GDAL spells
+    ``AWS_S3_ENDPOINT`` (a host and port) with ``AWS_HTTPS``: it is translated.
+    """
+    options = dict(GDAL_REMOTE_OPTIONS)
+    endpoint = (s3.endpoint_url if s3 is not None else None) or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        parsed = urlparse(endpoint)
+        options["AWS_S3_ENDPOINT"] = parsed.netloc or endpoint
+        options["AWS_HTTPS"] = "NO" if parsed.scheme == "http" else "YES"
+        options["AWS_VIRTUAL_HOSTING"] = "FALSE"  # S3-compatible servers answer path-style requests
+    if s3 is not None:
+        if s3.region:
+            options["AWS_REGION"] = s3.region
+        if s3.force_path_style:
+            options["AWS_VIRTUAL_HOSTING"] = "FALSE"
+        if s3.access_key_id and s3.secret_access_key:
+            options["AWS_ACCESS_KEY_ID"] = s3.access_key_id
+            options["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
+            if s3.session_token:
+                options["AWS_SESSION_TOKEN"] = s3.session_token
+    if anonymous or (s3 is not None and s3.anonymous):
+        options["AWS_NO_SIGN_REQUEST"] = "YES"
+    return options

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import urllib.request
 import uuid
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +170,55 @@ class MotoServer:
         if self.process.poll() is None:
             os.kill(self.process.pid, 15)
             self.process.wait(timeout=10)
+
+
+GATE_BYTES = 2 * 1024 * 1024
+"""Bytes of a ``/__gated__/`` file the test HTTP server sends before it waits for ``/__release__``."""
+
+
+@dataclass
+class HttpServer:
+    """tests/_http_server.py: a folder served over HTTP with ranges, validators and test-only paths."""
+
+    folder: Path
+    url: str
+    process: subprocess.Popen
+
+    def get(self, path: str) -> bytes:
+        with urllib.request.urlopen(f"{self.url}/{path}", timeout=10) as answer:
+            return answer.read()
+
+    def sent(self) -> dict[str, int]:
+        return json.loads(self.get("__stats__"))
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory) -> Iterator[HttpServer]:
+    """tests/_http_server.py serving a folder of its own on 127.0.0.1, as a subprocess."""
+    folder = tmp_path_factory.mktemp("served")
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests._http_server", str(folder), str(port), "--gate-bytes", str(GATE_BYTES)],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = HttpServer(folder, f"http://127.0.0.1:{port}", process)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            server.sent()
+            break
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                raise RuntimeError("the test HTTP server did not start") from None
+            time.sleep(0.1)
+    try:
+        yield server
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        process.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")

@@ -135,8 +135,25 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         ),
     ] = None,
     assets: Annotated[
-        str, typer.Option("--assets", help="Raster assets to copy into arrays: all (local GeoTIFFs), none, or KEY,KEY.")
+        str,
+        typer.Option(
+            "--assets",
+            help=(
+                "Raster assets to copy into arrays: all (GeoTIFFs; remote ones with --remote-assets), none, or KEY,KEY."
+            ),
+        ),
     ] = "all",
+    remote_assets: Annotated[
+        bool,
+        typer.Option(
+            "--remote-assets",
+            help=(
+                "Copy raster assets at s3:// and http(s):// URLs too (read with GDAL's /vsis3/ and /vsicurl/, "
+                "8 granules in flight per worker; credentials from AWS_* or FLOE_S3__*). Without it they stay "
+                "metadata: an archive's items can be ingested without moving its pixels."
+            ),
+        ),
+    ] = False,
     virtual: Annotated[
         bool,
         typer.Option(
@@ -204,12 +221,13 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         ),
     ] = False,
 ) -> None:
-    """Ingest STAC items and their local rasters, one commit per batch.
+    """Ingest STAC items and their rasters, one commit per batch.
 
     With Ray (the default), each actor copies its granules' rasters into
     Icechunk arrays (slices of stacks shared by the granules of one grid) and
-    commits arrays and rows together through its own writer. Items whose assets are remote are ingested as
-    metadata. Creates the repository if it does not exist. Bad input
+    commits arrays and rows together through its own writer. Rasters at
+    s3:// or http(s):// URLs stay metadata unless --remote-assets asks for
+    their pixels. Creates the repository if it does not exist. Bad input
     (unreadable files, invalid items, corrupt rasters, missing assets,
     duplicate or unsafe ids) is reported with its source and skipped;
     everything else is committed, and the exit status is 3.
@@ -219,6 +237,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     if virtual and workers == 0:
         fail("--virtual references rasters, which only the Ray pipeline ingests: use --workers 1 or more", 2)
     options = _source_options(sources, collections, bbox, datetime_range, search_filter, since, anonymous, prune)
+    options.remote_assets = remote_assets
     with floe_errors():
         try:
             repository = open_repository(ctx)

@@ -16,10 +16,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ingest.config import S3Settings
 from ingest.errors import CommitConflict, InvalidItem, InvalidRaster, NotVirtualizable
 from ingest.pipeline._arrays import stage_arrays, stage_references
 from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
 from ingest.pipeline._report import BatchOutcome, Rejection
+from ingest.remote import RemoteError, Stores, gdal_options, is_remote
 from ingest.repository import Repository, Writer
 from ingest.stac import (
     ARRAYS_ASSET,
@@ -87,12 +89,37 @@ class _Step:
 READ_AHEAD = 1
 """Granules whose rasters are read (and hashed) on a second thread while the current one is written."""
 
+REMOTE_READS = 8
+"""Granules read at once when a batch's rasters are remote, on as many threads, so round trips overlap."""
 
-def _plan_steps(writer: Writer, granules: list[Granule]) -> tuple[list[_Step], int]:
+
+@dataclass(frozen=True)
+class _Remote:
+    """How a batch reaches remote rasters: stores for HEAD requests, GDAL options for reads (the repository's
+    S3 settings where set, else the ``AWS_*`` environment)."""
+
+    stores: Stores
+    gdal_env: dict[str, str]
+
+    @classmethod
+    def of(cls, repository: Repository) -> _Remote:
+        s3 = repository.settings.s3 if repository.settings.s3 != S3Settings() else None
+        return cls(Stores(s3=s3), gdal_options(s3))
+
+
+def _plan_steps(writer: Writer, granules: list[Granule], remote: _Remote) -> tuple[list[_Step], int]:
     """Each granule's step, and how many are in the repository unchanged (skipped: a re-run commits nothing)."""
     stored = writer.stored_items((granule.item["collection"], granule.item["id"]) for granule in granules)
     steps: list[_Step] = []
     skipped = 0
+    # A re-run asks each remote raster whether it changed: the questions go out together, not one by one.
+    remote.stores.prefetch_heads(
+        path
+        for granule in granules
+        if (granule.item["collection"], granule.item["id"]) in stored
+        for path in granule.rasters.values()
+        if is_remote(path)
+    )
     for granule in granules:
         item = granule.item
         previous = stored.get((item["collection"], item["id"]))
@@ -104,7 +131,9 @@ def _plan_steps(writer: Writer, granules: list[Granule]) -> tuple[list[_Step], i
             stored_arrays is not None
             and stored_arrays.layout == ARRAYS_LAYOUT
             and all(writer.group_exists(stack) for stack in {piece.stack for piece in stored_arrays.pieces()})
-            and sources_unchanged(stored_arrays.sources, granule.rasters, virtual=stored_arrays.virtual)
+            and sources_unchanged(
+                stored_arrays.sources, granule.rasters, virtual=stored_arrays.virtual, stores=remote.stores
+            )
         )
         if previous is not None and same_rasters and without_arrays_asset(previous) == without_arrays_asset(item):
             skipped += 1
@@ -113,39 +142,43 @@ def _plan_steps(writer: Writer, granules: list[Granule]) -> tuple[list[_Step], i
     return steps, skipped
 
 
-def _read_copy(rasters: dict[str, str]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def _read_copy(rasters: dict[str, str], remote: _Remote) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """A copy's inputs, read off the writing thread: each raster's fingerprint, then its pixels."""
     from ingest.rasters import read_assets
 
-    return _fingerprints(rasters), read_assets(rasters)
+    return _fingerprints(rasters, remote), read_assets(rasters, remote.gdal_env)
 
 
-def _fingerprints(rasters: dict[str, str], *, digest: bool = True) -> dict[str, dict[str, Any]]:
+def _fingerprints(rasters: dict[str, str], remote: _Remote, *, digest: bool = True) -> dict[str, dict[str, Any]]:
     """:func:`describe_source` of each raster; a file that vanished or cannot be opened is an InvalidRaster."""
     described = {}
     for key, path in rasters.items():
         try:
-            described[key] = describe_source(path, digest=digest)
+            described[key] = describe_source(path, digest=digest, stores=remote.stores)
         except OSError as error:
             raise InvalidRaster(f"granule {path} cannot be read: {error.strerror or error}", path=path) from error
+        except RemoteError as error:
+            raise InvalidRaster(f"granule {path} cannot be read: {error.reason}", path=path) from error
     return described
 
 
 class _ReadAhead:
     """:func:`_read_copy` of the steps that copy rasters, in order, on a second thread, ``READ_AHEAD`` in flight."""
 
-    def __init__(self, pool: ThreadPoolExecutor, steps: list[_Step]) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, steps: list[_Step], remote: _Remote, ahead: int) -> None:
         self._pool = pool
         self._todo = iter([step.granule.rasters for step in steps if step.write_rasters])
         self._pending: deque[Future[Any]] = deque()
+        self._remote = remote
+        self._ahead = ahead
 
     def next(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         """The next copy's fingerprints and pixels; raises what reading it raised (InvalidRaster)."""
-        while len(self._pending) <= READ_AHEAD:
+        while len(self._pending) <= self._ahead:
             rasters = next(self._todo, None)
             if rasters is None:
                 break
-            self._pending.append(self._pool.submit(_read_copy, rasters))
+            self._pending.append(self._pool.submit(_read_copy, rasters, self._remote))
         return self._pending.popleft().result()
 
     def cancel(self) -> None:
@@ -167,14 +200,18 @@ def _commit_batch_once(
     writer = repository.writer(branch)
     for collection, item_id in delete:
         writer.delete_item(collection, item_id)
-    steps, skipped = _plan_steps(writer, granules)
+    remote = _Remote.of(repository)
+    steps, skipped = _plan_steps(writer, granules, remote)
     outcome = BatchOutcome(commit=None, skipped=skipped)
-    # Copies read the next granule's rasters (GDAL decodes without the GIL) while this one is written.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="floe-read") as pool:
-        reads = _ReadAhead(pool, [] if virtual else steps)
+    # Copies read the next granule's rasters (GDAL decodes without the GIL) while this one is written; remote
+    # rasters are read REMOTE_READS at a time, so their round trips overlap.
+    far = any(is_remote(path) for step in steps for path in step.granule.rasters.values())
+    ahead = REMOTE_READS if far else READ_AHEAD
+    with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="floe-read") as pool:
+        reads = _ReadAhead(pool, [] if virtual else steps, remote, ahead)
         try:
             for step in steps:
-                _stage(writer, step, outcome, reads, virtual=virtual)
+                _stage(writer, step, outcome, reads, remote, virtual=virtual)
         finally:
             reads.cancel()
     if writer.pending_items or writer.pending_deletions or writer.session.has_uncommitted_changes:
@@ -182,7 +219,9 @@ def _commit_batch_once(
     return outcome
 
 
-def _stage(writer: Writer, step: _Step, outcome: BatchOutcome, reads: _ReadAhead, *, virtual: bool) -> None:
+def _stage(
+    writer: Writer, step: _Step, outcome: BatchOutcome, reads: _ReadAhead, remote: _Remote, *, virtual: bool
+) -> None:
     """Stage one granule's arrays (when its rasters are new or changed) and row; bad input becomes a rejection."""
     granule, arrays = step.granule, step.arrays
     item = granule.item
@@ -191,9 +230,13 @@ def _stage(writer: Writer, step: _Step, outcome: BatchOutcome, reads: _ReadAhead
             referenced = False
             settings = writer.repository.settings.arrays
             pixels: dict[str, AssetPixels] | None = None
-            if virtual:
+            far = [path for path in granule.rasters.values() if is_remote(path)]
+            if virtual and far:
+                reason = f"virtual references to remote rasters are not built yet: {far[0]} is copied"
+                outcome.fallbacks.append(Rejection(granule.source, item["id"], reason))
+            elif virtual:
                 # A reference is stale after any change to its file; only a copy is worth a digest.
-                sources = _fingerprints(granule.rasters, digest=False)
+                sources = _fingerprints(granule.rasters, remote, digest=False)
                 try:
                     pixels, nbytes = stage_references(writer, item, granule.rasters, settings)
                     referenced = True
@@ -201,7 +244,7 @@ def _stage(writer: Writer, step: _Step, outcome: BatchOutcome, reads: _ReadAhead
                     log.info("granule %s is copied: %s", item["id"], error.reason)
                     outcome.fallbacks.append(Rejection(granule.source, item["id"], error.reason))
             if pixels is None:
-                sources, read = _read_copy(granule.rasters) if virtual else reads.next()
+                sources, read = _read_copy(granule.rasters, remote) if virtual else reads.next()
                 pixels, nbytes = stage_arrays(writer, item, read, settings)
                 outcome.bytes_written += nbytes
             arrays = arrays_asset(pixels, sources, virtual=referenced)

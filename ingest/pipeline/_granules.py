@@ -1,4 +1,9 @@
-"""A granule: one STAC item, where it came from, and the local rasters of it to copy into arrays."""
+"""A granule: one STAC item, where it came from, and the rasters of it to copy into arrays.
+
+Rasters are local files, or, with ``remote``, objects at ``s3://`` and
+``http(s)://`` URLs (read through GDAL's virtual file systems, fingerprinted
+by one HEAD request: size, ETag, last modification).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from ingest.remote import RemoteError, Stores, head, is_remote
 from ingest.stac import ARRAYS_ASSET
 
 RASTER_MEDIA_PREFIXES = ("image/tiff", "image/geotiff", "image/vnd.stac.geotiff")
@@ -17,7 +23,7 @@ RASTER_SUFFIXES = (".tif", ".tiff")
 
 @dataclass(frozen=True)
 class Granule:
-    """What a worker needs to ingest one item: the item, its source label, and asset key -> local raster path."""
+    """What a worker needs to ingest one item: the item, its source label, and asset key -> raster path or URL."""
 
     item: dict[str, Any]
     source: str
@@ -25,8 +31,18 @@ class Granule:
     missing: dict[str, str] = field(default_factory=dict)
 
 
-def describe_source(path: str | Path, *, digest: bool = True) -> dict[str, Any]:
-    """Size, modification time and (with ``digest``) BLAKE2b digest of a raster, recorded with its arrays."""
+def describe_source(path: str | Path, *, digest: bool = True, stores: Stores | None = None) -> dict[str, Any]:
+    """Size, modification time and (with ``digest``) BLAKE2b digest of a raster, recorded with its arrays.
+
+    A remote raster is described by a HEAD request instead (size, ETag, last
+    modification): reading it whole for a digest would double what a copy moves.
+
+    Raises:
+        OSError: a local file cannot be read.
+        RemoteError: a remote one cannot be reached.
+    """
+    if isinstance(path, str) and is_remote(path):
+        return head(stores if stores is not None else Stores(), path)
     with open(path, "rb") as stream:
         status = os.fstat(stream.fileno())
         described: dict[str, Any] = {"size": status.st_size, "mtime_ns": status.st_mtime_ns}
@@ -35,7 +51,9 @@ def describe_source(path: str | Path, *, digest: bool = True) -> dict[str, Any]:
     return described
 
 
-def sources_unchanged(recorded: Any, rasters: dict[str, str], *, virtual: bool = False) -> bool:
+def sources_unchanged(
+    recorded: Any, rasters: dict[str, str], *, virtual: bool = False, stores: Stores | None = None
+) -> bool:
     """Whether ``rasters`` (asset key -> path) are the files the arrays were made from.
 
     Size and modification time decide when they match (as rsync does: no
@@ -44,7 +62,8 @@ def sources_unchanged(recorded: Any, rasters: dict[str, str], *, virtual: bool =
     reference their files in place (``virtual``) are stale after any
     modification, identical bytes or not: Icechunk refuses to read a file
     modified after the reference was written, so the granule must be
-    referenced again.
+    referenced again. A remote raster is unchanged when its ETag is the one
+    recorded (or, without one, its size and last modification).
     """
     if not isinstance(recorded, dict) or set(recorded) != set(rasters):
         return False
@@ -52,6 +71,10 @@ def sources_unchanged(recorded: Any, rasters: dict[str, str], *, virtual: bool =
         known = recorded[key]
         if not isinstance(known, dict):
             return False
+        if is_remote(path):
+            if not _remote_unchanged(known, path, stores):
+                return False
+            continue
         status = os.stat(path)
         if status.st_size != known.get("size"):
             return False
@@ -60,6 +83,16 @@ def sources_unchanged(recorded: Any, rasters: dict[str, str], *, virtual: bool =
         if virtual or "blake2b" not in known or describe_source(path)["blake2b"] != known["blake2b"]:
             return False
     return True
+
+
+def _remote_unchanged(known: dict[str, Any], url: str, stores: Stores | None) -> bool:
+    try:
+        now = head(stores if stores is not None else Stores(), url)
+    except RemoteError:
+        return False  # copied again: the read says why it cannot be
+    if known.get("etag") and now.get("etag"):
+        return bool(known["etag"] == now["etag"])
+    return bool(known.get("size") == now["size"] and known.get("last_modified") == now.get("last_modified"))
 
 
 def _is_raster(asset: dict[str, Any]) -> bool:
@@ -90,13 +123,20 @@ def select_assets(selection: str) -> set[str] | None:
 
 
 def granule_from_item(
-    item: dict[str, Any], source: str, item_file: Path | None, assets: set[str] | None = None
+    item: dict[str, Any],
+    source: str,
+    item_file: Path | None,
+    assets: set[str] | None = None,
+    *,
+    remote: bool = False,
 ) -> Granule:
-    """Find the local raster assets of ``item`` (hrefs relative to the item's file); remote ones stay metadata.
+    """Find the raster assets of ``item`` (local hrefs relative to the item's file).
 
-    ``assets`` limits which keys are copied (None: every local raster). A
-    selected asset whose local file does not exist is recorded in ``missing``
-    so the granule can be rejected with that reason.
+    ``assets`` limits which keys are copied (None: every raster). Remote
+    rasters (``s3://``, ``http(s)://``) are taken only with ``remote``; without
+    it they stay metadata. A selected asset whose local file does not exist is
+    recorded in ``missing`` so the granule can be rejected with that reason (a
+    remote one that does not exist is rejected when it is read).
     """
     rasters: dict[str, str] = {}
     missing: dict[str, str] = {}
@@ -109,7 +149,11 @@ def granule_from_item(
             continue
         if assets is None and not _is_raster(asset):
             continue
-        path = _local_path(str(asset.get("href") or ""), base)
+        href = str(asset.get("href") or "")
+        if remote and is_remote(href):
+            rasters[key] = href
+            continue
+        path = _local_path(href, base)
         if path is None:
             continue
         if path.is_file():

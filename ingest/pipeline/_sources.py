@@ -156,6 +156,8 @@ class SourceOptions:
     """Cursors recorded on the branch (search key -> RFC 3339), for ``since="last"``."""
     searches: list[ApiSearch] = field(default_factory=list)
     """Each STAC API search read, in order (whether it was read to its end, its cursor)."""
+    remote_assets: bool = False
+    """Copy raster assets at ``s3://`` and ``http(s)://`` URLs into arrays too (without it they stay metadata)."""
 
 
 def read_items(sources: Iterable[str | Path], options: SourceOptions | None = None) -> Iterator[SourcedItem]:

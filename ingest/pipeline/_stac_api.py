@@ -53,6 +53,9 @@ RETRIES = 6
 TIMEOUT = (10.0, 60.0)
 """Seconds to connect, and to wait for a page."""
 
+PAGES_AHEAD = 4
+"""Pages fetched on a background thread while the ingest commits the ones before (network and commits overlap)."""
+
 _ITEM_STRUCTURAL = frozenset(("self", "root", "parent", "collection"))
 _COLLECTION_STRUCTURAL = frozenset(
     (
@@ -300,7 +303,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
         label = f"{search.root}/search"
         seen: set[str] = set()
         number = 0
-        for page in item_search.pages_as_dicts():
+        for page in prefetched(item_search.pages_as_dicts(), PAGES_AHEAD):
             for raw in page.get("features") or []:
                 number += 1
                 source = f"{label}#{number}"
@@ -337,3 +340,49 @@ def _fetch_collection(io: Any, root: str, collection_id: str) -> dict[str, Any] 
 
 def _rfc3339(when: datetime) -> str:
     return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def prefetched[T](source: Iterator[T], depth: int) -> Iterator[T]:
+    """``source``'s values, produced up to ``depth`` ahead on a background thread; its exception is re-raised here.
+
+    The thread stops when the consumer does (a closed generator): it never
+    blocks for longer than a tenth of a second on a full queue.
+    """
+    import queue
+    import threading
+
+    done = object()
+    values: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def offer(entry: tuple[Any, BaseException | None]) -> bool:
+        """Queue ``entry``; False once the consumer has stopped."""
+        while not stop.is_set():
+            try:
+                values.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for value in source:
+                if not offer((value, None)):
+                    return
+            offer((done, None))
+        except BaseException as error:  # noqa: BLE001 - handed to the consumer, which raises it
+            offer((done, error))
+
+    thread = threading.Thread(target=produce, name="floe-pages", daemon=True)
+    thread.start()
+    try:
+        while True:
+            value, error = values.get()
+            if value is done:
+                if error is not None:
+                    raise error
+                return
+            yield value
+    finally:
+        stop.set()

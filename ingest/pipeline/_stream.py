@@ -37,6 +37,7 @@ from ingest.pipeline._prune import SourceScope
 from ingest.pipeline._report import IngestReport, Rejection
 from ingest.pipeline._sources import SourcedItem, SourceOptions, read_items
 from ingest.pipeline._stac_api import is_api_url
+from ingest.remote import is_remote
 from ingest.repository import Repository
 from ingest.stac import item_as_dict, refused_geometries, shorten, validate_item
 
@@ -90,9 +91,9 @@ def granule_stream(
             report.items_read += 1
             pending.append(sourced)
             if len(pending) >= chunk:
-                yield from _granules(pending, report, scope, default_collection, assets)
+                yield from _granules(pending, report, scope, default_collection, assets, remote=options.remote_assets)
                 pending = []
-    yield from _granules(pending, report, scope, default_collection, assets)
+    yield from _granules(pending, report, scope, default_collection, assets, remote=options.remote_assets)
     for search in options.searches:
         # A search read to its end holds every item of the collections it names, even those it found empty.
         if search.complete:
@@ -162,7 +163,13 @@ def routed_batches(
             yield lane, batch
 
 
+REMOTE_RASTER_BYTES = 64 << 20
+"""What a remote raster counts toward a batch's ``batch_raster_mb`` (its size is not asked for: one request each)."""
+
+
 def _size(path: str) -> int:
+    if is_remote(path):
+        return REMOTE_RASTER_BYTES
     try:
         return os.stat(path).st_size
     except OSError:
@@ -211,6 +218,8 @@ def _granules(
     scope: SourceScope,
     default_collection: str | None,
     assets: set[str] | frozenset[str] | None,
+    *,
+    remote: bool,
 ) -> Iterator[Granule]:
     seen = scope.seen
     for sourced, outcome in _validated(pending, default_collection):
@@ -226,7 +235,8 @@ def _granules(
         if assets is not None and not assets:  # metadata only: no asset to look for
             yield Granule(outcome, sourced.source)
             continue
-        granule = granule_from_item(outcome, sourced.source, sourced.path, None if assets is None else set(assets))
+        selected = None if assets is None else set(assets)
+        granule = granule_from_item(outcome, sourced.source, sourced.path, selected, remote=remote)
         if granule.missing:
             asset, path = next(iter(granule.missing.items()))
             report.rejected.append(Rejection(sourced.source, item_id, f"asset {asset!r} does not exist: {path}"))

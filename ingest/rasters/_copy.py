@@ -22,10 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import rasterio.errors
+import rasterio.session
 import rioxarray
 import xarray as xr
 
 from ingest.errors import InvalidRaster
+from ingest.remote import gdal_options, gdal_path, is_remote
 from ingest.stac import DATETIME, ITEM, SLOT
 
 __all__ = ["InvalidRaster", "read_assets", "read_granule"]
@@ -44,8 +46,12 @@ _RESERVED_NAMES = frozenset({"band", "x", "y", GRID_MAPPING, ITEM, DATETIME, SLO
 _KEPT_ENCODING = ("grid_mapping",)
 
 
-def read_granule(path: str | Path) -> xr.Dataset:
+def read_granule(path: str | Path, gdal_env: Mapping[str, str] | None = None) -> xr.Dataset:
     """Read a GeoTIFF/COG completely into memory as a georeferenced Dataset.
+
+    ``path`` is a local file or an ``s3://`` / ``http(s)://`` URL, read
+    through GDAL's virtual file systems with ``gdal_env`` (default:
+    :func:`ingest.remote.gdal_options`, credentials from the environment).
 
     The Dataset holds one ``(band, y, x)`` variable named ``"data"`` (the
     caller names it after the asset) with the native dtype, the nodata value
@@ -61,9 +67,48 @@ def read_granule(path: str | Path) -> xr.Dataset:
             geotransform.
     """
     source = str(path)
+    if not is_remote(source):
+        return _read(source, source)
+    with _remote_env(gdal_env if gdal_env is not None else gdal_options()):
+        return _read(source, gdal_path(source))
+
+
+_CREDENTIALS = frozenset(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
+
+
+class _GivenCredentials(rasterio.session.Session):
+    """Credentials handed to GDAL as they are: rasterio refuses them as plain options, and its own AWS session
+    needs boto3, which floe does not."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._options = dict(options)
+
+    @classmethod
+    def hascreds(cls, config: Mapping[str, Any]) -> bool:
+        return True
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        return {}
+
+    def get_credential_options(self) -> dict[str, str]:
+        return dict(self._options)
+
+
+def _remote_env(options: Mapping[str, str]) -> rasterio.Env:
+    """A rasterio environment with ``options``; credentials among them go through a session."""
+    credentials = {key: value for key, value in options.items() if key in _CREDENTIALS}
+    config = {key: value for key, value in options.items() if key not in _CREDENTIALS}
+    if credentials:
+        return rasterio.Env(session=_GivenCredentials(credentials), **config)
+    return rasterio.Env(**config)
+
+
+def _read(source: str, opened_as: str) -> xr.Dataset:
+    """:func:`read_granule` of ``source``, opened by GDAL as ``opened_as``."""
     try:
         opened = rioxarray.open_rasterio(
-            source,
+            opened_as,
             masked=False,
             mask_and_scale=False,
             chunks=None,
@@ -104,7 +149,7 @@ def read_granule(path: str | Path) -> xr.Dataset:
     return data.to_dataset(name=GRANULE_VARIABLE)
 
 
-def read_assets(assets: Mapping[str, str | Path]) -> dict[str, xr.Dataset]:
+def read_assets(assets: Mapping[str, str | Path], gdal_env: Mapping[str, str] | None = None) -> dict[str, xr.Dataset]:
     """Check a granule's asset keys and read every asset (see :func:`read_granule`); write nothing.
 
     It needs no session: a pipeline runs it ahead, on another thread, while
@@ -119,7 +164,7 @@ def read_assets(assets: Mapping[str, str | Path]) -> dict[str, xr.Dataset]:
         raise ValueError("a granule needs at least one asset to read")
     for key in assets:
         _check_asset_key(key)
-    return {key: read_granule(path) for key, path in assets.items()}
+    return {key: read_granule(path, gdal_env) for key, path in assets.items()}
 
 
 def _check_asset_key(key: object) -> None:
@@ -152,6 +197,12 @@ def _clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
 def _open_failure(source: str, exc: BaseException) -> str:
     if "://" not in source and not source.startswith("/vsi") and not Path(source).exists():
         return f"granule {source} cannot be read: no such file"
+    if is_remote(source):
+        detail = _detail(exc)
+        for code, meaning in (("404", "no such object"), ("403", "access denied"), ("401", "not authenticated")):
+            if f"response code: {code}" in detail or f"HTTP {code}" in detail or f" {code} " in f" {detail} ":
+                return f"granule {source} cannot be read: {meaning} (HTTP {code})"
+        return f"granule {source} cannot be read: {detail}"
     return f"granule {source} cannot be read: not a readable GeoTIFF ({_detail(exc)})"
 
 

@@ -9,16 +9,9 @@ never answers).
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -33,56 +26,12 @@ from ingest.config import S3Settings
 from ingest.pipeline import SourceOptions, ingest_items, read_items
 from ingest.pipeline._remote import RemoteReader
 from ingest.remote import Transport, join_url
-from tests.conftest import MotoServer, free_port, make_item
+from tests.conftest import GATE_BYTES, MotoServer, free_port, make_item
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GATE_BYTES = 2 * 1024 * 1024
 
 
-# -- servers and helpers --------------------------------------------------------------------------
-@dataclass
-class HttpServer:
-    folder: Path
-    url: str
-    process: subprocess.Popen
-
-    def get(self, path: str) -> bytes:
-        with urllib.request.urlopen(f"{self.url}/{path}", timeout=10) as answer:
-            return answer.read()
-
-    def sent(self) -> dict[str, int]:
-        return json.loads(self.get("__stats__"))
-
-
-@pytest.fixture(scope="module")
-def http_server(tmp_path_factory) -> Iterator[HttpServer]:
-    """tests/_http_server.py serving a folder of its own on 127.0.0.1, as a subprocess."""
-    folder = tmp_path_factory.mktemp("served")
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests._http_server", str(folder), str(port), "--gate-bytes", str(GATE_BYTES)],
-        cwd=REPO_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    server = HttpServer(folder, f"http://127.0.0.1:{port}", process)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            server.sent()
-            break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                raise RuntimeError("the test HTTP server did not start") from None
-            time.sleep(0.1)
-    try:
-        yield server
-    finally:
-        os.kill(process.pid, signal.SIGTERM)
-        process.wait(timeout=10)
-
-
+# -- helpers -------------------------------------------------------------------------------------
 def _s3_client(moto_server: MotoServer, service: str = "s3"):
     import boto3
 

@@ -238,3 +238,41 @@ def test_prune_is_refused_for_part_of_a_collection(served, tmp_path):
     assert refused.returncode == 2
     assert "--prune mirrors whole collections" in " ".join(refused.stderr.split())
     assert not (tmp_path / "b").exists()
+
+
+def test_pages_are_fetched_ahead_in_order_and_stop_with_their_reader():
+    import threading
+
+    from ingest.pipeline._stac_api import prefetched
+
+    assert list(prefetched(iter(range(50)), 3)) == list(range(50))
+
+    def failing():
+        yield 1
+        yield 2
+        raise ConnectionError("the server went away")
+
+    read = []
+    with pytest.raises(ConnectionError, match="went away"):
+        for value in prefetched(failing(), 3):
+            read.append(value)
+    assert read == [1, 2]  # what came before the failure arrives first
+
+    produced = []
+
+    def endless():
+        number = 0
+        while True:
+            produced.append(number)
+            yield number
+            number += 1
+
+    pages = prefetched(endless(), 2)
+    assert [next(pages), next(pages)] == [0, 1]
+    pages.close()
+    for _ in range(100):  # the producer notices within a tenth of a second; bounded, not timed
+        if not any(thread.name == "floe-pages" and thread.is_alive() for thread in threading.enumerate()):
+            break
+        threading.Event().wait(0.1)
+    assert not any(thread.name == "floe-pages" and thread.is_alive() for thread in threading.enumerate())
+    assert len(produced) <= 2 + 2 + 2  # what was read, the queue's depth, and one in hand
