@@ -35,6 +35,10 @@ class S3Settings(BaseModel):
     force_path_style: bool = False
     anonymous: bool = False
 
+    def given(self) -> bool:
+        """Whether any setting differs from the defaults (else the ``AWS_*`` environment alone applies)."""
+        return self != S3Settings()
+
 
 class CommitSettings(BaseModel):
     """The rebase-and-reconcile loop and the shape of table metadata."""

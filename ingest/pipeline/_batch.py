@@ -16,7 +16,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ingest.config import S3Settings
 from ingest.errors import CommitConflict, InvalidItem, InvalidRaster, NotVirtualizable
 from ingest.pipeline._arrays import stage_arrays, stage_references
 from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
@@ -103,7 +102,7 @@ class _Remote:
 
     @classmethod
     def of(cls, repository: Repository) -> _Remote:
-        s3 = repository.settings.s3 if repository.settings.s3 != S3Settings() else None
+        s3 = repository.settings.s3 if repository.settings.s3.given() else None
         return cls(Stores(s3=s3), gdal_options(s3))
 
 

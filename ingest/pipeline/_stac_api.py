@@ -38,6 +38,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
 from ingest.errors import InvalidSource
 from ingest.pipeline._sources import SourcedItem
 from ingest.repository import SOURCE_CURSORS
+from ingest.stac import ARRAYS_ASSET, parse_datetime
 
 log = logging.getLogger(__name__)
 
@@ -182,10 +183,9 @@ class ApiSearch:
 
 def _timestamp(text: str) -> datetime | None:
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_datetime(text)
     except ValueError:
         return None
-    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def parse_since(text: str) -> datetime:
@@ -237,8 +237,8 @@ def strip_links(document: dict[str, Any], structural: frozenset[str]) -> dict[st
 def _item_from_api(item: dict[str, Any]) -> dict[str, Any]:
     item = strip_links(item, _ITEM_STRUCTURAL)
     assets = item.get("assets")
-    if isinstance(assets, dict) and "floe:arrays" in assets:
-        item = {**item, "assets": {key: value for key, value in assets.items() if key != "floe:arrays"}}
+    if isinstance(assets, dict) and ARRAYS_ASSET in assets:
+        item = {**item, "assets": {key: value for key, value in assets.items() if key != ARRAYS_ASSET}}
     return item
 
 

@@ -30,7 +30,6 @@ import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ingest.config import S3Settings
 from ingest.errors import FloeError, InvalidInput
 from ingest.pipeline._granules import Granule, granule_from_item
 from ingest.pipeline._prune import SourceScope
@@ -72,7 +71,7 @@ def granule_stream(
     """
     scope = scope if scope is not None else SourceScope()
     options = options if options is not None else SourceOptions()
-    if options.s3 is None and repository.settings.s3 != S3Settings():
+    if options.s3 is None and repository.settings.s3.given():
         options.s3 = repository.settings.s3  # FLOE_S3__* reach s3:// sources too (over the AWS_* environment)
     sources = list(sources)
     if options.since == "last" and any(is_api_url(str(source)) for source in sources):
