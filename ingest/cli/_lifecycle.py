@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,6 +19,8 @@ from ingest.cli._app import (
     stderr,
     stdout,
 )
+from ingest.config import S3Settings, Settings
+from ingest.errors import InvalidInput
 
 
 @app.command()
@@ -131,33 +135,109 @@ def gc_command(
 
 
 @app.command("replicate")
-def replicate_command(
+def replicate_command(  # noqa: PLR0917 - typer passes options as arguments
     ctx: typer.Context,
     source: Annotated[str, typer.Argument(help="The repository to copy: a path or s3://bucket/prefix.")],
     target: Annotated[str, typer.Argument(help="Where the copy lives: a path or s3://bucket/prefix.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be copied; write nothing.")] = False,
+    refs: Annotated[
+        str | None,
+        typer.Option(
+            "--refs", help="Only these branches and tags, comma-separated (default: all).", show_default=False
+        ),
+    ] = None,
+    history: Annotated[
+        str,
+        typer.Option(
+            "--history",
+            help="full: every ref's whole history (a mirror; time travel works on the target). "
+            "none: each ref's current version only, as one more snapshot of the target's own history "
+            "(far smaller; `floe log` on the target names the source snapshot each one reproduces).",
+        ),
+    ] = "full",
+    prune: Annotated[
+        bool, typer.Option("--prune", help="Remove refs from the target that the source no longer has.")
+    ] = False,
+    dst_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--dst-config",
+            help="A TOML settings file whose [s3] section reaches the target (another S3 service, "
+            "its own credentials); default: the source's settings.",
+            show_default=False,
+        ),
+    ] = None,
+    dst_s3_endpoint: Annotated[
+        str | None,
+        typer.Option("--dst-s3-endpoint", help="The target's S3 endpoint URL (over --dst-config).", show_default=False),
+    ] = None,
 ) -> None:
-    """Copy a repository to another root (local or S3, either direction); later runs copy only what is new.
+    """Copy a repository to another root (local or S3, between two S3 services); later runs copy only what is new.
 
     The source's refs are captured once, so a source being written is copied
-    at one consistent version. Icechunk objects are copied byte for byte,
-    Iceberg metadata is rewritten for the target root, the target is verified,
-    and the refs move last: a reader of the target never sees a half-copied
-    version. Both roots use the same S3 settings (FLOE_S3__*). The target is a
-    replica: commits made to it are overwritten by the next run.
+    at one consistent version. With --history full, Icechunk objects are
+    copied byte for byte, Iceberg metadata is rewritten for the target root,
+    the target is verified, and the refs move last: a reader of the target
+    never sees a half-copied version. With --history none, each chosen ref's
+    current arrays and table version become one commit on the target (only
+    what changed since the version it has), each ref moving atomically.
+    Objects stream through memory, never through a local copy. The target is
+    a replica: commits made to it are overwritten (full) or left behind (none)
+    by the next run. Refs the source deleted are reported; --prune removes
+    them from the target.
     """
     from ingest.lifecycle import replicate
 
+    if history not in ("full", "none"):
+        fail(f"--history is full or none, not {history!r}", code=2)
+    names = [name.strip() for name in refs.split(",") if name.strip()] if refs is not None else None
+    if names is not None and not names:
+        fail("--refs names no ref", code=2)
+    settings = settings_of(ctx)
     with floe_errors():
-        report = replicate(source, target, settings_of(ctx), dry_run=dry_run)
+        target_settings = _target_settings(settings, dst_config, dst_s3_endpoint)
+        report = replicate(
+            source,
+            target,
+            settings,
+            dry_run=dry_run,
+            refs=names,
+            history=history,
+            prune=prune,
+            target_settings=target_settings,
+        )
+    for what, refs_of in (
+        ("moved (not a descendant of the target's version)", report.moved),
+        ("gone from the source, kept (--prune removes it)", report.gone),
+        ("gone from the source, removed" if not dry_run else "would be removed", report.removed),
+    ):
+        for ref in refs_of:
+            stderr.print(f"{ref}: {what}", highlight=False)
     verb = "would copy" if dry_run else "copied"
+    chunks = f", {report.chunks_copied} chunk(s)" if history == "none" else ""
+    updated = f"; new version(s) of {', '.join(report.updated) or 'no ref'}" if history == "none" else ""
     stderr.print(
-        f"{verb} {len(report.copied)} file(s) and {'would rewrite' if dry_run else 'rewrote'} "
+        f"{verb} {len(report.copied)} file(s){chunks} and {'would rewrite' if dry_run else 'rewrote'} "
         f"{len(report.rewritten)} table metadata file(s), {_human_bytes(report.bytes_written)}; "
-        f"{report.branches} branch(es), {report.tags} tag(s), {report.snapshots} snapshot(s) "
+        f"{report.branches} branch(es), {report.tags} tag(s), {report.snapshots} snapshot(s){updated} "
         + ("(dry run: nothing written)" if dry_run else f"now at {report.target}"),
         highlight=False,
     )
+
+
+def _target_settings(settings: Settings, dst_config: Path | None, endpoint: str | None) -> Settings | None:
+    """The settings that reach the target: the source's, with the S3 section of ``dst_config`` and ``endpoint``."""
+    if dst_config is None and endpoint is None:
+        return None
+    s3 = S3Settings()
+    if dst_config is not None:
+        if not dst_config.exists():
+            raise InvalidInput(f"--dst-config {dst_config} does not exist")
+        with dst_config.open("rb") as stream:
+            s3 = S3Settings.model_validate(tomllib.load(stream).get("s3", {}))
+    if endpoint is not None:
+        s3 = s3.model_copy(update={"endpoint_url": endpoint})
+    return settings.model_copy(update={"s3": s3})
 
 
 @app.command("relocate")

@@ -85,10 +85,12 @@ class LiveFiles:
 class TableWalker:
     """Reads table files once each and collects what a set of metadata.json files needs."""
 
-    def __init__(self, io: FileIO) -> None:
+    def __init__(self, io: FileIO, *, current_only: bool = False) -> None:
         self.io = io
         self.live = LiveFiles()
         self.reads = 0
+        self.current_only = current_only
+        """Walk only each metadata.json's current Iceberg snapshot (what a replica without history keeps)."""
 
     def _read(self, location: str, kind: str) -> bytes:
         self.reads += 1
@@ -108,7 +110,10 @@ class TableWalker:
         except ValueError as error:
             raise UnreadableTableFile(f"{METADATA} {location} is not valid JSON: {error}") from error
         live.kinds[location] = METADATA
-        lists = [snapshot["manifest-list"] for snapshot in document.get("snapshots", [])]
+        snapshots = document.get("snapshots", [])
+        if self.current_only:
+            snapshots = [s for s in snapshots if s.get("snapshot-id") == document.get("current-snapshot-id")]
+        lists = [snapshot["manifest-list"] for snapshot in snapshots]
         live.lists_of[location] = lists
         for manifest_list in lists:
             self._add_manifest_list(manifest_list)
@@ -160,9 +165,13 @@ def live_table_files(
     metadata_locations: Iterable[str],
     *,
     skip: Callable[[str], bool] | None = None,
+    current_only: bool = False,
 ) -> tuple[LiveFiles, int]:
-    """The files the given metadata.json files need (those ``skip`` accepts are left out); and the reads it took."""
-    walker = TableWalker(io)
+    """The files the given metadata.json files need (those ``skip`` accepts are left out); and the reads it took.
+
+    ``current_only``: only what each metadata.json's current snapshot needs.
+    """
+    walker = TableWalker(io, current_only=current_only)
     for location in sorted(set(metadata_locations)):
         if skip is not None and skip(location):
             continue

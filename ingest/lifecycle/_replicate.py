@@ -33,35 +33,41 @@ What moves, and in which order:
    A reader of the target sees the old version or the new one, never a half-copied one.
 
 The target is a replica: commits made to it are overwritten by the next run.
-Both roots are reached with the same S3 settings (``Settings.s3``); to copy
-between two S3 services, replicate through a local root.
+The two roots may be two S3 services, each with its own settings; objects
+stream through memory one at a time, never through a local copy.
+
+**Choosing refs** (``refs``): the target's ``repo`` object is the captured one
+with the refs not chosen deleted (in a throw-away copy), so the target lists
+only the chosen refs (and ``main``, which Icechunk never deletes). Icechunk's
+``repo`` object also lists every snapshot of the source, so every Icechunk
+object is still copied: a snapshot it lists must be readable at the target.
+A ref the target has that the source deleted is reported; a branch is kept
+(pointing where it did) unless ``prune``; a tag cannot be (Icechunk keeps a
+deleted tag's name deleted), so it goes and the report says so.
+
+**Expiry on the source mid-run**: before refs move, the source's ``repo``
+object is read again, and every snapshot the captured refs reach must still be
+listed in it. A snapshot expired meanwhile (and its files maybe collected
+before they were listed) fails the run: the target keeps its old refs.
+
+``history="none"`` is another protocol (``_replicate_heads.py``).
 """
 
 from __future__ import annotations
 
 import logging
 import tempfile
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import icechunk
 
 from ingest._faults import fault_point
 from ingest.config import Settings, load_settings
-from ingest.errors import InvalidRoot, ReplicationFailed, RepositoryNotFound, UnreadableTableFile
-from ingest.lifecycle._avro import field_position, read_avro
-from ingest.lifecycle._live import (
-    DATA,
-    MANIFEST,
-    MANIFEST_LIST,
-    METADATA,
-    LiveFiles,
-    history_pointers,
-    live_table_files,
-)
-from ingest.lifecycle._rewrite import rewrite_manifest, rewrite_manifest_list, rewrite_metadata_json
+from ingest.errors import InvalidInput, InvalidRoot, RefNotFound, RepositoryNotFound
+from ingest.lifecycle._live import history_pointers
+from ingest.lifecycle._replicate_tables import TableCopy, copy_files
 from ingest.lifecycle._store import FileStat, RootFiles
 from ingest.storage import ARRAYS_DIR, TABLES_DIR, Location, quiet_icechunk_logs
 
@@ -69,7 +75,9 @@ log = logging.getLogger(__name__)
 
 REPO_OBJECT = f"{ARRAYS_DIR}/repo"
 NOT_COPIED = (f"{ARRAYS_DIR}/overwritten/",)
-COPY_THREADS = 8
+HISTORY_FULL, HISTORY_NONE = "full", "none"
+REPLICA_KEY = "floe:replica"
+"""Key of the Icechunk repository metadata that marks a replica without history (and names its source)."""
 
 
 @dataclass
@@ -79,6 +87,7 @@ class ReplicateReport:
     source: str
     target: str
     dry_run: bool
+    history: str = HISTORY_FULL
     branches: int = 0
     tags: int = 0
     snapshots: int = 0
@@ -86,6 +95,19 @@ class ReplicateReport:
     """(path relative to the root, bytes) of each file copied byte for byte (Icechunk objects, data files)."""
     rewritten: list[tuple[str, int]] = field(default_factory=list)
     """(path, bytes written) of each Iceberg metadata file rewritten for the target."""
+    chunks_copied: int = 0
+    """Without history: array chunks written through Icechunk (native and inline; virtual references aside)."""
+    chunk_bytes: int = 0
+    refs: list[str] = field(default_factory=list)
+    """The refs replicated, as ``branch NAME`` / ``tag NAME``."""
+    updated: list[str] = field(default_factory=list)
+    """Without history: the refs that got a new snapshot (or, for a tag, its first) in this run."""
+    moved: list[str] = field(default_factory=list)
+    """Branches whose new source tip does not descend from the version the target had."""
+    gone: list[str] = field(default_factory=list)
+    """Refs the target has that the source no longer has, kept."""
+    removed: list[str] = field(default_factory=list)
+    """Refs removed from the target (the source deleted them)."""
     refs_moved: bool = False
 
     @property
@@ -94,37 +116,101 @@ class ReplicateReport:
 
     @property
     def bytes_written(self) -> int:
-        return sum(size for _, size in self.copied + self.rewritten)
+        return sum(size for _, size in self.copied + self.rewritten) + self.chunk_bytes
 
 
-def _capture_refs(repo_bytes: bytes) -> tuple[dict[str, str], int, int]:
-    """Pointers of every snapshot in the captured history, and the branch and tag counts."""
+@dataclass
+class CapturedRefs:
+    """A ``repo`` object's refs and snapshots, read once."""
+
+    branches: dict[str, str]
+    tags: dict[str, str]
+    snapshot_ids: set[str]
+    metadata: dict[str, Any]
+
+    def named(self, ref: str) -> tuple[str, str]:
+        """(kind, snapshot id) of a ref by name (a branch before a tag of the same name)."""
+        if ref in self.branches:
+            return "branch", self.branches[ref]
+        if ref in self.tags:
+            return "tag", self.tags[ref]
+        raise RefNotFound(f"no branch or tag {ref!r} at the source")
+
+
+def open_repo_object(directory: str, repo_bytes: bytes) -> icechunk.Repository:
+    """An Icechunk repository over a throw-away directory that holds only a copy of ``repo_bytes``."""
+    (Path(directory) / "repo").write_bytes(repo_bytes)
+    return icechunk.Repository.open(icechunk.local_filesystem_storage(directory))
+
+
+def _capture_refs(repo_bytes: bytes) -> CapturedRefs:
     with tempfile.TemporaryDirectory(prefix="floe-refs-") as directory:
-        (Path(directory) / "repo").write_bytes(repo_bytes)
-        captured = icechunk.Repository.open(icechunk.local_filesystem_storage(directory))
-        pointers = history_pointers(captured)
-        return pointers, len(captured.list_branches()), len(captured.list_tags())
+        repo = open_repo_object(directory, repo_bytes)
+        info = repo.inspect_repo_info()
+        return CapturedRefs(
+            branches={name: repo.lookup_branch(name) for name in repo.list_branches()},
+            tags={name: repo.lookup_tag(name) for name in repo.list_tags()},
+            snapshot_ids={snapshot["id"] for snapshot in info.get("snapshots", [])},
+            metadata=repo.get_metadata(),
+        )
+
+
+def read_refs(files: RootFiles) -> CapturedRefs | None:
+    """The refs of the repository at a root, or None when there is none."""
+    if files.stat(REPO_OBJECT) is None:
+        return None
+    return _capture_refs(files.read(REPO_OBJECT))
+
+
+def check_refs(names: list[str] | None, captured: CapturedRefs) -> list[str] | None:
+    """The chosen ref names, each known at the source (None: all)."""
+    if names is None:
+        return None
+    for name in names:
+        captured.named(name)
+    return sorted(set(names))
 
 
 def replicate(
-    source_root: str, target_root: str, settings: Settings | None = None, *, dry_run: bool = False
+    source_root: str,
+    target_root: str,
+    settings: Settings | None = None,
+    *,
+    dry_run: bool = False,
+    refs: list[str] | None = None,
+    history: str = HISTORY_FULL,
+    prune: bool = False,
+    target_settings: Settings | None = None,
 ) -> ReplicateReport:
-    """Copy the repository at ``source_root`` to ``target_root``: only what the target lacks, refs last."""
+    """Copy the repository at ``source_root`` to ``target_root``: only what the target lacks, refs last.
+
+    ``refs``: only these branches and tags (default: all). ``history``: ``full``
+    (every ref's whole history) or ``none`` (each ref's current version only,
+    as one more snapshot of the target's own history). ``prune``: remove refs
+    the source no longer has from the target. ``target_settings``: how to
+    reach the target (its own S3 service), default ``settings``.
+    """
     settings = settings or load_settings()
     quiet_icechunk_logs()
     source_location = Location.parse(source_root, settings)
-    target_location = Location.parse(target_root, settings)
-    if source_location.url == target_location.url:
+    target_location = Location.parse(target_root, target_settings or settings)
+    if source_location.url == target_location.url and (target_settings is None or target_settings.s3 == settings.s3):
         raise InvalidRoot(f"source and target are the same root {source_location.url}")
+    if history not in (HISTORY_FULL, HISTORY_NONE):
+        raise InvalidInput(f"history must be {HISTORY_FULL!r} or {HISTORY_NONE!r}, not {history!r}")
+    if history == HISTORY_NONE:
+        from ingest.lifecycle._replicate_heads import replicate_heads
+
+        return replicate_heads(
+            source_location, target_location, target_settings or settings, refs=refs, prune=prune, dry_run=dry_run
+        )
     run = _Replication(source_location, target_location, dry_run)
-    run.capture_refs()  # 1
+    run.capture_refs(refs, prune)  # 1
     run.plan_copies()  # 2, 3
     if dry_run:
-        run.count_rewrites()
+        run.report.rewritten = run.tables.count_rewrites()
         return run.report
     run.copy()
-    run.rewrite(MANIFEST)
-    run.rewrite(MANIFEST_LIST)
     run.verify()  # 4
     run.move_refs()  # 5
     return run.report
@@ -136,32 +222,52 @@ class _Replication:
     def __init__(self, source_location: Location, target_location: Location, dry_run: bool) -> None:
         self.source_location, self.target_location = source_location, target_location
         self.source, self.target = RootFiles(source_location), RootFiles(target_location)
-        self.source_prefix, self.target_prefix = source_location.tables_url, target_location.tables_url
         self.report = ReplicateReport(source_location.url, target_location.url, dry_run)
         self.repo_bytes = b""
-        self.metadata_files: set[str] = set()
+        self.reached: set[str] = set()
+        """Every snapshot the replicated refs reach (their ancestry)."""
         self.source_objects: dict[str, FileStat] = {}
-        self.target_tables: dict[str, FileStat] = {}
-        self.live = LiveFiles()
-        self.by_kind: dict[str, list[str]] = {DATA: [], MANIFEST: [], MANIFEST_LIST: [], METADATA: []}
-        self.written: dict[str, int] = {}
-        """Target path -> bytes of each table file rewritten in this run."""
+        self.tables = TableCopy(self.source, self.target, set())
 
-    def relative(self, location: str) -> str:
-        """A source table file's path relative to the root (the same path at the target)."""
-        path = self.source.relative(location)
-        if path is None or not path.startswith(TABLES_DIR + "/"):
-            raise UnreadableTableFile(f"table file {location} lies outside {self.source_prefix}; cannot replicate it")
-        return path
-
-    def capture_refs(self) -> None:
-        """Step 1: the ref set, captured once (the bytes of ``arrays/repo``), and every pointer of its history."""
+    def capture_refs(self, names: list[str] | None, prune: bool) -> None:
+        """Step 1: the ref set, captured once (the bytes of ``arrays/repo``), cut to the chosen refs."""
         if self.source.stat(REPO_OBJECT) is None:
             raise RepositoryNotFound(f"no floe repository at {self.source_location.url}")
-        self.repo_bytes = self.source.read(REPO_OBJECT)
-        pointers, self.report.branches, self.report.tags = _capture_refs(self.repo_bytes)
+        source_bytes = self.source.read(REPO_OBJECT)
+        captured = _capture_refs(source_bytes)
+        chosen = check_refs(names, captured)
+        existing = read_refs(self.target)
+        if existing is not None and existing.metadata.get(REPLICA_KEY):
+            raise InvalidRoot(
+                f"{self.target_location.url} is a replica without history (--history none); "
+                "replicate to it with --history none, or to another root"
+            )
+        keep_branches = set(captured.branches) if chosen is None else set(chosen) & set(captured.branches)
+        keep_tags = set(captured.tags) if chosen is None else set(chosen) & set(captured.tags)
+        restore: dict[str, str] = {}
+        if existing is not None:
+            if chosen is not None:  # refs replicated by earlier runs stay, while the source has them
+                keep_branches |= set(existing.branches) & set(captured.branches)
+                keep_tags |= set(existing.tags) & set(captured.tags)
+            for name, snapshot_id in sorted(existing.branches.items()):
+                if name in captured.branches:
+                    if not _descends(source_bytes, captured.branches[name], snapshot_id):
+                        self.report.moved.append(f"branch {name}")
+                elif prune or snapshot_id not in captured.snapshot_ids:
+                    self.report.removed.append(f"branch {name}")
+                else:
+                    restore[name] = snapshot_id
+                    self.report.gone.append(f"branch {name}")
+            self.report.removed += [f"tag {name}" for name in sorted(set(existing.tags) - set(captured.tags))]
+        self.repo_bytes, self.reached = _cut_refs(source_bytes, keep_branches | {"main"}, keep_tags, restore)
+        with tempfile.TemporaryDirectory(prefix="floe-refs-") as directory:
+            repo = open_repo_object(directory, self.repo_bytes)
+            pointers = history_pointers(repo)
+            self.report.branches, self.report.tags = len(repo.list_branches()), len(repo.list_tags())
+            self.report.refs = [f"branch {n}" for n in sorted(repo.list_branches())]
+            self.report.refs += [f"tag {n}" for n in sorted(repo.list_tags())]
         self.report.snapshots = len(pointers)
-        self.metadata_files = {self.source_location.join(TABLES_DIR, pointer) for pointer in pointers.values()}
+        self.tables.metadata_files = {self.source_location.join(TABLES_DIR, p) for p in pointers.values()}
 
     def plan_copies(self) -> None:
         """Steps 2 and 3: the Icechunk objects, and the table files the captured history needs, the target lacks."""
@@ -176,110 +282,40 @@ class _Replication:
             for path, stat in sorted(self.source_objects.items())
             if (have := target_objects.get(path)) is None or have.size != stat.size
         ]
-        self.target_tables = self.target.list(TABLES_DIR)
-        self.live, _ = live_table_files(
-            self.source_location.file_io(),
-            self.metadata_files,
-            skip=lambda location: self.relative(location) in self.target_tables,
-        )
-        for location, kind in self.live.kinds.items():
-            self.by_kind[kind].append(location)
-        data_to_copy = []
-        for location in sorted(self.by_kind[DATA]):
-            path = self.relative(location)
-            have = self.target_tables.get(path)
-            if have is None or have.size != self.live.recorded_sizes[location]:
-                data_to_copy.append((path, self.live.recorded_sizes[location]))
-        self.report.copied = missing_objects + data_to_copy
-
-    def count_rewrites(self) -> None:
-        """A dry run's tally of the table metadata files the target lacks (sizes as at the source)."""
-        for kind in (MANIFEST, MANIFEST_LIST, METADATA):
-            for location in sorted(self.by_kind[kind]):
-                path = self.relative(location)
-                if path not in self.target_tables:
-                    stat = self.source.stat(path)
-                    self.report.rewritten.append((path, stat.size if stat else 0))
+        self.tables.plan()
+        self.report.copied = missing_objects + self.tables.to_copy
 
     def copy(self) -> None:
-        """Steps 2 and 3: copy the objects and data files byte for byte, several at a time."""
-
-        def copy_one(path: str) -> None:
-            try:
-                self.target.write(path, self.source.read(path))
-                fault_point("replicate.between_copies")
-            except OSError as error:  # e.g. a gc of the source removed it meanwhile, or the target refused the write
-                raise ReplicationFailed(f"copying {path} failed: {error}; refs were not moved") from error
-
-        with ThreadPoolExecutor(COPY_THREADS) as pool:
-            list(pool.map(copy_one, [path for path, _ in self.report.copied]))
-
-    def rewrite(self, kind: str) -> None:
-        """Step 3: write the table files of ``kind`` the target lacks, with their locations rewritten for it."""
-        for location in sorted(self.by_kind[kind]):
-            path = self.relative(location)
-            if path in self.target_tables or path in self.written:
-                continue
-            data = self.source.read(path)
-            at_target = self.target_prefix + location[len(self.source_prefix) :]
-            if kind == MANIFEST:
-                new = rewrite_manifest(at_target, data, self.source_prefix, self.target_prefix)
-            elif kind == MANIFEST_LIST:
-                lengths = self._manifest_lengths(location)
-                new = rewrite_manifest_list(at_target, data, self.source_prefix, self.target_prefix, lengths)
-            else:
-                new = rewrite_metadata_json(data, self.source_prefix, self.target_prefix)
-            self.target.write(path, new)
-            fault_point("replicate.between_rewrites")
-            self.written[path] = len(new)
-            self.report.rewritten.append((path, len(new)))
-
-    def _manifest_lengths(self, manifest_list: str) -> dict[str, int]:
-        """Target location -> length of each manifest a manifest list names (rewritten now, or earlier)."""
-        lengths = {}
-        for manifest in self.live.manifests_of[manifest_list]:
-            manifest_path = self.relative(manifest)
-            size = self.written.get(manifest_path)
-            if size is None:
-                size = self.target_tables[manifest_path].size
-            lengths[self.target_prefix + manifest[len(self.source_prefix) :]] = size
-        return lengths
+        """Steps 2 and 3: copy the objects and data files byte for byte, then rewrite the table metadata."""
+        copy_files(self.source, self.target, [path for path, _ in self.report.copied])
+        self.tables.rewrite("manifest")
+        self.tables.rewrite("manifest list")
 
     def verify(self) -> None:
-        """Step 4: verify before any ref moves, then write the metadata.json files and check they are there.
+        """Step 4: verify before any ref moves, then write the metadata.json files and check they are there."""
+        self.tables.verify_and_finish(lambda: self._object_problems() + self._expired_on_source())
+        self.report.rewritten = self.tables.rewritten
 
-        metadata.json files go last, once what they need has verified: a
-        metadata.json at the target means its files are there, so later runs
-        need not walk it again.
-        """
-        self._fail_on(
-            _verify(
-                self.source_objects,
-                self.live,
-                self.by_kind,
-                self.written,
-                self.relative,
-                self.target,
-                self.target_prefix,
-            )
-        )
-        self.rewrite(METADATA)
-        present = self.target.list(TABLES_DIR)
-        self._fail_on(
-            [
-                f"{self.relative(location)}: missing"
-                for location in self.metadata_files
-                if self.relative(location) not in present
-            ]
-        )
+    def _object_problems(self) -> list[str]:
+        problems = []
+        target_objects = self.target.list(ARRAYS_DIR)
+        for path, stat in self.source_objects.items():
+            have = target_objects.get(path)
+            if have is None or have.size != stat.size:
+                problems.append(f"{path}: {'missing' if have is None else f'{have.size} bytes, expected {stat.size}'}")
+        return problems
 
-    def _fail_on(self, problems: list[str]) -> None:
-        if problems:
-            shown = "; ".join(problems[:10])
-            raise ReplicationFailed(
-                f"target {self.target_location.url} did not verify ({len(problems)} problem(s): {shown}); "
-                "refs were not moved"
-            )
+    def _expired_on_source(self) -> list[str]:
+        """Snapshots the replicated refs reach that the source expired while this run copied."""
+        try:
+            now = _capture_refs(self.source.read(REPO_OBJECT)).snapshot_ids
+        except OSError as error:
+            return [f"the source's refs could not be read again: {error}"]
+        gone = sorted(self.reached - now)
+        return [
+            f"snapshot {snapshot_id} was expired on the source during the run (its files may be gone); run again"
+            for snapshot_id in gone
+        ]
 
     def move_refs(self) -> None:
         """Step 5: the captured ref set, written to the target in one atomic write."""
@@ -297,44 +333,32 @@ class _Replication:
         )
 
 
-def _verify(  # noqa: PLR0917 - the pieces of one replication
-    source_objects: dict[str, FileStat],
-    live: LiveFiles,
-    by_kind: dict[str, list[str]],
-    written: dict[str, int],
-    relative: Callable[[str], str],
-    target: RootFiles,
-    target_prefix: str,
-) -> list[str]:
-    problems: list[str] = []
-    target_objects = target.list(ARRAYS_DIR)
-    for path, stat in source_objects.items():
-        have = target_objects.get(path)
-        if have is None or have.size != stat.size:
-            problems.append(f"{path}: {'missing' if have is None else f'{have.size} bytes, expected {stat.size}'}")
-    target_tables = target.list(TABLES_DIR)
-    for location, kind in live.kinds.items():
-        if kind == METADATA:
-            continue  # written after this verification
-        path = relative(location)
-        have = target_tables.get(path)
-        if have is None:
-            problems.append(f"{path}: missing")
-        elif kind == DATA and have.size != live.recorded_sizes[location]:
-            problems.append(f"{path}: {have.size} bytes, the table records {live.recorded_sizes[location]}")
-    for location in by_kind[MANIFEST_LIST]:
-        path = relative(location)
-        if path not in written:
-            continue
-        schema, _, manifests = read_avro(target.read(path))
-        path_at = field_position(schema.fields, "manifest_path")
-        length_at = field_position(schema.fields, "manifest_length")
-        for manifest in manifests:
-            named, length = manifest[path_at], manifest[length_at]
-            manifest_path = target.relative(named)
-            have = target_tables.get(manifest_path or "")
-            if manifest_path is None or not named.startswith(target_prefix + "/"):
-                problems.append(f"{path}: names {named}, outside the target")
-            elif have is None or have.size != length:
-                problems.append(f"{manifest_path}: not the {length} bytes {path} records")
-    return problems
+def _descends(repo_bytes: bytes, tip: str, ancestor: str) -> bool:
+    """Whether ``ancestor`` is in the history of ``tip`` (as the ``repo`` object records it)."""
+    if tip == ancestor:
+        return True
+    with tempfile.TemporaryDirectory(prefix="floe-refs-") as directory:
+        repo = open_repo_object(directory, repo_bytes)
+        return any(info.id == ancestor for info in repo.ancestry(snapshot_id=tip))
+
+
+def _cut_refs(repo_bytes: bytes, branches: set[str], tags: set[str], restore: dict[str, str]) -> tuple[bytes, set[str]]:
+    """The ``repo`` object with only these branches and tags (and ``restore``'s branches put back where they
+    were); and every snapshot the remaining refs reach."""
+    with tempfile.TemporaryDirectory(prefix="floe-refs-") as directory:
+        repo = open_repo_object(directory, repo_bytes)
+        for name in sorted(repo.list_branches() - branches):
+            if name != "main":
+                repo.delete_branch(name)
+        for name in sorted(repo.list_tags() - tags):
+            repo.delete_tag(name)
+        for name, snapshot_id in restore.items():
+            repo.create_branch(name, snapshot_id)
+        tips = [repo.lookup_branch(n) for n in repo.list_branches()] + [repo.lookup_tag(n) for n in repo.list_tags()]
+        reached: set[str] = set()
+        for tip in tips:
+            for info in repo.ancestry(snapshot_id=tip):
+                if info.id in reached:
+                    break
+                reached.add(info.id)
+        return (Path(directory) / "repo").read_bytes(), reached

@@ -102,6 +102,28 @@ def rewrite_metadata_json(data: bytes, source_prefix: str, target_prefix: str) -
     return json.dumps(walk(json.loads(data)), separators=(",", ":")).encode()
 
 
+def current_only_metadata_json(data: bytes) -> bytes:
+    """A metadata.json that keeps only its current snapshot (what a replica without history holds).
+
+    The snapshot list, snapshot log and refs keep the current snapshot only,
+    the metadata log and statistics of other snapshots go; the current
+    snapshot's parent id stays, dangling, as after Iceberg's snapshot expiry.
+    """
+    document = json.loads(data)
+    current = document.get("current-snapshot-id")
+    if current is None or current == -1:
+        document["snapshots"], document["snapshot-log"], document["refs"] = [], [], {}
+    else:
+        document["snapshots"] = [s for s in document.get("snapshots", []) if s.get("snapshot-id") == current]
+        document["snapshot-log"] = [s for s in document.get("snapshot-log", []) if s.get("snapshot-id") == current]
+        document["refs"] = {n: r for n, r in document.get("refs", {}).items() if r.get("snapshot-id") == current}
+    document["metadata-log"] = []
+    for key in ("statistics", "partition-statistics"):
+        if key in document:
+            document[key] = [s for s in document[key] if s.get("snapshot-id") == current]
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
 def rewrite_manifest(location: str, data: bytes, source_prefix: str, target_prefix: str) -> bytes:
     """A manifest whose entries name the data files under the target root."""
 

@@ -137,7 +137,7 @@ def test_replicate_while_the_source_is_written_copies_a_consistent_version(tmp_p
     writer = SPAWN.Process(target=steady_writer, args=(local, settings.model_dump(), str(stop), "live"))
     capture_refs = replicate_module._capture_refs
 
-    def capture_then_let_a_commit_land(repo_bytes: bytes) -> tuple[dict[str, str], int, int]:
+    def capture_then_let_a_commit_land(repo_bytes: bytes) -> replicate_module.CapturedRefs:
         # The refs are read (repo_bytes) before this runs: a tip that moves past the one seen now moved after them.
         seen = source.resolve("main")
         captured = capture_refs(repo_bytes)
