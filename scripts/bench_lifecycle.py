@@ -14,7 +14,10 @@ replicated to a local target; after more commits, an incremental replicate
 runs. Its bytes written are compared with the bytes the new commits wrote
 (every new file under arrays/ and tables/, the refs object aside), and its time
 with a plain copy of just those files (``shutil.copyfile`` each) in the same run.
-Local roots on both sides: absolute times on this shared machine are noise, the
+At the same two moments a replica without history (``--history none --refs
+main``) is made and brought up to date: its bytes on disk and seconds against
+the full replica's, and its incremental run's bytes written against the new
+commits' bytes. Local roots on both sides: absolute times on this shared machine are noise, the
 ratios are the result.
 """
 
@@ -65,7 +68,7 @@ def commit_with_array(repository: Repository, number: int) -> None:
     pixels = np.random.default_rng(number).integers(0, 2**31 - 1, size=(64, 64), dtype="int32")
     granule = georeferenced(pixels, "EPSG:32633", (10.0, 0.0, 500_000.0, 0.0, -10.0, 4_200_000.0))
     item = tiny_item(number)
-    placed, _ = stage_arrays(writer, item, {"band": granule})
+    placed, _ = stage_arrays(writer, item, {"data": granule})
     writer.add_item(with_arrays_asset(item, arrays_asset(placed)))
     writer.commit(f"array {number}")
 
@@ -117,6 +120,11 @@ def bench_replicate(workdir: Path, history: int, new: int) -> list[str]:
     started = time.perf_counter()
     first = replicate(str(source_root), str(target_root), Settings())
     first_seconds = time.perf_counter() - started
+    heads_root = workdir / "heads"
+    started = time.perf_counter()
+    replicate(str(source_root), str(heads_root), Settings(), refs=["main"], history="none")
+    heads_seconds = time.perf_counter() - started
+    full_size, heads_size = sum(files_under(target_root).values()), sum(files_under(heads_root).values())
 
     before = files_under(source_root)
     for number in range(history, history + new):
@@ -128,6 +136,11 @@ def bench_replicate(workdir: Path, history: int, new: int) -> list[str]:
     started = time.perf_counter()
     incremental = replicate(str(source_root), str(target_root), Settings())
     seconds = time.perf_counter() - started
+    heads_before = files_under(heads_root)
+    started = time.perf_counter()
+    heads = replicate(str(source_root), str(heads_root), Settings(), refs=["main"], history="none")
+    heads_incremental_seconds = time.perf_counter() - started
+    heads_written = sum(size for path, size in files_under(heads_root).items() if path not in heads_before)
 
     plain = workdir / "plain"
     started = time.perf_counter()
@@ -146,6 +159,15 @@ def bench_replicate(workdir: Path, history: int, new: int) -> list[str]:
         f"({len(new_files)} files) | {incremental.bytes_written / new_bytes:.3f}x |",
         f"| incremental replicate after {new} commits: time | {seconds:.3f} s | {plain_seconds:.3f} s "
         f"(plain copy of just the new files) | {seconds / plain_seconds:.1f}x |",
+        f"| --history none --refs main, first run: size of the target | {heads_size:,} B | {full_size:,} B "
+        f"(full replica, every ref's history) | {heads_size / full_size:.3f}x |",
+        f"| --history none --refs main, first run: time | {heads_seconds:.2f} s | {first_seconds:.2f} s "
+        f"(full replica) | {heads_seconds / first_seconds:.2f}x |",
+        f"| --history none after {new} commits: bytes written (every new file at the target) | {heads_written:,} B "
+        f"({heads.chunks_copied} chunks through Icechunk) | {new_bytes:,} B written by the new commits "
+        f"| {heads_written / new_bytes:.3f}x |",
+        f"| --history none after {new} commits: time | {heads_incremental_seconds:.3f} s | {seconds:.3f} s "
+        f"(incremental full replica) | {heads_incremental_seconds / seconds:.1f}x |",
     ]
 
 

@@ -3,6 +3,7 @@ source that overlaps a run."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -105,6 +106,16 @@ def test_one_tag_without_history_then_a_second(fifty, tmp_path):
 
     again = replicate(fifty, target_root, SETTINGS, refs=["v1", "v2"], history="none")
     assert again.updated == [] and again.bytes_written == 0
+
+    # A floe repository like any other: the CLI exports it, and its own gc keeps what its refs need.
+    out = tmp_path / "v2.ndjson"
+    result = CliRunner().invoke(app, ["--root", target_root, "export", str(out), "--ref", "v2"])
+    assert result.exit_code == 0, result.output
+    lines = out.read_text().splitlines()
+    assert sorted(json.dumps(json.loads(line), sort_keys=True) for line in lines) == export(source, "v2")
+    gc(target, grace=timedelta(0), expire_older_than=timedelta(0))
+    assert check(target, all_refs=True, deep=True) == []
+    assert export(target, "v1") == export(source, "v1") and export(target, "v2") == export(source, "v2")
 
 
 def test_a_branch_without_history_follows_its_source_incrementally(tmp_path):
