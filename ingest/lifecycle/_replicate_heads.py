@@ -47,7 +47,7 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import icechunk
@@ -360,7 +360,8 @@ class _Copier:
 
     def __init__(self, source: Any, target: Any, written_at: datetime) -> None:
         self.source, self.target = source, target
-        self.written_at = written_at
+        # Icechunk keeps whole seconds: rounded up, a source written in the same second as the version still reads.
+        self.written_at = (written_at + timedelta(seconds=1)).replace(microsecond=0)
         self.chunks = 0
         self.bytes = 0
         self.limit = asyncio.Semaphore(READS_IN_FLIGHT)

@@ -4,6 +4,8 @@ source that overlaps a run."""
 from __future__ import annotations
 
 import json
+import os
+import time
 from datetime import timedelta
 
 import pytest
@@ -384,3 +386,38 @@ def test_a_snapshot_expired_on_the_source_during_the_run_stops_it(tmp_path, monk
     with pytest.raises(ReplicationFailed, match=f"snapshot {expired} was expired on the source"):
         replicate(source_root, target_root, SETTINGS)
     assert Repository.open(target_root, SETTINGS).resolve("main") == held
+
+
+def test_virtual_arrays_replicate_without_history_as_references(tmp_path):
+    """A virtual granule's chunks stay references to its source file at the target: they read the same pixels,
+    the target's configuration authorises the same source, and nothing of the file is copied."""
+    from ingest.pipeline._arrays import stage_references
+    from ingest.sample import make_archive
+    from ingest.stac import arrays_asset, with_arrays_asset
+    from tests.conftest import make_item
+
+    item_file = next(
+        path for path in make_archive(tmp_path / "archive", granules=3, seed=4) if "sample-dem" in path.name
+    )
+    tif = next(item_file.parent.glob("*.tif"))
+    source_root, target_root = str(tmp_path / "source"), str(tmp_path / "target")
+    source = Repository.create(source_root, SETTINGS)
+    source.allow_virtual_sources([tif])
+    writer = source.writer()
+    writer.ensure_collection("sample-dem")
+    item = make_item("one", "sample-dem")
+    placed, _ = stage_references(writer, item, {"data": str(tif)}, source.settings.arrays)
+    writer.add_item(with_arrays_asset(item, arrays_asset(placed, virtual=True)))
+    writer.commit("one virtual granule")
+
+    report = replicate(source_root, target_root, SETTINGS, history="none")
+    target = Repository.open(target_root, SETTINGS)
+    assert check(target, all_refs=True, deep=True) == []
+    assert_arrays_equal(source, target, "main")
+    assert report.chunk_bytes < tif.stat().st_size  # references, not the file's bytes
+    assert str(tif) in " ".join(target.view().session.all_virtual_chunk_locations())
+    # A source file modified after the replicated version was written is refused at the target.
+    later = time.time() + 5
+    os.utime(tif, (later, later))
+    with pytest.raises(Exception, match="checksum of the object owning the virtual chunk has changed"):
+        target.view().item_arrays("sample-dem", "one").load()
