@@ -66,13 +66,13 @@ from ingest.lifecycle._replicate import (
 )
 from ingest.lifecycle._replicate_tables import TableCopy
 from ingest.lifecycle._store import RootFiles
-from ingest.repository import CommitMetadata, Repository
+from ingest.repository import AppliedChange, Base, CommitMetadata, Repository, TableChange, commit_change
 from ingest.storage import TABLES_DIR, Location
 
 log = logging.getLogger(__name__)
 
-REPLICA_OF = "replica_of"
-"""Key of floe's commit record, at the target: the source snapshot this snapshot reproduces."""
+REPLICA_OF = "floe:replica-of"
+"""Key of a target commit's metadata: the source snapshot this snapshot reproduces."""
 READS_IN_FLIGHT = 16
 _BUFFERS = zarr.core.buffer.default_buffer_prototype()
 
@@ -181,13 +181,13 @@ class _Heads:
         assert self.target_repo is not None
         for name, tip in [*existing.branches.items(), *existing.tags.items()]:
             first = True
-            for entry in self.target_repo.log(tip):
-                source_id = entry.extra.get(REPLICA_OF)
+            for info in self.target_repo.icechunk.ancestry(snapshot_id=tip):
+                source_id = (info.metadata or {}).get(REPLICA_OF)
                 if first and name in existing.branches:
                     tips[name] = source_id if isinstance(source_id, str) else None
                 first = False
                 if isinstance(source_id, str):
-                    self.reproduced.setdefault(source_id, entry.snapshot_id)
+                    self.reproduced.setdefault(source_id, info.id)
 
     def _action(
         self, kind: str, name: str, source_id: str, existing: CapturedRefs | None, tips: dict[str, str | None]
@@ -303,12 +303,12 @@ class _Heads:
         asyncio.run(copier.sync() if changes is None else copier.apply(changes))
         self.report.chunks_copied += copier.chunks
         self.report.chunk_bytes += copier.bytes
-        record = CommitMetadata.decode(info.metadata)
-        assert record is not None
-        replica = CommitMetadata(items=record.items, extra={REPLICA_OF: action.source_id})
+        location = self.target_location.join(TABLES_DIR, self._pointer(action.source_id))
         message = f"replica of {action.source_id}: {info.message}"
-        with self.target_location.mutation_lock():
-            return session.commit(message, metadata=replica.encode(), allow_empty=True)
+        landed = commit_change(
+            target, session, branch, message, _ReplicaTable(location), caller_metadata={REPLICA_OF: action.source_id}
+        )
+        return landed.snapshot_id
 
     def prune(self, prune: bool) -> None:
         if not prune or not self.to_prune:
@@ -320,6 +320,16 @@ class _Heads:
                     target.icechunk.delete_branch(name)
                 else:
                     target.icechunk.delete_tag(name)
+
+
+class _ReplicaTable(TableChange):
+    """The table version of a replicated snapshot: its metadata.json, written at the target before the commit."""
+
+    def __init__(self, metadata_location: str) -> None:
+        self.metadata_location = metadata_location
+
+    def apply(self, base: Base) -> AppliedChange:
+        return AppliedChange(self.metadata_location)
 
 
 def _reaches(repo: icechunk.Repository, tip: str, ancestor: str) -> bool:

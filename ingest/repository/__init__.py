@@ -19,7 +19,7 @@ Modules, in the order a commit flows through them:
 """
 
 from ingest.repository._catalog import PointerCatalog
-from ingest.repository._commit import SOURCE_CURSORS, CommitMetadata
+from ingest.repository._commit import SOURCE_CURSORS, AppliedChange, Base, CommitMetadata, TableChange, commit_change
 from ingest.repository._keys import IdIndex, id_hashes
 from ingest.repository._optimize import OptimizeResult
 from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
@@ -28,6 +28,8 @@ from ingest.repository._writer import CommitResult, Writer
 
 __all__ = [
     "SOURCE_CURSORS",
+    "AppliedChange",
+    "Base",
     "CommitMetadata",
     "CommitResult",
     "IdIndex",
@@ -36,8 +38,10 @@ __all__ = [
     "PointerCatalog",
     "Ref",
     "Repository",
+    "TableChange",
     "View",
     "Writer",
     "check_ref_name",
+    "commit_change",
     "id_hashes",
 ]
