@@ -13,7 +13,7 @@ own that only moves forward:
   written as it is stored (encoded bytes; a virtual chunk as a reference to
   the same location, offset and length). Later runs write only what changed:
   the target snapshot records the source snapshot it reproduces
-  (``replica_of`` in floe's commit record), and Icechunk's ``diff`` between
+  (``floe:replica-of`` in its commit metadata), and Icechunk's ``diff`` between
   that one and the source's new tip lists the changed nodes and chunks.
   Where no diff exists (the branch moved to a version that does not descend
   from it, a node was moved, the old version was expired), the whole version
