@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -35,29 +35,43 @@ MANIFEST = "manifest"
 DATA = "data file"
 
 
-def history_pointers(repo: icechunk.Repository, *, expire_before: datetime | None = None) -> dict[str, str]:
-    """Snapshot id -> table pointer (relative to ``<root>/tables/``) for every snapshot in any ref's history.
+def history(repo: icechunk.Repository) -> Iterator[icechunk.SnapshotInfo]:
+    """Every snapshot in the history (ancestry) of any branch or tag, once each.
 
-    Walks the ancestry of every branch and tag; a walk stops where it meets a
-    snapshot another walk has seen (its ancestry is the same from there).
-    ``expire_before`` leaves out what Icechunk's ``expire_snapshots`` would drop
-    (snapshots written before it that no ref points at), for dry runs.
+    A walk stops where it meets a snapshot another walk has seen (its ancestry
+    is the same from there).
     """
     tips = [repo.lookup_branch(name) for name in sorted(repo.list_branches())]
     tips += [repo.lookup_tag(name) for name in sorted(repo.list_tags())]
-    tip_set = set(tips)
-    pointers: dict[str, str] = {}
     seen: set[str] = set()
     for tip in tips:
         for info in repo.ancestry(snapshot_id=tip):
             if info.id in seen:
                 break
             seen.add(info.id)
-            if expire_before is not None and info.id not in tip_set and info.written_at < expire_before:
-                continue
-            record = CommitMetadata.decode(info.metadata)
-            if record is not None and record.items is not None:
-                pointers[info.id] = record.items
+            yield info
+
+
+def reaches(repo: icechunk.Repository, tip: str, ancestor: str) -> bool:
+    """Whether ``ancestor`` is in the history of ``tip`` (``tip`` itself included)."""
+    return any(info.id == ancestor for info in repo.ancestry(snapshot_id=tip))
+
+
+def history_pointers(repo: icechunk.Repository, *, expire_before: datetime | None = None) -> dict[str, str]:
+    """Snapshot id -> table pointer (relative to ``<root>/tables/``) for every snapshot in any ref's history.
+
+    ``expire_before`` leaves out what Icechunk's ``expire_snapshots`` would drop
+    (snapshots written before it that no ref points at), for dry runs.
+    """
+    tips = {repo.lookup_branch(name) for name in repo.list_branches()}
+    tips |= {repo.lookup_tag(name) for name in repo.list_tags()}
+    pointers: dict[str, str] = {}
+    for info in history(repo):
+        if expire_before is not None and info.id not in tips and info.written_at < expire_before:
+            continue
+        record = CommitMetadata.decode(info.metadata)
+        if record is not None and record.items is not None:
+            pointers[info.id] = record.items
     return pointers
 
 

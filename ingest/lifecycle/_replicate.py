@@ -66,7 +66,7 @@ import icechunk
 from ingest._faults import fault_point
 from ingest.config import Settings, load_settings
 from ingest.errors import InvalidInput, InvalidRoot, RefNotFound, RepositoryNotFound
-from ingest.lifecycle._live import history_pointers
+from ingest.lifecycle._live import history, history_pointers, reaches
 from ingest.lifecycle._replicate_tables import TableCopy, copy_files
 from ingest.lifecycle._store import FileStat, RootFiles
 from ingest.storage import ARRAYS_DIR, TABLES_DIR, Location, quiet_icechunk_logs
@@ -249,25 +249,28 @@ class _Replication:
             if chosen is not None:  # refs replicated by earlier runs stay, while the source has them
                 keep_branches |= set(existing.branches) & set(captured.branches)
                 keep_tags |= set(existing.tags) & set(captured.tags)
+            with tempfile.TemporaryDirectory(prefix="floe-refs-") as directory:
+                source_refs = open_repo_object(directory, source_bytes)
+                self.report.moved = [
+                    f"branch {name}"
+                    for name, snapshot_id in sorted(existing.branches.items())
+                    if name in captured.branches and not reaches(source_refs, captured.branches[name], snapshot_id)
+                ]
             for name, snapshot_id in sorted(existing.branches.items()):
                 if name in captured.branches:
-                    if not _descends(source_bytes, captured.branches[name], snapshot_id):
-                        self.report.moved.append(f"branch {name}")
-                elif prune or snapshot_id not in captured.snapshot_ids:
+                    continue
+                if prune or snapshot_id not in captured.snapshot_ids:
                     self.report.removed.append(f"branch {name}")
                 else:
                     restore[name] = snapshot_id
                     self.report.gone.append(f"branch {name}")
             self.report.removed += [f"tag {name}" for name in sorted(set(existing.tags) - set(captured.tags))]
-        self.repo_bytes, self.reached = _cut_refs(source_bytes, keep_branches | {"main"}, keep_tags, restore)
-        with tempfile.TemporaryDirectory(prefix="floe-refs-") as directory:
-            repo = open_repo_object(directory, self.repo_bytes)
-            pointers = history_pointers(repo)
-            self.report.branches, self.report.tags = len(repo.list_branches()), len(repo.list_tags())
-            self.report.refs = [f"branch {n}" for n in sorted(repo.list_branches())]
-            self.report.refs += [f"tag {n}" for n in sorted(repo.list_tags())]
-        self.report.snapshots = len(pointers)
-        self.tables.metadata_files = {self.source_location.join(TABLES_DIR, p) for p in pointers.values()}
+        cut = _cut_refs(source_bytes, keep_branches | {"main"}, keep_tags, restore)
+        self.repo_bytes, self.reached = cut.repo_bytes, cut.reached
+        self.report.branches, self.report.tags = len(cut.branches), len(cut.tags)
+        self.report.refs = [f"branch {n}" for n in cut.branches] + [f"tag {n}" for n in cut.tags]
+        self.report.snapshots = len(cut.pointers)
+        self.tables.metadata_files = {self.source_location.join(TABLES_DIR, p) for p in cut.pointers.values()}
 
     def plan_copies(self) -> None:
         """Steps 2 and 3: the Icechunk objects, and the table files the captured history needs, the target lacks."""
@@ -333,18 +336,21 @@ class _Replication:
         )
 
 
-def _descends(repo_bytes: bytes, tip: str, ancestor: str) -> bool:
-    """Whether ``ancestor`` is in the history of ``tip`` (as the ``repo`` object records it)."""
-    if tip == ancestor:
-        return True
-    with tempfile.TemporaryDirectory(prefix="floe-refs-") as directory:
-        repo = open_repo_object(directory, repo_bytes)
-        return any(info.id == ancestor for info in repo.ancestry(snapshot_id=tip))
+@dataclass
+class _Cut:
+    """A ``repo`` object cut to some refs, and what its history holds."""
+
+    repo_bytes: bytes
+    branches: list[str]
+    tags: list[str]
+    reached: set[str]
+    """Every snapshot the remaining refs reach."""
+    pointers: dict[str, str]
+    """Snapshot id -> table pointer, for those snapshots."""
 
 
-def _cut_refs(repo_bytes: bytes, branches: set[str], tags: set[str], restore: dict[str, str]) -> tuple[bytes, set[str]]:
-    """The ``repo`` object with only these branches and tags (and ``restore``'s branches put back where they
-    were); and every snapshot the remaining refs reach."""
+def _cut_refs(repo_bytes: bytes, branches: set[str], tags: set[str], restore: dict[str, str]) -> _Cut:
+    """The ``repo`` object with only these branches and tags (and ``restore``'s branches put back where they were)."""
     with tempfile.TemporaryDirectory(prefix="floe-refs-") as directory:
         repo = open_repo_object(directory, repo_bytes)
         for name in sorted(repo.list_branches() - branches):
@@ -354,11 +360,10 @@ def _cut_refs(repo_bytes: bytes, branches: set[str], tags: set[str], restore: di
             repo.delete_tag(name)
         for name, snapshot_id in restore.items():
             repo.create_branch(name, snapshot_id)
-        tips = [repo.lookup_branch(n) for n in repo.list_branches()] + [repo.lookup_tag(n) for n in repo.list_tags()]
-        reached: set[str] = set()
-        for tip in tips:
-            for info in repo.ancestry(snapshot_id=tip):
-                if info.id in reached:
-                    break
-                reached.add(info.id)
-        return (Path(directory) / "repo").read_bytes(), reached
+        return _Cut(
+            (Path(directory) / "repo").read_bytes(),
+            sorted(repo.list_branches()),
+            sorted(repo.list_tags()),
+            {info.id for info in history(repo)},
+            history_pointers(repo),
+        )

@@ -55,6 +55,7 @@ import zarr.core.buffer
 
 from ingest.config import Settings
 from ingest.errors import InvalidRoot, RepositoryNotFound
+from ingest.lifecycle._live import history, reaches
 from ingest.lifecycle._replicate import (
     REPLICA_KEY,
     REPO_OBJECT,
@@ -179,15 +180,14 @@ class _Heads:
     def _map_target(self, existing: CapturedRefs, tips: dict[str, str | None]) -> None:
         """Fill ``reproduced``, and ``tips`` with the source snapshot each target branch's tip reproduces."""
         assert self.target_repo is not None
-        for name, tip in [*existing.branches.items(), *existing.tags.items()]:
-            first = True
-            for info in self.target_repo.icechunk.ancestry(snapshot_id=tip):
-                source_id = (info.metadata or {}).get(REPLICA_OF)
-                if first and name in existing.branches:
-                    tips[name] = source_id if isinstance(source_id, str) else None
-                first = False
-                if isinstance(source_id, str):
-                    self.reproduced.setdefault(source_id, info.id)
+        target = self.target_repo.icechunk
+        for info in history(target):  # newest first along each ref: the newest target version of a source one wins
+            source_id = (info.metadata or {}).get(REPLICA_OF)
+            if isinstance(source_id, str):
+                self.reproduced.setdefault(source_id, info.id)
+        for name, tip in existing.branches.items():
+            source_id = (target.lookup_snapshot(tip).metadata or {}).get(REPLICA_OF)
+            tips[name] = source_id if isinstance(source_id, str) else None
 
     def _action(
         self, kind: str, name: str, source_id: str, existing: CapturedRefs | None, tips: dict[str, str | None]
@@ -205,7 +205,7 @@ class _Heads:
             base, nearest = self._nearest(source_id)
             assert self.target_repo is not None
             tip = existing.branches[name]
-            if base is not None and base != tip and _reaches(self.target_repo.icechunk, base, tip):
+            if base is not None and base != tip and reaches(self.target_repo.icechunk, base, tip):
                 # A version the target made for another ref is newer and descends from this branch's: start there.
                 return _Action(kind, name, source_id, base=base, reproduces=nearest, forward=True)
             return _Action(kind, name, source_id, reproduces=reproduces)
@@ -223,11 +223,12 @@ class _Heads:
 
     def _descends(self, tip: str, ancestor: str) -> bool:
         assert self.source_repo is not None
-        return _reaches(self.source_repo, tip, ancestor)
+        return reaches(self.source_repo, tip, ancestor)
 
-    def _pointer(self, source_id: str) -> str:
+    def _pointer(self, source_id: str, info: icechunk.SnapshotInfo | None = None) -> str:
+        """The table pointer a source snapshot carries (``info``: the snapshot's, when at hand)."""
         assert self.source_repo is not None
-        record = CommitMetadata.decode(self.source_repo.lookup_snapshot(source_id).metadata)
+        record = CommitMetadata.decode((info or self.source_repo.lookup_snapshot(source_id)).metadata)
         if record is None or record.items is None:
             raise InvalidRoot(f"source snapshot {source_id} carries no table pointer; it is not a floe version")
         return record.items
@@ -303,7 +304,7 @@ class _Heads:
         asyncio.run(copier.sync() if changes is None else copier.apply(changes))
         self.report.chunks_copied += copier.chunks
         self.report.chunk_bytes += copier.bytes
-        location = self.target_location.join(TABLES_DIR, self._pointer(action.source_id))
+        location = self.target_location.join(TABLES_DIR, self._pointer(action.source_id, info))
         message = f"replica of {action.source_id}: {info.message}"
         landed = commit_change(
             target, session, branch, message, _ReplicaTable(location), caller_metadata={REPLICA_OF: action.source_id}
@@ -330,11 +331,6 @@ class _ReplicaTable(TableChange):
 
     def apply(self, base: Base) -> AppliedChange:
         return AppliedChange(self.metadata_location)
-
-
-def _reaches(repo: icechunk.Repository, tip: str, ancestor: str) -> bool:
-    """Whether ``ancestor`` is in the history of ``tip``."""
-    return any(info.id == ancestor for info in repo.ancestry(snapshot_id=tip))
 
 
 def _is_metadata(key: str) -> bool:
