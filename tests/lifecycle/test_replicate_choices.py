@@ -421,3 +421,23 @@ def test_virtual_arrays_replicate_without_history_as_references(tmp_path):
     os.utime(tif, (later, later))
     with pytest.raises(Exception, match="checksum of the object owning the virtual chunk has changed"):
         target.view().item_arrays("sample-dem", "one").load()
+
+
+def test_a_replica_without_history_is_served_at_its_tag(fifty, tmp_path):
+    """`floe serve` on a replica without history: a STAC client searching the tag's root gets the source's items
+    at that tag, and the branch root (main, empty at such a target) gets none."""
+    from pystac_client import Client
+
+    from tests.api._servers import FloeServer
+
+    target_root = str(tmp_path / "release")
+    replicate(fifty, target_root, SETTINGS, refs=["v1"], history="none")
+    expected = sorted(item["id"] for item in Repository.open(fifty, SETTINGS).view("v1").items())
+    server = FloeServer(target_root)
+    try:
+        tag = Client.open(f"{server.url}/refs/v1/")
+        assert sorted(item.id for item in tag.search(max_items=None, limit=7).items()) == expected
+        main = Client.open(server.url)
+        assert list(main.search(max_items=None).items()) == []
+    finally:
+        server.stop()
