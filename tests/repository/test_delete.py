@@ -9,16 +9,18 @@ deleted item brought back with slices the deletion cleared.
 
 from __future__ import annotations
 
+import multiprocessing
 from collections import Counter
 
 import pytest
 
-from ingest import CommitConflict, InvalidItem, Repository
+from ingest import CommitConflict, InvalidItem, Repository, Settings
 from ingest.lifecycle import check
 from ingest.stac import ARRAYS_ASSET, with_arrays_asset
 from tests import invariants
 from tests.conftest import make_item
-from tests.repository._writers import pixels_of, replace_raster, staged_slots
+from tests.repository._racing_changes import change_worker, plan_round, seed_round, serial_outcome
+from tests.repository._writers import STUCK_AFTER, Meeting, Race, pixels_of, replace_raster, staged_slots
 from tests.repository.test_writer import HERE, ids_at, seed_stacks, stage
 
 
@@ -176,3 +178,61 @@ def test_a_creation_expecting_no_item_is_refused_when_another_writer_creates_it_
     with pytest.raises(CommitConflict, match="was created by a commit made meanwhile"):
         second.commit("second creates it too")
     assert [item["properties"]["platform"] for item in repo.view().items()] == ["first"]
+
+
+PROCESS_ROUNDS = 8
+"""Rounds of :func:`test_a_deleter_racing_in_another_process_ends_as_one_serial_order`: each pairing (replace,
+append) with each side losing, twice, on ids drawn anew each round."""
+
+
+@pytest.mark.slow
+def test_a_deleter_racing_in_another_process_ends_as_one_serial_order(tmp_path, settings: Settings):
+    """A deleter and a replacer (or an appender) of the same items, in two spawned processes, many times over.
+
+    Each race is forced (the loser's first compare-and-swap fails for certain), and after each round the tip is
+    exactly what the two commits give one after the other in the order ``floe log`` shows: the rows, each once,
+    their properties and pixels, no row without slices or slice without a row, and ``floe check --deep`` clean.
+    """
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(2) as pool:
+        for number in range(PROCESS_ROUNDS):
+            plan = plan_round(number)
+            root = str(tmp_path / f"round-{number}")
+            repository = Repository.create(root, settings)
+            seed_round(repository)
+            (tmp_path / f"meeting-{number}").mkdir()
+            loser, winner = (0, 1) if plan.deleter_loses else (1, 0)
+            race = Race(Meeting(str(tmp_path / f"meeting-{number}")), loser=loser, winner=winner)
+            pending = [
+                pool.apply_async(change_worker, (root, settings.model_dump(), worker, race.meeting, race, number))
+                for worker in (0, 1)
+            ]
+            deleter, rival = (result.get(timeout=STUCK_AFTER) for result in pending)
+            context_line = f"round {number} ({plan})"
+
+            # The race happened as forced, and the log shows the winner first.
+            reports = {0: deleter, 1: rival}
+            # The loser either rebased (a second attempt) or was refused and planned again on the winner's tip.
+            retried = reports[loser]["attempts"] > 1 or reports[loser]["replans"] > 0
+            assert reports[loser]["lost"] and retried, f"{context_line}: no race was lost"
+            assert reports[winner]["attempts"] == 1 and not reports[winner]["lost"], context_line
+            order = [reports[winner]["operation"], reports[loser]["operation"]]
+            logged = [entry.message for entry in reversed(repository.log("main", limit=2))]
+            assert logged == [plan.message(operation) for operation in order], context_line
+
+            # The deleter found what the serial order had before it, and only that.
+            before = serial_outcome(plan, order[: order.index("delete")])
+            missing = sorted(item_id for item_id in plan.deleted if item_id not in before)
+            assert deleter["not_found"] == missing, context_line
+            assert deleter["rows_deleted"] == len(plan.deleted) - len(missing), context_line
+            # A re-stage of slices the winning deletion cleared is refused once, then planned again.
+            refused = plan.rival == "replace" and not plan.deleter_loses
+            assert rival["replans"] == int(refused), context_line
+
+            expected = serial_outcome(plan, order)
+            tip = repository.view()
+            assert ids_at(repository) == Counter(expected.keys()), context_line
+            versions = {item["id"]: item["properties"]["version"] for item in tip.items()}
+            assert versions == {key: 2 if pixels.endswith("-v2") else 1 for key, pixels in expected.items()}
+            invariants.assert_item_arrays(tip, "c", {key: pixels_of(pixels) for key, pixels in expected.items()})
+            _assert_consistent(repository)
