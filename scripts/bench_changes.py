@@ -24,6 +24,10 @@ Timed, in this order:
 2. **POST ItemCollections** of ``--batch`` new items to
    ``/collections/bench-a/items``, ``--posts`` times per side, alternating
    sides. Items/s over all posts, and the median per post.
+3. **DELETE one item at a time**: ``--deletes`` items the filter did not
+   choose (drawn with a fixed seed), one ``DELETE /collections/{c}/items/{id}``
+   each, alternating sides item by item. On floe each is one commit.
+   Items/s, and the median per DELETE.
 
 Every server listens on 127.0.0.1 and is stopped by its own pid (bench_search's helpers).
 """
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -184,11 +189,33 @@ def post_round(floe_url: str, pgstac_url: str, posts: int, batch: int) -> dict[s
     return times
 
 
+def single_delete_round(floe_url: str, pgstac_url: str, keys: list[tuple[str, str]]) -> dict[str, list[float]]:
+    """DELETE each of ``keys`` on both sides, one request at a time, alternating which side goes first."""
+    times: dict[str, list[float]] = {"floe": [], "pgstac": []}
+    with httpx.Client(timeout=600) as client:
+        for number, (collection, item_id) in enumerate(keys):
+            order = [("floe", floe_url), ("pgstac", pgstac_url)]
+            if number % 2:
+                order.reverse()
+            for side, url in order:
+                headers = {"Authorization": f"Bearer {TOKEN}"} if side == "floe" else {}
+                started = time.perf_counter()
+                answer = client.delete(f"{url}/collections/{collection}/items/{item_id}", headers=headers)
+                elapsed = time.perf_counter() - started
+                if answer.status_code not in (200, 204):
+                    raise RuntimeError(f"{side} answered {answer.status_code} to DELETE {item_id}: {answer.text[:500]}")
+                times[side].append(elapsed)
+    return times
+
+
 def run(arguments: argparse.Namespace, workdir: Path) -> None:
     count = arguments.items
     log(f"generating {count:,} items")
     items, items_path, collections_path, collection_files = write_data(workdir, count)
     expected = matching_ids(items)
+    singles = random.Random(7).sample(
+        [(item["collection"], item["id"]) for item in items if item["id"] not in expected], arguments.deletes
+    )
     del items
     log("loading floe")
     floe_root, floe_load = load_floe(workdir, items_path, collection_files, count)
@@ -208,6 +235,8 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
     floe_url = serve_floe_writable(workdir, floe_root)
     log(f"posting {arguments.posts} ItemCollections of {arguments.batch:,} items to each side")
     posts = post_round(floe_url, pgstac_url, arguments.posts, arguments.batch)
+    log(f"deleting {len(singles)} items one DELETE at a time on each side")
+    single = single_delete_round(floe_url, pgstac_url, singles)
 
     floe_rate = arguments.batch * len(posts["floe"]) / sum(posts["floe"])
     pgstac_rate = arguments.batch * len(posts["pgstac"]) / sum(posts["pgstac"])
@@ -229,6 +258,16 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
         f"| POST ItemCollection, median seconds per post | {statistics.median(posts['floe']):.2f} | "
         f"{statistics.median(posts['pgstac']):.2f} | - |"
     )
+    floe_single = len(single["floe"]) / sum(single["floe"])
+    pgstac_single = len(single["pgstac"]) / sum(single["pgstac"])
+    print(
+        f"| DELETE one item per request, items/s ({len(singles)} each) | {floe_single:,.1f} | "
+        f"{pgstac_single:,.1f} | {floe_single / pgstac_single:.2f}x |"
+    )
+    print(
+        f"| DELETE one item, median ms per request | {1000 * statistics.median(single['floe']):.0f} | "
+        f"{1000 * statistics.median(single['pgstac']):.0f} | - |"
+    )
     print(f"\nfloe said: {deletion['floe_said']}")
     print(f"load (not a target): floe {floe_load:,.0f} items/s, pgstac {pgstac_load:,.0f} items/s")
 
@@ -238,6 +277,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=1_000_000, help="generated items loaded into each side")
     parser.add_argument("--posts", type=int, default=10, help="ItemCollections POSTed to each side")
     parser.add_argument("--batch", type=int, default=1000, help="items per ItemCollection")
+    parser.add_argument("--deletes", type=int, default=100, help="items DELETEd one request at a time on each side")
     parser.add_argument("--workdir", type=Path, help="keep data, clusters and logs here (default: a temp dir)")
     arguments = parser.parse_args()
     if arguments.workdir is not None:

@@ -161,6 +161,19 @@ class TransactionsExtension(ApiExtension):
         item = validate_item(without_arrays_asset(body), source=source, default_collection=collection_id)
         return item
 
+    def _stored(self, writer: Writer, key: Key) -> dict[str, Any] | None:
+        """The item as the writer's base stores it (what its ETag digests), or None; CollectionNotFound if the
+        collection is not there either.
+
+        Read through the writer's key index (kept across versions), not the
+        search engine, whose state is made anew for every snapshot: a write
+        lands a new one each time.
+        """
+        stored = writer.stored_items([key]).get(key)
+        if stored is None:
+            self.engine.collection(writer.session.snapshot_id, key[0])
+        return stored
+
     def _current(self, snapshot_id: str, collection_id: str, item_id: str) -> dict[str, Any]:
         self.engine.collection(snapshot_id, collection_id)
         search = SearchRequest(collections=[collection_id], ids=[item_id], limit=1)
@@ -234,18 +247,16 @@ class TransactionsExtension(ApiExtension):
         key = (collection_id, item_id)
 
         def stage(writer: Writer, condition: str | None) -> Response | None:
-            try:
-                current = self._current(writer.session.snapshot_id, *key)
-            except ItemNotFound:
+            stored = self._stored(writer, key)
+            if stored is None:
                 if condition is not None and condition.strip() != "*":
-                    raise StaleVersion(f"item {item_id!r} does not exist: If-Match names no version of it") from None
+                    raise StaleVersion(f"item {item_id!r} does not exist: If-Match names no version of it")
                 # Deleting what is not there leaves the branch as asked (idempotent): no commit.
                 return Response(status_code=204, headers={"Floe-Snapshot": writer.session.snapshot_id})
-            self._check_match(condition, current)
-            stored = writer.stored_items([key])
+            self._check_match(condition, stored)
             writer.delete_item(*key)
             if condition is not None:
-                writer.expect(*key, stored.get(key))
+                writer.expect(*key, stored)
             return None
 
         return self._write(
@@ -258,9 +269,10 @@ class TransactionsExtension(ApiExtension):
         """Replace an existing item with ``make(stored)``, keeping its arrays; conditional on ``If-Match``."""
 
         def stage(writer: Writer, condition: str | None) -> None:
-            current = self._current(writer.session.snapshot_id, *key)
-            self._check_match(condition, current)
-            stored = writer.stored_items([key])[key]
+            stored = self._stored(writer, key)
+            if stored is None:
+                raise ItemNotFound(f"no item {key[1]!r} in collection {key[0]!r} on this branch")
+            self._check_match(condition, stored)
             item = make(stored)
             arrays = (stored.get("assets") or {}).get(ARRAYS_ASSET)
             if isinstance(arrays, dict):

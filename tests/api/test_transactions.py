@@ -149,11 +149,22 @@ def test_delete_takes_the_item_and_its_arrays_and_a_stale_if_match_takes_nothing
     stale = served.http.delete("/collections/c/items/plain", headers={**AUTH, "If-Match": etag})
     assert stale.status_code == 412
     assert served.http.get("/collections/c/items/plain").status_code == 200
+    # The ETag a GET answers is the one a DELETE checks.
+    current = served.http.get("/collections/c/items/plain").headers["ETag"]
+    assert served.http.delete("/collections/c/items/plain", headers={**AUTH, "If-Match": current}).status_code == 204
+    assert served.http.get("/collections/c/items/plain").status_code == 404
 
     assert "raster" in invariants.slice_ids(served.repository().view(), "c")
     assert served.http.delete("/collections/c/items/raster", headers=AUTH).status_code == 204
     assert served.http.get("/collections/c/items/raster").status_code == 404
     assert served.http.delete("/collections/c/items/raster", headers=AUTH).status_code == 204, "DELETE is idempotent"
+    missing = served.http.put("/collections/c/items/raster", json=make_item("raster", "c"), headers=AUTH)
+    assert missing.status_code == 404 and missing.json()["code"] == "item-not-found", missing.text
+    for answer in (
+        served.http.delete("/collections/nowhere/items/raster", headers=AUTH),
+        served.http.patch("/collections/nowhere/items/raster", json={"properties": {}}, headers=AUTH),
+    ):
+        assert answer.status_code == 404 and answer.json()["code"] == "collection-not-found", answer.text
     tip = served.repository().view()
     assert "raster" not in invariants.slice_ids(tip, "c")
     invariants.assert_no_slice_without_row(tip)
