@@ -50,6 +50,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ingest.api._errors import add_floe_exception_handlers, send_error
 from ingest.api._fields import apply_fields, requested_fields
+from ingest.api._iceberg import IcebergCatalog
 from ingest.api._limits import bounded_receive, refuse_large_body
 from ingest.api._models import FloeFilterExtension, ItemsGetRequest, SearchGetRequest, SearchPostRequest
 from ingest.api._request import SearchPage, SearchRequest
@@ -59,6 +60,7 @@ from ingest.errors import FloeError, InvalidInput, ItemNotFound, RefNotFound
 from ingest.repository import Repository
 
 REFS_PREFIX = "/refs/"
+ICEBERG_PREFIX = "/iceberg/"
 SCOPE_REF = "floe.ref"
 SCOPE_SNAPSHOT = "floe.snapshot"
 SCOPE_PINNED = "floe.pinned"
@@ -336,6 +338,7 @@ class RefRouter:
         self.app = app
         self.engine = engine
         self.max_body_bytes = max_body_bytes
+        self.iceberg = IcebergCatalog(engine.repository, engine.resolve)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -350,6 +353,11 @@ class RefRouter:
         root = scope.get("root_path", "")
         path = scope["path"]
         relative = path[len(root) :] if root and path.startswith(root) else path
+        if relative.startswith(ICEBERG_PREFIX) or relative == ICEBERG_PREFIX.rstrip("/"):
+            # The Iceberg REST catalog names its ref in each path itself (a warehouse's prefix).
+            scope["root_path"] = root + ICEBERG_PREFIX.rstrip("/")
+            await self.iceberg(scope, receive, send)
+            return
         ref = None
         if relative.startswith(REFS_PREFIX) or relative == REFS_PREFIX.rstrip("/"):
             name, slash, _ = relative[len(REFS_PREFIX) :].partition("/")

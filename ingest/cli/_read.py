@@ -1,4 +1,5 @@
-"""Commands that read and name versions: ``floe export``, ``floe log``, ``floe tag``, ``floe branch``, ``floe refs``."""
+"""Commands that read and name versions: ``floe export``, ``floe log``, ``floe tag``, ``floe branch``, ``floe refs``,
+``floe table-location``."""
 
 from __future__ import annotations
 
@@ -128,3 +129,22 @@ def refs(
     for ref in found:
         table.add_row(ref.kind, ref.name, ref.snapshot_id)
     stdout.print(table)
+
+
+@app.command("table-location")
+def table_location(
+    ctx: typer.Context,
+    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id (default: main).")] = None,
+) -> None:
+    """Print the items table's metadata.json location at a ref, for engines that read one directly.
+
+    Spark, Trino or DuckDB (`iceberg_scan('<location>')`) read the Iceberg table from it; the location is
+    the one the ref's Icechunk commit records, so it stays valid as long as the ref does (until gc).
+    `floe serve` also answers the Iceberg REST catalog protocol under /iceberg/ (warehouse = the ref).
+    """
+    with floe_errors():
+        repository = open_repository(ctx)
+        snapshot_id = repository.resolve(ref)
+        location = repository.metadata_location_of(snapshot_id)
+    stdout.print(location, highlight=False, soft_wrap=True)
+    stderr.print(f"{ref or repository.settings.branch} is snapshot {snapshot_id}", highlight=False)

@@ -54,7 +54,9 @@ from ingest.stac import HILBERT
 
 MIN_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
 TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
-AVRO_COMPRESSION: AvroCompressionCodec = "zstandard"
+AVRO_COMPRESSION: AvroCompressionCodec = "deflate"
+"""Manifests and manifest lists are Avro with deflate, Iceberg's default (``gzip``): every engine reads it (DuckDB's
+Avro reader refuses zstandard)."""
 
 
 def _metadata_path(metadata: TableMetadata, name: str) -> str:
