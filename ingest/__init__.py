@@ -42,4 +42,14 @@ __all__ = [
     "Writer",
     "WriterClosed",
     "load_settings",
+    "open_search",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The search engine (and what it imports) loads only when a search is opened.
+    if name == "open_search":
+        from ingest.api import open_search
+
+        return open_search
+    raise AttributeError(name)

@@ -3,6 +3,7 @@
 from typing import Any
 
 from ingest.api._changes import Deletion, delete_items
+from ingest.api._open import open_search
 from ingest.api._request import MAX_LIMIT, SearchPage, SearchRequest, SortKey
 from ingest.api._search import SearchEngine
 
@@ -15,6 +16,7 @@ __all__ = [
     "SortKey",
     "create_app",
     "delete_items",
+    "open_search",
     "serve",
     "serve_command",
 ]

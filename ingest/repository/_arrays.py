@@ -84,24 +84,7 @@ async def _read_item(store: Any, pixels: dict[str, AssetPixels]) -> xr.Dataset:
     read = await asyncio.gather(*(_read_asset(store, where) for where in pixels.values()))
     variables = dict(zip(pixels, read, strict=True))
     first = next(iter(pixels.values()))
-    stack = first.pieces[0].stack
-    reference = await async_zarr.open_array(store=store, path=f"{stack}/{GRID_MAPPING}", mode="r")
-    crs_wkt = reference.attrs["crs_wkt"]
-    a, b, c, d, e, f = first.transform
-    _bands, height, width = first.shape
-    # rioxarray's arithmetic (the half pixel folded into the transform first), so x/y equal its to the last bit.
-    centres = Affine(a, b, c, d, e, f) * Affine.translation(0.5, 0.5)
-    # Affine * (column, row) is a * column + b * row + c; with b = d = 0 that is the following, term for term.
-    x = (centres.a * np.arange(width) + centres.b * 0.0 + centres.c).astype(np.float64)
-    y = (centres.d * 0.0 + centres.e * np.arange(height) + centres.f).astype(np.float64)
-    geotransform = " ".join(repr(float(value)) for value in (c, a, b, f, d, e))
-    coords: dict[str, Any] = {
-        "x": x,
-        "y": y,
-        GRID_MAPPING: xr.Variable(
-            (), np.int64(0), {"crs_wkt": crs_wkt, "spatial_ref": crs_wkt, "GeoTransform": geotransform}
-        ),
-    }
+    coords = await grid_coords(store, first)
     bands = {variable.shape[0] for variable in variables.values()}
     if len(bands) == 1:
         coords["band"] = np.arange(1, bands.pop() + 1)
@@ -109,6 +92,28 @@ async def _read_item(store: Any, pixels: dict[str, AssetPixels]) -> xr.Dataset:
     for key in variables:
         dataset[key].encoding["grid_mapping"] = GRID_MAPPING
     return dataset
+
+
+async def grid_coords(store: Any, where: AssetPixels) -> dict[str, Any]:
+    """``x``/``y`` (pixel centres) and ``spatial_ref`` (CRS and GeoTransform) of an asset's grid, as rioxarray
+    gives them; the CRS's WKT is read from the first piece's stack."""
+    reference = await async_zarr.open_array(store=store, path=f"{where.pieces[0].stack}/{GRID_MAPPING}", mode="r")
+    crs_wkt = reference.attrs["crs_wkt"]
+    a, b, c, d, e, f = where.transform
+    _bands, height, width = where.shape
+    # rioxarray's arithmetic (the half pixel folded into the transform first), so x/y equal its to the last bit.
+    centres = Affine(a, b, c, d, e, f) * Affine.translation(0.5, 0.5)
+    # Affine * (column, row) is a * column + b * row + c; with b = d = 0 that is the following, term for term.
+    x = (centres.a * np.arange(width) + centres.b * 0.0 + centres.c).astype(np.float64)
+    y = (centres.d * 0.0 + centres.e * np.arange(height) + centres.f).astype(np.float64)
+    geotransform = " ".join(repr(float(value)) for value in (c, a, b, f, d, e))
+    return {
+        "x": x,
+        "y": y,
+        GRID_MAPPING: xr.Variable(
+            (), np.int64(0), {"crs_wkt": crs_wkt, "spatial_ref": crs_wkt, "GeoTransform": geotransform}
+        ),
+    }
 
 
 async def _read_asset(store: Any, where: AssetPixels) -> xr.Variable:
@@ -128,10 +133,15 @@ async def _read_asset(store: Any, where: AssetPixels) -> xr.Variable:
         pixels[:, piece.at[0] : piece.at[0] + height, piece.at[1] : piece.at[1] + width] = values
 
     await asyncio.gather(*(fetch(piece) for piece in where.pieces))
-    attrs = {name: first.attrs[name] for name in _KEPT_ATTRIBUTES if name in first.attrs}
+    return xr.Variable(("band", "y", "x"), pixels, kept_attributes(first))
+
+
+def kept_attributes(array: Any) -> dict[str, Any]:
+    """The attributes of a stack array a variable keeps: fill value (decoded), scale, offset, pixel type."""
+    attrs = {name: array.attrs[name] for name in _KEPT_ATTRIBUTES if name in array.attrs}
     if "_FillValue" in attrs:
-        attrs["_FillValue"] = FillValueCoder.decode(attrs["_FillValue"], dtype)
-    return xr.Variable(("band", "y", "x"), pixels, attrs)
+        attrs["_FillValue"] = FillValueCoder.decode(attrs["_FillValue"], np.dtype(array.dtype))
+    return attrs
 
 
 def stack_paths(view: View, collection: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import icechunk
@@ -17,6 +17,7 @@ from ingest.errors import ItemNotFound
 from ingest.repository._arrays import item_arrays, open_stack, slot_items, stack_paths
 from ingest.repository._groups import group_exists
 from ingest.repository._read import read_batches
+from ingest.repository._series import open_items
 from ingest.stac import arrow_to_items
 
 if TYPE_CHECKING:
@@ -101,6 +102,10 @@ class View:
     def slot_items(self, stack: str) -> dict[int, str]:
         """The occupied slots of a stack and the item id each holds."""
         return slot_items(self, stack)
+
+    def open_items(self, items: Iterable[dict[str, Any]], assets: Iterable[str] | None = None) -> xr.DataTree:
+        """Many items' arrays, lazily: one Dataset per grid stacked along ``time`` (see ``_series.py``)."""
+        return open_items(self, items, assets)
 
     def stack(self, stack: str) -> xr.Dataset:
         """A stack as a lazy time series: its granules' slices ordered by datetime, with ``item`` ids."""
