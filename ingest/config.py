@@ -67,6 +67,24 @@ class ApiSettings(BaseModel):
     # `Authorization: Bearer <token>`; without one, --transactions is refused. Set it in the environment
     # (FLOE_API__WRITE_TOKEN), not in a file that is shared.
     write_token: str | None = Field(default=None, repr=False)
+    # Where `floe browser install` builds STAC Browser and `floe serve` finds it (default:
+    # ~/.cache/floe/stac-browser/<version>; outside the repository: it is a third-party build).
+    browser_dir: str | None = None
+    # Basemaps of STAC Browser's maps, as its basemaps.config.js options (`url`, `is`, `title`, `attributions`,
+    # `projection`, ...); [] shows maps without one (what a machine without internet access wants).
+    basemaps: list[dict[str, Any]] = Field(
+        default_factory=lambda: [
+            {
+                "url": "https://tile.openstreetmap.org/{z}/{x}/{y}.png",
+                "is": "XYZ",
+                "title": "OpenStreetMap",
+                "attributions": (
+                    '&copy; <a href="https://www.openstreetmap.org/copyright">OpenStreetMap</a> contributors'
+                ),
+                "projection": "EPSG:3857",
+            }
+        ]
+    )
 
 
 class OptimizeSettings(BaseModel):

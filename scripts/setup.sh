@@ -25,3 +25,18 @@ if [ ! -x .venv/bin/python ]; then
   "$python_bin" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]' 2> >(grep -v "^WARNING: Location" >&2)
+
+# STAC Browser (`floe serve` at /browser/): a third-party build kept outside the repository
+# (~/.cache/floe/stac-browser/<version>); built once where Node.js and npm are present, then reused.
+if command -v npm >/dev/null 2>&1; then
+  .venv/bin/floe browser install
+else
+  echo "npm is missing: STAC Browser is not built (floe serve answers the API without it)" >&2
+fi
+
+# Chromium renders STAC Browser in the tests (tests/api/test_browser.py), driven by Playwright.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing Debian's chromium for the browser tests" >&2
+  apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
+    || { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null; }
+fi

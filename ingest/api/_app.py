@@ -17,7 +17,7 @@ trimming of items ``_fields``'s.
 """
 
 from typing import Any, cast
-from urllib.parse import quote, unquote, urlencode
+from urllib.parse import quote, urlencode
 
 import orjson
 from fastapi import FastAPI, Request
@@ -46,24 +46,17 @@ from stac_fastapi.types.requests import get_base_url
 from stac_fastapi.types.search import APIRequest
 from stac_fastapi.types.stac import LandingPage
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ingest.api._errors import add_floe_exception_handlers, send_error
+from ingest.api._errors import add_floe_exception_handlers
 from ingest.api._fields import apply_fields, requested_fields
-from ingest.api._iceberg import IcebergCatalog
-from ingest.api._limits import bounded_receive, refuse_large_body
 from ingest.api._models import FloeFilterExtension, ItemsGetRequest, SearchGetRequest, SearchPostRequest
 from ingest.api._request import SearchPage, SearchRequest
+from ingest.api._router import SCOPE_PINNED, SCOPE_REF, SCOPE_SNAPSHOT, RefRouter
 from ingest.api._search import SearchEngine
 from ingest.api._transactions import TransactionsExtension, item_etag
-from ingest.errors import FloeError, InvalidInput, ItemNotFound, RefNotFound
+from ingest.errors import InvalidInput, ItemNotFound
 from ingest.repository import Repository
 
-REFS_PREFIX = "/refs/"
-ICEBERG_PREFIX = "/iceberg/"
-SCOPE_REF = "floe.ref"
-SCOPE_SNAPSHOT = "floe.snapshot"
-SCOPE_PINNED = "floe.pinned"
 SNAPSHOT_HEADER = "Floe-Snapshot"
 """The response header naming the snapshot a page of items was read at (every page of a paged search names one)."""
 GEOJSON = "application/geo+json"
@@ -329,55 +322,6 @@ class FloeFiltersClient(BaseFiltersClient):
         base = FloeClient._base(request)
         document["$id"] = f"{base}/collections/{collection_id}/queryables" if collection_id else f"{base}/queryables"
         return document
-
-
-class RefRouter:
-    """ASGI layer: ``/refs/{ref}/...`` -> the same app with ``root_path`` ``/refs/{ref}``; resolves the ref once."""
-
-    def __init__(self, app: ASGIApp, engine: SearchEngine, *, max_body_bytes: int) -> None:
-        self.app = app
-        self.engine = engine
-        self.max_body_bytes = max_body_bytes
-        self.iceberg = IcebergCatalog(engine.repository, engine.resolve)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        refused = await refuse_large_body(scope, receive, self.max_body_bytes)
-        if refused is not None:
-            await send_error(send, refused)
-            return
-        receive = bounded_receive(receive, self.max_body_bytes)
-        scope = dict(scope)
-        root = scope.get("root_path", "")
-        path = scope["path"]
-        relative = path[len(root) :] if root and path.startswith(root) else path
-        if relative.startswith(ICEBERG_PREFIX) or relative == ICEBERG_PREFIX.rstrip("/"):
-            # The Iceberg REST catalog names its ref in each path itself (a warehouse's prefix).
-            scope["root_path"] = root + ICEBERG_PREFIX.rstrip("/")
-            await self.iceberg(scope, receive, send)
-            return
-        ref = None
-        if relative.startswith(REFS_PREFIX) or relative == REFS_PREFIX.rstrip("/"):
-            name, slash, _ = relative[len(REFS_PREFIX) :].partition("/")
-            ref = unquote(name)
-            prefix = REFS_PREFIX + name
-            scope["root_path"] = root + prefix
-            if not slash:
-                scope["path"] = path + "/"
-                scope["raw_path"] = scope["path"].encode()
-            if not ref:
-                await send_error(send, RefNotFound("give a ref: /refs/{branch, tag or snapshot id}/"))
-                return
-        try:
-            scope[SCOPE_SNAPSHOT] = self.engine.resolve(ref)
-        except FloeError as error:
-            await send_error(send, error)
-            return
-        scope[SCOPE_REF] = ref
-        scope[SCOPE_PINNED] = self.engine.pins(ref)
-        await self.app(scope, receive, send)
 
 
 def create_app(

@@ -10,7 +10,7 @@ Modules (each command is a thin shell over library calls):
 - ``_read``: ``export``, ``log``, ``tag``, ``branch``, ``refs``;
 - ``_changes``: ``delete``;
 - ``_lifecycle``: ``check``, ``gc``, ``replicate``, ``relocate``, ``optimize``;
-- ``_api``: ``serve``, ``search``.
+- ``_api``: ``serve``, ``search``, ``browser install``.
 
 Importing them registers their commands, in the order ``floe --help`` lists them.
 """

@@ -48,6 +48,12 @@ def serve(
     port = settings.api.port if port is None else port
     writes = " (writes accepted with the write token)" if transactions else ""
     stderr.print(f"serving {repository.location.url} at http://{host}:{port}/{writes} (Ctrl-C stops)", highlight=False)
+    from ingest.api._browser import browser_home, installed_build
+
+    if installed_build(browser_home(settings)) is None:
+        stderr.print("STAC Browser is not installed (`floe browser install`): /browser/ says how", highlight=False)
+    else:
+        stderr.print(f"STAC Browser at http://{host}:{port}/browser/ and /refs/{{ref}}/browser/", highlight=False)
     run_server(repository, host, port, transactions=transactions)
 
 
@@ -106,3 +112,29 @@ def search(  # noqa: PLR0917 - typer maps parameters to options
             count += 1
     sys.stdout.flush()
     stderr.print(f"{count} items", highlight=False)
+
+
+browser = typer.Typer(
+    help="STAC Browser, the web page `floe serve` shows at /browser/ and /refs/{ref}/browser/.",
+    no_args_is_help=True,
+)
+app.add_typer(browser, name="browser")
+
+
+@browser.command("install")
+def browser_install(
+    ctx: typer.Context,
+    force: Annotated[bool, typer.Option("--force", help="Build again even if a build is there.")] = False,
+) -> None:
+    """Fetch STAC Browser from the npm registry and build it once for every ref (needs Node.js and npm).
+
+    The build (about 6 MB) goes to api.browser_dir, default ~/.cache/floe/stac-browser/<version>, outside any
+    repository; building takes about 3 minutes and 1 GB of node_modules, removed afterwards. Re-running does
+    nothing once it is built. `floe serve` picks it up when it starts.
+    """
+    from ingest.api._browser import browser_home, install_browser
+
+    with floe_errors():
+        install_browser(
+            browser_home(settings_of(ctx)), force=force, say=lambda line: stderr.print(line, highlight=False)
+        )
