@@ -14,8 +14,11 @@ __all__ = [
     "SearchPage",
     "SearchRequest",
     "SortKey",
+    "browser_home",
     "create_app",
     "delete_items",
+    "install_browser",
+    "installed_build",
     "open_search",
     "serve",
     "serve_command",
@@ -41,4 +44,12 @@ def __getattr__(name: str) -> Any:
         from ingest.api import _app
 
         return getattr(_app, name)
+    if name in _BROWSER:
+        # STAC Browser's install and build lookup (Starlette's responses come with the module).
+        from ingest.api import _browser
+
+        return getattr(_browser, name)
     raise AttributeError(name)
+
+
+_BROWSER = ("browser_home", "install_browser", "installed_build")

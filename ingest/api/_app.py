@@ -47,8 +47,10 @@ from stac_fastapi.types.search import APIRequest
 from stac_fastapi.types.stac import LandingPage
 from starlette.responses import Response
 
+from ingest.api._browser import BrowserMount
 from ingest.api._errors import add_floe_exception_handlers
 from ingest.api._fields import apply_fields, requested_fields
+from ingest.api._iceberg import IcebergCatalog
 from ingest.api._models import FloeFilterExtension, ItemsGetRequest, SearchGetRequest, SearchPostRequest
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._router import SCOPE_PINNED, SCOPE_REF, SCOPE_SNAPSHOT, RefRouter
@@ -408,7 +410,13 @@ def create_app(
         response_class=_JSON,
     )
     add_floe_exception_handlers(api.app)
-    return RefRouter(api.app, engine, max_body_bytes=api_settings.max_body_bytes)
+    return RefRouter(
+        api.app,
+        engine,
+        max_body_bytes=api_settings.max_body_bytes,
+        iceberg=IcebergCatalog(repository, engine.resolve),
+        browser=BrowserMount(repository, lambda scope: scope.get(SCOPE_REF) or repository.settings.branch),
+    )
 
 
 def serve(

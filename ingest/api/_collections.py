@@ -186,6 +186,29 @@ _NOT_QUERYABLE = frozenset(
 )
 
 
+GEOMETRY_SCHEMA: dict[str, Any] = {
+    "title": "Geometry",
+    "description": "A GeoJSON geometry (RFC 7946), as S_INTERSECTS and the other spatial operators take",
+    "type": "object",
+    "required": ["type"],
+    "properties": {
+        "type": {
+            "enum": [
+                "Point",
+                "MultiPoint",
+                "LineString",
+                "MultiLineString",
+                "Polygon",
+                "MultiPolygon",
+                "GeometryCollection",
+            ]
+        }
+    },
+}
+"""The ``geometry`` queryable, written out rather than a ``$ref`` to geojson.org: a client resolving references
+(STAC Browser's search form) would fetch it from the internet, which a served archive may not reach."""
+
+
 def queryables(schema: Schema) -> dict[str, Any]:
     """JSON Schema of the properties a filter can use (the table's typed columns).
 
@@ -196,7 +219,7 @@ def queryables(schema: Schema) -> dict[str, Any]:
     properties: dict[str, Any] = {
         "id": {"title": "Item ID", "type": "string"},
         "collection": {"title": "Collection ID", "type": "string"},
-        "geometry": {"title": "Geometry", "$ref": "https://geojson.org/schema/Geometry.json"},
+        "geometry": GEOMETRY_SCHEMA,
         "datetime": {"title": "Acquisition time", "type": "string", "format": "date-time"},
     }
     for column in schema.fields:

@@ -15,9 +15,8 @@ from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ingest.api._browser import SCOPE_SERVER_ROOT, BrowserMount
+from ingest.api._browser import SCOPE_SERVER_ROOT
 from ingest.api._errors import send_error
-from ingest.api._iceberg import IcebergCatalog
 from ingest.api._limits import bounded_receive, refuse_large_body
 from ingest.api._search import SearchEngine
 from ingest.errors import FloeError, RefNotFound
@@ -33,13 +32,22 @@ SCOPE_PINNED = "floe.pinned"
 class RefRouter:
     """ASGI layer: ``/refs/{ref}/...`` -> the same app with ``root_path`` ``/refs/{ref}``; resolves the ref once."""
 
-    def __init__(self, app: ASGIApp, engine: SearchEngine, *, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        engine: SearchEngine,
+        *,
+        max_body_bytes: int,
+        iceberg: ASGIApp | None = None,
+        browser: ASGIApp | None = None,
+    ) -> None:
+        """``iceberg`` answers ``/iceberg/...`` and ``browser`` ``[/refs/{ref}]/browser/...``; without them those
+        paths reach ``app`` (which has no such routes)."""
         self.app = app
         self.engine = engine
         self.max_body_bytes = max_body_bytes
-        self.iceberg = IcebergCatalog(engine.repository, engine.resolve)
-        repository = engine.repository
-        self.browser = BrowserMount(repository, lambda scope: scope.get(SCOPE_REF) or repository.settings.branch)
+        self.iceberg = iceberg
+        self.browser = browser
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -54,7 +62,7 @@ class RefRouter:
         root = scope.get("root_path", "")
         path = scope["path"]
         relative = path[len(root) :] if root and path.startswith(root) else path
-        if relative.startswith(ICEBERG_PREFIX) or relative == ICEBERG_PREFIX.rstrip("/"):
+        if self.iceberg is not None and (relative.startswith(ICEBERG_PREFIX) or relative == ICEBERG_PREFIX.rstrip("/")):
             # The Iceberg REST catalog names its ref in each path itself (a warehouse's prefix).
             scope["root_path"] = root + ICEBERG_PREFIX.rstrip("/")
             await self.iceberg(scope, receive, send)
@@ -80,7 +88,7 @@ class RefRouter:
             return
         scope[SCOPE_REF] = ref
         scope[SCOPE_PINNED] = self.engine.pins(ref)
-        if inner == BROWSER_PATH or inner.startswith(BROWSER_PATH + "/"):
+        if self.browser is not None and (inner == BROWSER_PATH or inner.startswith(BROWSER_PATH + "/")):
             scope["root_path"] = scope["root_path"] + BROWSER_PATH
             scope[SCOPE_SERVER_ROOT] = root
             await self.browser(scope, receive, send)

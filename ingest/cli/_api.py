@@ -48,7 +48,7 @@ def serve(
     port = settings.api.port if port is None else port
     writes = " (writes accepted with the write token)" if transactions else ""
     stderr.print(f"serving {repository.location.url} at http://{host}:{port}/{writes} (Ctrl-C stops)", highlight=False)
-    from ingest.api._browser import browser_home, installed_build
+    from ingest.api import browser_home, installed_build
 
     if installed_build(browser_home(settings)) is None:
         stderr.print("STAC Browser is not installed (`floe browser install`): /browser/ says how", highlight=False)
@@ -132,7 +132,7 @@ def browser_install(
     repository; building takes about 3 minutes and 1 GB of node_modules, removed afterwards. Re-running does
     nothing once it is built. `floe serve` picks it up when it starts.
     """
-    from ingest.api._browser import browser_home, install_browser
+    from ingest.api import browser_home, install_browser
 
     with floe_errors():
         install_browser(

@@ -4,7 +4,8 @@ The build is the one ``floe browser install`` made (``scripts/setup.sh`` runs
 it where npm is present). Basemaps are off (``FLOE_API__BASEMAPS=[]``), and
 every request the page makes must stay on the server: the test fails on any
 request to another host. Without a build, ``/browser/`` says how to install
-it and the API answers as before.
+it and the API answers as before. Screenshots of each page are kept in
+``test-artifacts/browser/``.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import pytest
 
 from ingest import Repository, Settings
 from ingest.api._browser import browser_home, installed_build
-from tests.api._servers import FloeServer
+from tests.api._servers import WORKTREE, FloeServer
 from tests.conftest import make_item, with_square
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = WORKTREE / "test-artifacts" / "browser"
 COLLECTION = {
     "type": "Collection",
     "id": "scenes",
@@ -44,7 +46,13 @@ def repository_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repository = Repository.create(root, Settings())
     repository.store_collection(COLLECTION)
     writer = repository.writer()
-    writer.add_item(with_square(make_item("scene-one", "scenes", platform="one"), 2, 44, 1))
+    scene = with_square(make_item("scene-one", "scenes", platform="one"), 2, 44, 1)
+    scene["assets"]["metadata"] = {
+        "href": "https://example.com/scene-one.xml",
+        "type": "application/xml",
+        "title": "MTD",
+    }
+    writer.add_item(scene)
     writer.commit("one scene")
     repository.tag("v1")
     repository.branch("dev", "v1")
@@ -58,9 +66,10 @@ def repository_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def built() -> Path:
     build = installed_build(browser_home(Settings()))
     if build is None:
-        if shutil.which("npm") is None:
-            pytest.skip("STAC Browser is built with Node.js and npm, which this machine lacks")
-        pytest.fail("STAC Browser is not built: run `floe browser install` (scripts/setup.sh does it)")
+        pytest.skip(
+            f"STAC Browser is not built at {browser_home(Settings())}: `floe browser install` builds it "
+            "(scripts/setup.sh runs it where Node.js and npm are present)"
+        )
     return build
 
 
@@ -97,6 +106,7 @@ class Page:
         self.errors: list[str] = []
         self.page.on("pageerror", lambda error: self.errors.append(str(error)))
         self.origin = urlsplit(server.url).netloc
+        assert urlsplit(server.url).hostname == "127.0.0.1"
         # Offline, as this machine is: a request to any other host is recorded and refused.
         self.page.route("**/*", self._route)
 
@@ -118,34 +128,43 @@ class Page:
         self.page.get_by_text(expected, exact=False).first.wait_for(state="visible")
 
     def foreign(self) -> list[str]:
-        """Requests to other hosts, but for the GeoJSON schema the queryables name (the Filter extension's
-        convention: ``"$ref": "https://geojson.org/schema/Geometry.json"``), which the search form tries."""
+        """Requests to any other host (a basemap's tiles, a schema the queryables would name)."""
         return [
             url
             for url in self.requests
-            if urlsplit(url).scheme in ("http", "https")
-            and urlsplit(url).netloc != self.origin
-            and url != "https://geojson.org/schema/Geometry.json"
+            if urlsplit(url).scheme in ("http", "https") and urlsplit(url).netloc != self.origin
         ]
+
+    def screenshot(self, name: str) -> None:
+        """Keep what the page showed as a test artifact (``test-artifacts/browser/<name>.png``)."""
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
 def test_each_ref_renders_its_own_catalog_collection_and_items(server: FloeServer, browser: object) -> None:
     page = Page(browser, server)
     page.open(f"{server.url}/refs/v1/browser/")
     page.text("Scenes of the browser test")  # the catalog page lists the stored collection
+    page.screenshot("catalog-v1")
     page.open(f"{server.url}/refs/v1/browser/#/collections/scenes")
     page.text("scene-one")
+    page.screenshot("collection-v1")
     page.open(f"{server.url}/refs/v1/browser/#/collections/scenes/items/scene-one")
-    page.text("scene-one")
+    page.page.locator("h1", has_text="scene-one").wait_for(state="visible")  # the item's id as the page title
     platform = page.page.locator('div.label[title="platform"] + div.value')
     platform.wait_for(state="visible")
     assert platform.inner_text().strip() == "one", "the item's properties are not shown"
+    assets = page.page.locator("section.assets .card.asset .title")
+    assert sorted(assets.all_inner_texts()) == ["MTD", "data"], "the item's asset list is not shown"
+    page.screenshot("item-v1")
     # dev holds an item v1 does not; the default mount shows main (= v1 here).
     page.open(f"{server.url}/refs/dev/browser/#/collections/scenes")
     page.text("scene-on-dev")
     page.open(f"{server.url}/browser/#/search")
     page.page.get_by_role("button", name="Submit").wait_for(state="visible")  # the search form, offline
-    assert page.foreign() == [], f"requests left the server: {page.foreign()[:5]}"
+    page.screenshot("search-main")
+    assert len(page.requests) > 20, f"only {len(page.requests)} requests: did the pages load?"
+    assert page.foreign() == [], f"{len(page.foreign())} of {len(page.requests)} requests left 127.0.0.1"
     assert not page.errors, page.errors
 
 

@@ -10,6 +10,8 @@ wheels, no download) must read exactly the rows each ref holds.
 from __future__ import annotations
 
 import importlib
+import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from typer.testing import CliRunner
 from ingest import Repository, Settings
 from ingest.api._iceberg import ENDPOINTS
 from ingest.cli import app
+from ingest.export import export_ndjson
 from tests.api._servers import FloeServer
 from tests.conftest import make_item
 
@@ -41,6 +44,13 @@ class Catalog:
     def ids(self, ref: str) -> list[str]:
         """What floe's own reader holds at ``ref`` (the expected answer)."""
         return sorted(item["id"] for item in self.repository().view(ref).items())
+
+    def exported(self, ref: str) -> list[tuple[str, str, str | None]]:
+        """(collection, id, platform) of every item `floe export` writes at ``ref``, sorted."""
+        stream = io.StringIO()
+        export_ndjson(self.repository().view(ref), stream)
+        items = [json.loads(line) for line in stream.getvalue().splitlines()]
+        return sorted((item["collection"], item["id"], item["properties"].get("platform")) for item in items)
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +99,9 @@ def test_pyiceberg_reads_the_table_at_every_ref(catalog: Catalog) -> None:
         table = rest.load_table("floe.items")
         repository = catalog.repository()
         assert table.metadata_location == repository.metadata_location_of(repository.resolve(ref))
-        rows = table.scan(selected_fields=("id", "collection")).to_arrow()
-        assert sorted(rows.column("id").to_pylist()) == catalog.ids(ref), ref
+        rows = table.scan(selected_fields=("id", "collection", "platform")).to_arrow()
+        read = zip(*(rows.column(name).to_pylist() for name in ("collection", "id", "platform")), strict=True)
+        assert sorted(read) == catalog.exported(ref), f"the catalog's {ref} is not what floe export gives"
         # DuckDB on the Arrow PyIceberg returns, as a data engineer would use both.
         counts = duckdb.sql("SELECT collection, count(*) FROM rows GROUP BY collection ORDER BY 1").fetchall()
         expected = sorted({(item["collection"]) for item in repository.view(ref).items()})

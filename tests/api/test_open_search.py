@@ -17,7 +17,7 @@ import pytest
 import xarray as xr
 
 import ingest
-from ingest import Repository
+from ingest import Repository, Settings
 from ingest.repository._series import PiecesArray
 from ingest.stac import read_arrays_asset
 from tests.conftest import make_item, stage_raster
@@ -134,3 +134,35 @@ def test_pieces_array_fills_what_no_piece_covers(archive: Repository) -> None:
     height, width = dropped.window[2:]
     assert (values[:, :height, :width] == 7).all()
     np.testing.assert_array_equal(values[:, height:, :], pixels("corner-a")[:, height:, :])
+
+
+@pytest.mark.slow
+def test_a_search_over_the_demo_archive_reads_back_the_source_rasters(tmp_path, ray_cluster) -> None:
+    """The sample archive (three collections, three CRSs, uint16 / float32 with nodata / uint8), ingested by Ray
+    actors: every time step of every grid equals its granule's GeoTIFF as rioxarray reads it."""
+    from ingest.pipeline import ingest_with_ray
+    from ingest.rasters import read_granule
+    from ingest.sample import make_archive
+
+    archive = tmp_path / "archive"
+    make_archive(archive, granules=6, seed=4)
+    repository = Repository.create(tmp_path / "repo", Settings())
+    report = ingest_with_ray(repository, [archive], workers=1)
+    assert report.rows_added == 6 and not report.rejected
+    repository.tag("v1")
+
+    tree = ingest.open_search(repository, "v1", sortby="datetime")
+    compared = []
+    for node in tree.children.values():
+        dataset = node.to_dataset()
+        for position, item_id in enumerate(dataset["item"].values.tolist()):
+            (source,) = archive.rglob(f"{item_id}.tif")
+            expected = read_granule(source)["data"]
+            found = dataset["data"].isel(time=position)
+            assert found.dtype == expected.dtype and found.shape == expected.shape, item_id
+            np.testing.assert_array_equal(found.values, expected.values, err_msg=item_id)
+            np.testing.assert_allclose(found["x"].values, expected["x"].values)
+            np.testing.assert_allclose(found["y"].values, expected["y"].values)
+            compared.append(item_id)
+    assert len(compared) == 6 and len(set(compared)) == 6
+    assert len(tree.children) >= 3, "three collections in three CRSs cannot share a grid"
