@@ -37,6 +37,7 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.types import Receive, Scope, Send
 
@@ -224,7 +225,8 @@ class BrowserMount:
         root = scope.get("root_path", "")
         path = scope["path"]
         relative = path[len(root) :] if root and path.startswith(root) else path
-        response = self._answer(scope, root, relative)
+        # A mount's config.js lists the repository's refs: blocking I/O, off the event loop.
+        response = await run_in_threadpool(self._answer, scope, root, relative)
         await response(scope, receive, send)
 
     def _answer(self, scope: Scope, root: str, relative: str) -> Response:

@@ -26,10 +26,12 @@ segment each).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
 import orjson
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -71,11 +73,13 @@ class IcebergCatalog:
         self.resolve = resolve
         """ref or None -> snapshot id (the search engine's, which caches tags and snapshot ids)."""
         self._metadata: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         try:
-            response = self._answer(request)
+            # Resolving refs and reading metadata.json is blocking I/O (local disk or an object store).
+            response = await run_in_threadpool(self._answer, request)
         except CatalogError as error:
             response = _error(error.status, error.kind, error.message)
         except FloeError as error:
@@ -158,14 +162,16 @@ class IcebergCatalog:
         return Response(body, media_type="application/json", headers={"ETag": etag, "Floe-Snapshot": snapshot_id})
 
     def _metadata_json(self, location: str) -> bytes:
-        cached = self._metadata.get(location)
+        with self._lock:
+            cached = self._metadata.get(location)
         if cached is None:
             with self.repository.io.new_input(location).open() as stream:
                 cached = orjson.dumps(orjson.loads(stream.read()))  # checked, and compact
+        with self._lock:
             self._metadata[location] = cached
+            self._metadata.move_to_end(location)
             while len(self._metadata) > _CACHED_METADATA:
                 self._metadata.popitem(last=False)
-        self._metadata.move_to_end(location)
         return cached
 
 
