@@ -26,7 +26,7 @@ from ingest.api._iceberg import ENDPOINTS
 from ingest.cli import app
 from ingest.export import export_ndjson
 from tests.api._servers import FloeServer
-from tests.conftest import make_item
+from tests.conftest import MotoServer, make_item
 
 REFS = ("v1", "main", "dev")
 
@@ -190,3 +190,34 @@ def test_unknown_names_answer_the_protocols_errors(catalog: Catalog) -> None:
     for path, kind in cases.items():
         answer = catalog.http.get(path)
         assert answer.status_code == 404 and answer.json()["error"]["type"] == kind, (path, answer.text)
+
+
+@pytest.mark.s3
+def test_a_repository_on_s3_is_read_with_the_clients_own_credentials(
+    moto_server: MotoServer, s3_root: str, s3_settings: Settings, tmp_path: Path
+) -> None:
+    """The catalog hands out the endpoint and region of an S3 repository, never its credentials: PyIceberg reads
+    the table with keys of its own."""
+    repository = Repository.create(s3_root, s3_settings)
+    writer = repository.writer()
+    for item_id in ("s3-a", "s3-b"):
+        writer.add_item(make_item(item_id, "one"))
+    writer.commit("two items on S3")
+    repository.tag("v1")
+    env = {f"FLOE_S3__{key.upper()}": str(value) for key, value in s3_settings.s3.model_dump().items() if value}
+    server = FloeServer(s3_root, env=env, log_dir=tmp_path)
+    try:
+        answer = httpx.get(f"{server.url}/iceberg/v1/v1/namespaces/floe/tables/items").json()
+        assert answer["metadata-location"].startswith(s3_root.rstrip("/") + "/")
+        assert answer["config"] == {
+            "s3.endpoint": moto_server.endpoint,
+            "s3.region": "us-east-1",
+            "s3.force-virtual-addressing": "false",
+        }
+        assert "testing" not in json.dumps(answer["config"]), "the catalog handed out credentials"
+        uri = f"{server.url}/iceberg"
+        keys = {"s3.access-key-id": "testing", "s3.secret-access-key": "testing"}
+        table = load_catalog("s3-v1", type="rest", uri=uri, warehouse="v1", **keys).load_table("floe.items")
+        assert sorted(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()) == ["s3-a", "s3-b"]
+    finally:
+        server.stop()
