@@ -47,7 +47,7 @@ from stac_fastapi.types.search import APIRequest
 from stac_fastapi.types.stac import LandingPage
 from starlette.responses import Response
 
-from ingest.api._browser import BrowserMount
+from ingest.api._browser import BrowserMount, browser_home, installed_build
 from ingest.api._errors import add_floe_exception_handlers
 from ingest.api._fields import apply_fields, requested_fields
 from ingest.api._iceberg import IcebergCatalog
@@ -184,6 +184,10 @@ class FloeClient(BaseCoreClient):
         if not any(link.get("rel") == queryables for link in page["links"]):
             # The framework adds this link only for its own FilterExtension class, by name.
             page["links"].append({"rel": queryables, "type": "application/schema+json", "href": f"{base}/queryables"})
+        if installed_build(browser_home(self.engine.repository.settings)) is not None:
+            page["links"].append(
+                {"rel": "alternate", "type": "text/html", "title": "STAC Browser", "href": f"{base}/browser/"}
+            )
         for collection_id in self.engine.collections(_snapshot(request)):
             page["links"].append(
                 {

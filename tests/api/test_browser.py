@@ -198,6 +198,9 @@ def test_each_mount_gets_its_own_config(server: FloeServer) -> None:
             # The catalog URL is the API root's own self link.
             landing = http.get(root).json()
             assert next(link["href"] for link in landing["links"] if link["rel"] == "self") == options["catalogUrl"]
+            # The API root links to its browser.
+            page = [link["href"] for link in landing["links"] if link["rel"] == "alternate"]
+            assert page == [f"{server.url}{mount}"]
             assert options["floeBasemaps"] == [] and options["historyMode"] == "hash"
         assert http.get("/browser").status_code == 308
         assert http.get("/refs/v1/browser/../../etc/passwd").status_code == 404
@@ -213,6 +216,8 @@ def test_without_a_build_the_page_says_how_to_install_it_and_the_api_works(
             answer = http.get("/refs/v1/browser/")
             assert answer.status_code == 404 and "floe browser install" in answer.text
             assert http.get("/refs/v1/collections/scenes/items").json()["features"][0]["id"] == "scene-one"
+            links = http.get("/refs/v1/").json()["links"]
+            assert not [link for link in links if link["rel"] == "alternate"], "a link to a browser that is not there"
         assert "floe browser install" in served.log.read_text()
     finally:
         served.stop()
