@@ -217,9 +217,13 @@ class BrowserMount:
         self.home = browser_home(repository.settings)
         self.ref_of = resolve_ref
         """The ref a request's mount names (the default branch at ``/browser/``)."""
+        self._build: Path | None = None
 
     def build(self) -> Path | None:
-        return installed_build(self.home)
+        """The build, looked up until one is found (then kept: every page request serves files from it)."""
+        if self._build is None:
+            self._build = installed_build(self.home)
+        return self._build
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         root = scope.get("root_path", "")

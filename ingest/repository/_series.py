@@ -56,14 +56,17 @@ class _Step:
 class PiecesArray(BackendArray):
     """``(time, band, y, x)`` of one asset of many items on one grid, read from their pieces only when indexed."""
 
-    def __init__(self, store: Any, steps: list[AssetPixels], dtype: np.dtype, fill: Any) -> None:
+    def __init__(
+        self, store: Any, steps: list[AssetPixels], dtype: np.dtype, fill: Any, opened: dict[str, Any] | None = None
+    ) -> None:
         bands, height, width = steps[0].shape
         self.store = store
         self.steps = steps
         self.shape = (len(steps), bands, height, width)
         self.dtype = dtype
         self.fill = fill
-        self._opened: dict[str, Any] = {}
+        self._opened: dict[str, Any] = {} if opened is None else opened
+        """Stack arrays opened so far, by path (shared by the variables of one tree)."""
 
     def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.BASIC, self._read)
@@ -95,7 +98,7 @@ class PiecesArray(BackendArray):
             low_col, high_col = max(first_col, at_col), min(last_col, at_col + width)
             if low_row >= high_row or low_col >= high_col:
                 return
-            array = await self._array(f"{piece.stack}/{piece.array}")
+            array = await _open(self.store, f"{piece.stack}/{piece.array}", self._opened)
             values = await array.getitem(
                 (
                     piece.slot,
@@ -114,12 +117,6 @@ class PiecesArray(BackendArray):
         await asyncio.gather(
             *(piece(position, each) for position, step in enumerate(times) for each in self.steps[int(step)].pieces)
         )
-
-    async def _array(self, path: str) -> Any:
-        opened = self._opened.get(path)
-        if opened is None:
-            opened = self._opened[path] = await async_zarr.open_array(store=self.store, path=path, mode="r")
-        return opened
 
 
 def open_items(view: View, items: Iterable[dict[str, Any]], assets: Iterable[str] | None = None) -> xr.DataTree:
@@ -193,7 +190,7 @@ async def _dataset(store: Any, steps: list[_Step], signature: Signature, opened:
         piece = first if key == signature[0][0] else steps[0].pixels[key]
         array = await _open(store, f"{piece.pieces[0].stack}/{piece.pieces[0].array}", opened)
         lazy = PiecesArray(
-            store, [step.pixels[key] for step in steps], np.dtype(array.dtype), array.metadata.fill_value
+            store, [step.pixels[key] for step in steps], np.dtype(array.dtype), array.metadata.fill_value, opened
         )
         band = "band" if same_bands else f"{key}_band"
         variable = xr.Variable(("time", band, "y", "x"), indexing.LazilyIndexedArray(lazy), kept_attributes(array))
