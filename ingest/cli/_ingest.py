@@ -386,10 +386,11 @@ def demo(
         "  floe search --ref v1 --collections sample-dem --limit 3   # matching items as NDJSON\n"
         "  floe serve                        # a STAC API on http://127.0.0.1:8080 (v1 at /refs/v1/)\n"
         f"  floe ingest {archive}   # again: nothing changed, so nothing is committed\n"
-        "  # one granule's pixels at v1, from Python:\n"
-        "  #   from ingest import Repository; import xarray\n"
-        f"  #   view = Repository.open({root!r}).view('v1')\n"
-        "  #   xarray.open_zarr(view.session.store, group='sample-optical/sample-optical-0000', consolidated=False)",
+        "  floe serve, then open http://127.0.0.1:8080/refs/v1/browser/   # STAC Browser (after floe browser install)\n"
+        "  # pixels at v1, from Python (one granule, then a search's granules stacked by grid and time):\n"
+        f"  #   import ingest; view = ingest.Repository.open({root!r}).view('v1')\n"
+        "  #   view.item_arrays('sample-optical', 'sample-optical-0000')\n"
+        f"  #   ingest.open_search({root!r}, 'v1', collections=['sample-optical'])",
         highlight=False,
         soft_wrap=True,
     )
