@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pyiceberg.expressions import In
 
 from ingest.pipeline._report import IngestReport
+from ingest.pipeline._seen import SeenKeys
 from ingest.repository import Repository
 
 Key = tuple[str, str]
@@ -26,8 +27,8 @@ Key = tuple[str, str]
 class SourceScope:
     """What a run's sources hold, as far as pruning needs to know."""
 
-    seen: dict[Key, str] = field(default_factory=dict)
-    """(collection, id) of every item read with a key -> the source it came from."""
+    seen: SeenKeys = field(default_factory=SeenKeys)
+    """(collection, id) of every item read with a key, and the source it came from (outside Python's heap)."""
     collections: set[str] = field(default_factory=set)
     """Collections the sources name (their items' and their collection documents')."""
     refused: set[Key] = field(default_factory=set)
@@ -46,14 +47,15 @@ class SourceScope:
 
     def prune_keys(self, repository: Repository, branch: str) -> list[Key]:
         """The items of the named collections that ``branch`` holds and the sources do not."""
-        collections = self.collections | {collection for collection, _ in (*self.seen, *self.refused)}
+        collections = self.collections | self.seen.collections | {collection for collection, _ in self.refused}
         if not collections:
             return []
         view = repository.view(branch)
         gone: list[Key] = []
         for batch in view.batches(In("collection", sorted(collections)), columns=["collection", "id"]):
-            keys = zip(batch.column("collection").to_pylist(), batch.column("id").to_pylist(), strict=True)
-            gone.extend(key for key in keys if key not in self.seen and key not in self.refused)
+            keys = list(zip(batch.column("collection").to_pylist(), batch.column("id").to_pylist(), strict=True))
+            held = self.seen.contains(keys)
+            gone.extend(key for key, known in zip(keys, held, strict=True) if not known and key not in self.refused)
         return sorted(gone)
 
 

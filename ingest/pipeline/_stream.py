@@ -220,17 +220,25 @@ def _granules(
     *,
     remote: bool,
 ) -> Iterator[Granule]:
-    seen = scope.seen
-    for sourced, outcome in _validated(pending, default_collection):
+    checked = _validated(pending, default_collection)
+    valid = [(sourced, outcome) for sourced, outcome in checked if not isinstance(outcome, InvalidInput)]
+    # The chunk's keys are looked up and added together (see _seen.py).
+    first_seen = iter(
+        scope.seen.add_new(
+            [(str(outcome["collection"]), str(outcome["id"])) for _, outcome in valid],
+            [sourced.source for sourced, _ in valid],
+        )
+    )
+    for sourced, outcome in checked:
         if isinstance(outcome, InvalidInput):
             report.rejected.append(Rejection.of(outcome, sourced.source))
             scope.note_unkeyed(sourced.source, sourced.item, default_collection)
             continue
-        item_id, key = str(outcome["id"]), (str(outcome["collection"]), str(outcome["id"]))
-        if key in seen:
-            report.rejected.append(Rejection(sourced.source, item_id, f"duplicate id (first seen in {seen[key]})"))
+        item_id = str(outcome["id"])
+        earlier = next(first_seen)
+        if earlier is not None:
+            report.rejected.append(Rejection(sourced.source, item_id, f"duplicate id (first seen in {earlier})"))
             continue
-        seen[key] = sourced.source
         if assets is not None and not assets:  # metadata only: no asset to look for
             yield Granule(outcome, sourced.source)
             continue
