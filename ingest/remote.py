@@ -7,12 +7,16 @@ catalogs now; rasters later):
   (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
   ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``AWS_SKIP_SIGNATURE``, ...); floe's
   own :class:`~ingest.config.S3Settings` (``FLOE_S3__*``), where set, win over
-  it. obstore drops the environment's client options (``AWS_ALLOW_HTTP``,
+  it. obstore reads no ``~/.aws`` files, so a profile named by
+  ``AWS_PROFILE`` is read through boto3 (when the environment holds no
+  keys). obstore drops the environment's client options (``AWS_ALLOW_HTTP``,
   ``AWS_PROXY_URL``, timeouts) as soon as any client option is passed
   (pyo3-object_store ``aws/store.rs``: ``from_env()`` then
   ``with_client_options``), so floe reads those itself
   (:func:`_environment_client_options`).
 - ``http(s)://``: plain GETs (``HTTPStore``); there is no listing over HTTP.
+  A URL with a query string (a presigned or SAS URL) is a store of its own,
+  so the query goes with every request.
 - One store per (scheme, bucket or host) for the life of a :class:`Stores`.
 
 Transient failures (connection errors, 5xx, timeouts of reads) are retried by
@@ -210,6 +214,35 @@ class _StaticCredentials:
         }
 
 
+def _aws_profile() -> str | None:
+    """The AWS profile to read keys from: ``AWS_PROFILE`` (or ``AWS_DEFAULT_PROFILE``), when the environment
+    holds no keys of its own (they win, as in every AWS SDK); None otherwise."""
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        return None
+    return os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or None
+
+
+def _profile_credentials(profile: str) -> tuple[Any, str | None]:
+    """A refreshing credential provider for ``profile`` (``~/.aws/credentials``/``config``, or the files
+    ``AWS_SHARED_CREDENTIALS_FILE``/``AWS_CONFIG_FILE`` name), and the profile's region.
+
+    Raises:
+        RemoteError: boto3 is missing, or the profile does not exist or holds no credentials.
+    """
+    url = f"aws profile {profile}"
+    try:
+        import boto3
+        from botocore.exceptions import BotoCoreError
+        from obstore.auth.boto3 import Boto3CredentialProvider
+    except ImportError as error:
+        raise RemoteError(url, f"reading AWS profiles needs boto3 ({error})") from error
+    try:
+        session = boto3.Session(profile_name=profile)
+        return Boto3CredentialProvider(session), session.region_name
+    except (BotoCoreError, ValueError) as error:
+        raise RemoteError(url, f"no usable credentials in it ({error})") from error
+
+
 class Stores:
     """obstore stores, one per (scheme, bucket or host), built on first use.
 
@@ -251,13 +284,26 @@ class Stores:
         if not parsed.netloc:
             what = "bucket" if scheme == "s3" else "host"
             raise RemoteError(url, f"names no {what}")
+        if parsed.query and scheme == "s3":
+            raise RemoteError(url, "an s3:// URL with a query string is not supported (objects are named by key)")
         if parsed.query:
-            raise RemoteError(url, "a URL with a query string is not supported (floe requests objects by path)")
+            # A signed URL (S3 presigned, Azure SAS, a token): the query goes with every request, so the URL is
+            # a store of its own, its one object at the empty path.
+            store = self._stores.get((scheme, url))
+            if store is None:
+                try:
+                    store = self._http_store(scheme, url)
+                except Exception as error:
+                    raise RemoteError(url, f"cannot set up a client for it ({describe(error)})") from error
+                self._stores[(scheme, url)] = store
+            return store, ""
         key = (scheme, parsed.netloc)
         store = self._stores.get(key)
         if store is None:
             try:
                 store = self._s3_store(parsed.netloc) if scheme == "s3" else self._http_store(scheme, parsed.netloc)
+            except RemoteError as error:
+                raise RemoteError(url, f"{error.url}: {error.reason}") from error
             except Exception as error:
                 raise RemoteError(url, f"cannot set up a client for it ({describe(error)})") from error
             self._stores[key] = store
@@ -283,6 +329,11 @@ class Stores:
                 )
         if self.anonymous:
             config["skip_signature"] = True
+        elif credentials is None and (profile := _aws_profile()) is not None:
+            # obstore reads no ~/.aws files: a named profile's keys (and region) come through boto3.
+            credentials, region = _profile_credentials(profile)
+            if region and "region" not in config and not os.environ.get("AWS_REGION"):
+                config["region"] = region
         return S3Store(
             bucket,
             config=config,
@@ -291,11 +342,13 @@ class Stores:
             credential_provider=credentials,
         )
 
-    def _http_store(self, scheme: str, host: str) -> ObjectStore:
+    def _http_store(self, scheme: str, where: str) -> ObjectStore:
+        """A store for a host (``where`` a host and port) or for one signed URL (``where`` the whole URL)."""
         options = self.transport.client_options()
         if scheme == "http":
             options["allow_http"] = True  # the URL asks for plain HTTP itself
-        return HTTPStore(f"{scheme}://{host}/", client_options=options, retry_config=self.transport.retry_config())
+        base = where if "://" in where else f"{scheme}://{where}/"
+        return HTTPStore(base, client_options=options, retry_config=self.transport.retry_config())
 
 
 def is_remote(href: str) -> bool:

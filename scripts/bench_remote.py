@@ -1,7 +1,7 @@
 """Remote sources benchmark (issue 13): a STAC API search and COGs on S3 behind a 20 ms round trip, one run.
 
-Run:  .venv/bin/python scripts/bench_remote.py                       (100,000 items, 40 granules; minutes)
-      .venv/bin/python scripts/bench_remote.py --items 5000 --granules 6   (a smoke run)
+Run:  .venv/bin/python scripts/bench_remote.py                       (100,000 items, 16 scenes; minutes)
+      .venv/bin/python scripts/bench_remote.py --items 5000 --scenes 4 --scene-size 512   (a smoke run)
 
 1. **Ingest from a STAC API.** ``--items`` generated items (scripts/bench_ingest.py's
    generator) are loaded into a floe repository and served by ``floe serve``.
@@ -11,8 +11,9 @@ Run:  .venv/bin/python scripts/bench_remote.py                       (100,000 it
    pages fetched ahead on a thread while batches commit) into a fresh
    repository. Alternating, ``--runs`` each; the median items/s and the ratio
    floe/pystac-client (target: at least 0.8x).
-2. **Remote copy.** ``--granules`` COGs (``ingest.sample.make_archive``) and
-   their items go to a moto S3 server; every request reaches it through a
+2. **Remote copy.** ``--scenes`` scene-sized COGs (3-band uint16,
+   ``--scene-size`` px a side, 512-px deflate tiles) and their items go to a
+   moto S3 server; every request reaches it through a
    proxy on 127.0.0.1 that holds each request ``--delay-ms`` before passing it
    on (a cloud round trip). The baseline reads the objects one after another
    with rioxarray (GDAL ``/vsis3/`` through the proxy) and writes each into an
@@ -21,8 +22,12 @@ Run:  .venv/bin/python scripts/bench_remote.py                       (100,000 it
    the clock). Granules/s and MB/s of pixels, and the ratio (target: at
    least 2x, by overlapping requests).
 
-Not measured: ``--virtual`` for remote rasters (not built: remote rasters are
-copied), and header reads per second (floe reads no header apart from a copy).
+3. **``--virtual``** references the same scenes in place: scenes/s against
+   the remote copy (target: at least 10x at scene size).
+4. **Header reads per second**: ``rasterio.open`` one object after another,
+   against async-tiff opening every header at once (asyncio) and against
+   floe's reference planning (HEAD, GDAL header, tile index), 8 on threads as
+   an actor plans them.
 
 Every server (floe serve, moto, the proxy) listens on 127.0.0.1 and is stopped by its own pid.
 """
@@ -140,80 +145,173 @@ def bench_api(workdir: Path, count: int, page_size: int, runs: int) -> dict[str,
 # -- 2. COGs on S3 behind a round trip ------------------------------------------------------------------------
 
 
-def bench_copy(workdir: Path, granules: int, delay_ms: float, workers: int) -> dict[str, float]:
-    import boto3
+def write_scenes(folder: Path, count: int, size: int) -> list[Path]:
+    """``count`` scene-sized COGs (bench_virtual's: 3-band uint16, band-interleaved, 512-px deflate tiles) and an
+    item beside each, each scene in a one-degree cell of its own (so Ray routes them over every actor)."""
+    import json
+
+    from bench_virtual import granule_item, large_granules
+
+    cogs = large_granules(folder, count, size)
+    for number, cog in enumerate(cogs):
+        item = granule_item(cog, number)
+        west, south = -170.0 + 3 * number, -60.0 + (number % 40) * 3
+        item["bbox"] = [west, south, west + 0.5, south + 0.5]
+        item["geometry"] = {
+            "type": "Polygon",
+            "coordinates": [
+                [[west, south], [west + 0.5, south], [west + 0.5, south + 0.5], [west, south + 0.5], [west, south]]
+            ],
+        }
+        item["assets"]["data"]["href"] = cog.name  # relative: resolved against the item's own URL
+        cog.with_suffix(".json").write_text(json.dumps(item))
+    return cogs
+
+
+class _S3Archive:
+    """Scenes on a moto S3 server, reached through the latency proxy."""
+
+    def __init__(self, workdir: Path, scenes: int, size: int, delay_ms: float) -> None:
+        import boto3
+        import rioxarray
+
+        from ingest.config import S3Settings
+
+        sys.path.insert(0, str(REPO_ROOT))
+        from tests.conftest import MotoServer
+
+        moto = MotoServer()
+        PROCESSES.add(Stoppable("moto", moto.process.pid, popen=moto.process))
+        proxy = start_proxy(moto.port, delay_ms)
+        folder = workdir / "scenes"
+        self.cogs = write_scenes(folder, scenes, size)
+        self.bucket = moto.create_bucket()
+        client = boto3.client(
+            "s3",
+            endpoint_url=moto.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+        for path in sorted(folder.iterdir()):
+            client.upload_file(str(path), self.bucket, f"scenes/{path.name}")
+        self.prefix = f"s3://{self.bucket}/scenes/"
+        self.urls = [self.prefix + path.name for path in self.cogs]
+        self.pixel_bytes = sum(int(rioxarray.open_rasterio(path).nbytes) for path in self.cogs)
+        self.file_bytes = sum(path.stat().st_size for path in self.cogs)
+        self.s3 = S3Settings(
+            endpoint_url=f"http://127.0.0.1:{proxy}",
+            region="us-east-1",
+            access_key_id="testing",
+            secret_access_key="testing",
+            allow_http=True,
+            force_path_style=True,
+        )
+
+
+def bench_rasters(workdir: Path, scenes: int, size: int, delay_ms: float, workers: int) -> dict[str, float]:
+    """Remote copy against rioxarray one object after another, and ``--virtual`` against remote copy."""
     import icechunk
+    import rasterio
     import rioxarray
 
     from ingest import Repository, Settings
-    from ingest.config import S3Settings
     from ingest.pipeline import SourceOptions, ingest_with_ray, start_ray
     from ingest.remote import gdal_options, gdal_path
-    from ingest.sample import make_archive
 
-    sys.path.insert(0, str(REPO_ROOT))
-    from tests.conftest import MotoServer
-
-    moto = MotoServer()
-    PROCESSES.add(Stoppable("moto", moto.process.pid, popen=moto.process))
-    proxy = start_proxy(moto.port, delay_ms)
-    endpoint = f"http://127.0.0.1:{proxy}"
-    archive = workdir / "archive"
-    make_archive(archive, granules=granules, seed=5)
-    bucket = moto.create_bucket()
-    client = boto3.client(
-        "s3",
-        endpoint_url=moto.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    cogs = sorted(archive.rglob("*.tif"))
-    for path in sorted(archive.rglob("*")):
-        if path.is_file():
-            client.upload_file(str(path), bucket, f"archive/{path.relative_to(archive).as_posix()}")
-    pixel_bytes = sum(int(rioxarray.open_rasterio(path).nbytes) for path in cogs)
-    s3 = S3Settings(
-        endpoint_url=endpoint,
-        region="us-east-1",
-        access_key_id="testing",
-        secret_access_key="testing",
-        allow_http=True,
-        force_path_style=True,
-    )
-    urls = [f"s3://{bucket}/archive/{path.relative_to(archive).as_posix()}" for path in cogs]
-
+    archive = _S3Archive(workdir, scenes, size, delay_ms)
     # Baseline: one object after another, rioxarray through the proxy, into Icechunk.
-    import rasterio
-
     repository = icechunk.Repository.create(icechunk.local_filesystem_storage(str(workdir / "baseline")))
     session = repository.writable_session("main")
     started = time.perf_counter()
     # rasterio takes keys only from a session or the environment: the environment, as a user's script would.
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
-    options = {key: value for key, value in gdal_options(s3).items() if "ACCESS_KEY" not in key}
+    options = {key: value for key, value in gdal_options(archive.s3).items() if "ACCESS_KEY" not in key}
     with rasterio.Env(**options):
-        for number, url in enumerate(urls):
+        for number, url in enumerate(archive.urls):
             data = rioxarray.open_rasterio(gdal_path(url)).load()
             data.to_dataset(name="data").to_zarr(session.store, group=f"g{number}", mode="w", consolidated=False)
     session.commit("baseline")
     baseline = time.perf_counter() - started
+    log(f"rioxarray one after another: {baseline:.1f} s")
 
     start_ray(workers)
-    floe = Repository.create(workdir / "floe-copy", Settings(s3=s3))
-    started = time.perf_counter()
-    report = ingest_with_ray(
-        floe, [f"s3://{bucket}/archive/"], workers=workers, options=SourceOptions(remote_assets=True)
-    )
-    ours = time.perf_counter() - started
-    if report.rows_added != granules or report.rejected:
-        raise RuntimeError(f"floe copied {report.rows_added} of {granules} ({report.rejected[:3]})")
+    timings = {}
+    for mode in ("copy", "virtual"):
+        floe = Repository.create(workdir / f"floe-{mode}", Settings(s3=archive.s3))
+        started = time.perf_counter()
+        report = ingest_with_ray(
+            floe,
+            [archive.prefix],
+            workers=workers,
+            virtual=mode == "virtual",
+            options=SourceOptions(remote_assets=True),
+        )
+        timings[mode] = time.perf_counter() - started
+        if report.rows_added != scenes or report.rejected or report.fallbacks:
+            raise RuntimeError(
+                f"floe {mode}: {report.rows_added} of {scenes} ({report.rejected[:2]}, {report.fallbacks[:2]})"
+            )
+        if mode == "virtual" and report.virtual != scenes:
+            raise RuntimeError(f"floe referenced {report.virtual} of {scenes}")
+        log(f"floe {mode}: {timings[mode]:.1f} s")
+    headers = bench_headers(archive, workdir)
     return {
-        "granules": granules,
-        "megabytes": pixel_bytes / 1e6,
+        "scenes": scenes,
+        "megabytes": archive.pixel_bytes / 1e6,
+        "file_megabytes": archive.file_bytes / 1e6,
         "baseline_s": baseline,
-        "floe_s": ours,
+        "copy_s": timings["copy"],
+        "virtual_s": timings["virtual"],
+        **headers,
     }
+
+
+def bench_headers(archive: _S3Archive, workdir: Path, rounds: int = 4) -> dict[str, float]:
+    """Header reads per second: ``rasterio.open`` in a loop, against async-tiff opening every header at once and
+    against floe's reference planning (HEAD, header, tile index; 8 on threads, as an actor does)."""
+    import asyncio as aio
+    from concurrent.futures import ThreadPoolExecutor
+
+    import rasterio
+    from async_tiff import TIFF
+
+    from ingest.rasters import plan_references
+    from ingest.remote import Stores, gdal_options, gdal_path
+
+    urls = archive.urls * rounds
+    options = {key: value for key, value in gdal_options(archive.s3).items() if "ACCESS_KEY" not in key}
+    # Every open reads its header again, as distinct objects would: no block cache, no /vsicurl/ region cache.
+    options.update(VSI_CACHE="FALSE", CPL_VSIL_CURL_NON_CACHED=f"/vsis3/{archive.bucket}/")
+    started = time.perf_counter()
+    with rasterio.Env(**options):
+        for url in urls:
+            with rasterio.open(gdal_path(url)) as dataset:
+                dataset.profile  # noqa: B018 - what a header read is for
+    rasterio_rate = len(urls) / (time.perf_counter() - started)
+
+    stores = Stores(s3=archive.s3)
+    store, _ = stores.locate(archive.urls[0])
+
+    async def open_all() -> None:
+        await aio.gather(*(TIFF.open(url.split("/", 3)[3], store=store) for url in urls))
+
+    started = time.perf_counter()
+    aio.run(open_all())
+    async_rate = len(urls) / (time.perf_counter() - started)
+
+    prefixes = (f"s3://{archive.bucket}/",)
+    env = gdal_options(archive.s3)
+
+    def plan(url: str) -> None:
+        plan_references(None, "bench", {"data": url}, stores=Stores(s3=archive.s3), gdal_env=env, prefixes=prefixes)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(plan, urls))
+    floe_rate = len(urls) / (time.perf_counter() - started)
+    log(f"headers/s: rasterio {rasterio_rate:.1f}, async-tiff {async_rate:.1f}, floe plans {floe_rate:.1f}")
+    return {"headers_rasterio": rasterio_rate, "headers_async_tiff": async_rate, "headers_floe": floe_rate}
 
 
 def main() -> None:
@@ -224,31 +322,52 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--page-size", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--granules", type=int, default=40)
+    parser.add_argument("--scenes", type=int, default=16, help="scene-sized COGs on S3 (part 2)")
+    parser.add_argument("--scene-size", type=int, default=1024, help="pixels a side of each scene (3 bands)")
     parser.add_argument("--delay-ms", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--skip-api", action="store_true", help="part 2 only")
     arguments = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="floe-bench-remote-"))
     os.environ.setdefault("PYTHONPATH", str(REPO_ROOT))
     try:
-        api = bench_api(workdir, arguments.items, arguments.page_size, arguments.runs)
-        copy = bench_copy(workdir, arguments.granules, arguments.delay_ms, arguments.workers)
+        api = None if arguments.skip_api else bench_api(workdir, arguments.items, arguments.page_size, arguments.runs)
+        rasters = bench_rasters(workdir, arguments.scenes, arguments.scene_size, arguments.delay_ms, arguments.workers)
     finally:
         PROCESSES.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"## bench_remote: {arguments.items:,} items, {arguments.granules} granules, {arguments.delay_ms:g} ms\n")
+    size = arguments.scene_size
+    print(
+        f"## bench_remote: {arguments.items:,} items; {arguments.scenes} scenes of 3x{size}x{size} uint16; "
+        f"{arguments.delay_ms:g} ms a request\n"
+    )
     print("| what | floe | baseline | ratio |")
     print("|---|---|---|---|")
+    if api is not None:
+        print(
+            f"| STAC API search -> repository, items/s (page {arguments.page_size}) | {api['floe']:,.0f} "
+            f"| {api['baseline']:,.0f} (pystac-client into a list) | {api['floe'] / api['baseline']:.2f}x |"
+        )
+    scenes, megabytes = rasters["scenes"], rasters["megabytes"]
     print(
-        f"| STAC API search -> repository, items/s (page {arguments.page_size}) | {api['floe']:,.0f} "
-        f"| {api['baseline']:,.0f} (pystac-client into a list) | {api['floe'] / api['baseline']:.2f}x |"
+        f"| remote copy, scenes/s (MB/s of pixels) | {scenes / rasters['copy_s']:.2f} "
+        f"({megabytes / rasters['copy_s']:.1f}) | {scenes / rasters['baseline_s']:.2f} "
+        f"({megabytes / rasters['baseline_s']:.1f}) (rioxarray, one after another, into Icechunk) "
+        f"| {rasters['baseline_s'] / rasters['copy_s']:.2f}x |"
     )
-    granules, megabytes = copy["granules"], copy["megabytes"]
     print(
-        f"| remote copy, granules/s (MB/s of pixels) | {granules / copy['floe_s']:.2f} "
-        f"({megabytes / copy['floe_s']:.1f}) | {granules / copy['baseline_s']:.2f} "
-        f"({megabytes / copy['baseline_s']:.1f}) (rioxarray, one after another) "
-        f"| {copy['baseline_s'] / copy['floe_s']:.2f}x |"
+        f"| --virtual, scenes/s | {scenes / rasters['virtual_s']:.2f} | {scenes / rasters['copy_s']:.2f} "
+        f"(remote copy) | {rasters['copy_s'] / rasters['virtual_s']:.2f}x |"
+    )
+    print(
+        f"| header reads/s: floe's reference plans, 8 threads | {rasters['headers_floe']:.1f} "
+        f"| {rasters['headers_rasterio']:.1f} (rasterio.open in a loop) "
+        f"| {rasters['headers_floe'] / rasters['headers_rasterio']:.2f}x |"
+    )
+    print(
+        f"| header reads/s: async-tiff, all at once | {rasters['headers_async_tiff']:.1f} "
+        f"| {rasters['headers_rasterio']:.1f} (rasterio.open in a loop) "
+        f"| {rasters['headers_async_tiff'] / rasters['headers_rasterio']:.2f}x |"
     )
 
 

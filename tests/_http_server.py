@@ -4,7 +4,8 @@ It serves the files under FOLDER (no listings) the way object stores and
 static web hosts do: ``GET`` and ``HEAD``, one ``Range: bytes=a-b`` (also
 ``a-`` and ``-n``) answered 206 with ``Content-Range`` (416 past the end),
 a strong ``ETag`` and ``Last-Modified`` (``If-None-Match`` answers 304, a
-stale ``If-Match`` 412). Range support is what remote rasters will need.
+stale ``If-Match`` or ``If-Unmodified-Since`` 412; entity tags compare with
+their quotes, as RFC 9110 and nginx do). Range support is what remote rasters will need.
 
 For tests that must see *how* a client reads, a few paths are special:
 
@@ -13,7 +14,9 @@ For tests that must see *how* a client reads, a few paths are special:
   until ``/__release__`` is requested (``/__hold__`` closes the gate again),
   so a test can prove a client used data before the whole body was sent;
 - ``/__stall__/<file>``: accepts the request and never answers (a timeout);
-- ``/__status__/<code>/<file>``: answers ``<code>`` (403, 500, ...) with a short body.
+- ``/__status__/<code>/<file>``: answers ``<code>`` (403, 500, ...) with a short body;
+- ``/__signed__/<file>?sig=<SIGNATURE>``: the file, only when the query carries the signature (403
+  otherwise), as a presigned or SAS URL.
 
 The test fixture starts it as a subprocess, waits until ``/__stats__``
 answers, and stops it with ``os.kill(pid, SIGTERM)``.
@@ -31,13 +34,14 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 PIECE = 64 * 1024
 """Bytes written to the socket at a time (and counted in ``/__stats__`` as they go)."""
 
 DEFAULT_GATE_BYTES = 2 * 1024 * 1024
 STALL_SECONDS = 120.0
+SIGNATURE = "floe-signed"
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -89,6 +93,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
             elif match := re.match(r"^/__status__/(\d{3})/", path):
                 self._small(HTTPStatus(int(match.group(1))), b"forced status\n", "text/plain", head)
+            elif path.startswith("/__signed__/"):
+                # A signed URL: the object is served only with the signature in the query, as S3 presigned
+                # URLs and Azure SAS tokens are.
+                if parse_qs(urlparse(self.path).query).get("sig") != [SIGNATURE]:
+                    self._small(HTTPStatus.FORBIDDEN, b"signature does not match\n", "text/plain", head)
+                else:
+                    self._file(path.removeprefix("/__signed__"), head=head, gated=False)
             elif path.startswith("/__gated__/"):
                 self._file(path.removeprefix("/__gated__"), head=head, gated=True)
             else:
@@ -122,6 +133,10 @@ class _Handler(BaseHTTPRequestHandler):
             "Accept-Ranges": "bytes",
             "Content-Type": "application/octet-stream",
         }
+        unmodified_since = self.headers.get("If-Unmodified-Since")
+        if unmodified_since and int(status.st_mtime) > email.utils.parsedate_to_datetime(unmodified_since).timestamp():
+            self._small(HTTPStatus.PRECONDITION_FAILED, b"modified since\n", "text/plain", head)
+            return
         if self.headers.get("If-None-Match") == etag:
             self.send_response(HTTPStatus.NOT_MODIFIED)
             for name, value in common.items():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from ingest import Repository
 from ingest.cli import EXIT_PROBLEMS, EXIT_REJECTED, app
 from tests.conftest import REAL_ITEMS, load_real_items, make_item
 
@@ -82,7 +83,12 @@ def test_bad_input_exit_status_and_report(floe, tmp_path):
     result = floe("ingest", str(source), "--report", str(report))
     assert result.exit_code == EXIT_REJECTED
     assert f"{source}:2" in result.output and "../up" in result.output
-    rejected = [json.loads(line) for line in report.read_text().splitlines()]
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    rejected = [line for line in lines if line["outcome"] == "rejected"]
+    # The report also names what was committed, and in which snapshot.
+    committed = [line for line in lines if line["outcome"] == "committed"]
+    assert [(line["source"], line["id"]) for line in committed] == [(f"{source}:1", "fine")]
+    assert committed[0]["snapshot"] in {entry.snapshot_id for entry in Repository.open(str(tmp_path / "repo")).log()}
     assert [(r["source"], r["id"]) for r in rejected] == [(f"{source}:2", None), (f"{source}:3", "../up")]
     assert [json.loads(line)["id"] for line in floe("export").stdout.splitlines()] == ["fine"]
 
@@ -148,8 +154,12 @@ def test_virtual_ingest_from_the_cli(floe, tmp_path):
     assert result.exit_code == 0, result.output
     assert "referenced in place" in result.output and "copied instead of referenced" in result.output
     lines = [json.loads(line) for line in report.read_text().splitlines()]
-    assert lines and {line["outcome"] for line in lines} == {"copied"}
-    assert all(line["id"].startswith("sample-optical") for line in lines)
+    copied = [line for line in lines if line["outcome"] == "copied"]
+    assert copied and all(line["id"].startswith("sample-optical") for line in copied)
+    # Every granule was committed, each by an actor on a Ray node the report names.
+    committed = [line for line in lines if line["outcome"] == "committed"]
+    assert len(committed) == 6 and all(line["node"] for line in committed)
+    assert {line["outcome"] for line in lines} == {"copied", "committed"}
 
 
 def test_optimize_dry_run_then_compact_then_nothing_to_do(floe, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -112,7 +112,15 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         str | None, typer.Option("--collection", help="Collection id for items that have none.")
     ] = None,
     report: Annotated[
-        Path | None, typer.Option("--report", help="Write rejected inputs here as JSON lines.", show_default=False)
+        Path | None,
+        typer.Option(
+            "--report",
+            help=(
+                "Write a JSON line here for every granule: committed (with its snapshot and, under Ray, the node "
+                "whose actor wrote it), rejected (with the reason) or copied instead of referenced."
+            ),
+            show_default=False,
+        ),
     ] = None,
     workers: Annotated[
         int,
@@ -148,9 +156,10 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         typer.Option(
             "--remote-assets",
             help=(
-                "Copy raster assets at s3:// and http(s):// URLs too (read with GDAL's /vsis3/ and /vsicurl/, "
-                "8 granules in flight per worker; credentials from AWS_* or FLOE_S3__*). Without it they stay "
-                "metadata: an archive's items can be ingested without moving its pixels."
+                "Copy (or with --virtual, reference) raster assets at s3:// and http(s):// URLs too (read with "
+                "GDAL's /vsis3/ and /vsicurl/, 8 granules in flight per worker; credentials from AWS_*, an "
+                "AWS_PROFILE, or FLOE_S3__*). Without it they stay metadata: an archive's items can be ingested "
+                "without moving its pixels."
             ),
         ),
     ] = False,
@@ -159,9 +168,11 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         typer.Option(
             "--virtual",
             help=(
-                "Reference local COG tiles in place (Icechunk virtual chunks) instead of copying pixels; "
-                "rasters that cannot be referenced (e.g. pixel-interleaved) are copied and listed. "
-                "Reading the arrays then needs the source files, unchanged."
+                "Reference COG tiles in place (Icechunk virtual chunks) instead of copying pixels: local files, "
+                "and with --remote-assets s3:// and http(s):// objects (their references carry the ETag, so a "
+                "changed object is refused on read; `floe check --deep` finds them). Rasters that cannot be "
+                "referenced (e.g. pixel-interleaved, signed URLs) are copied and listed. Reading the arrays then "
+                "needs the sources, unchanged."
             ),
         ),
     ] = False,
@@ -244,7 +255,8 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         except RepositoryNotFound:
             repository = Repository.create(settings=settings_of(ctx))
             stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
-        with _ingest_progress("ingest") as update:
+        landed = report.open("w", encoding="utf-8") if report is not None else nullcontext()
+        with _ingest_progress("ingest") as update, landed as sink:
             if workers == 0:
                 result = ingest_items(
                     repository,
@@ -256,6 +268,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     progress=update,
                     prune=prune,
                     options=options,
+                    report_to=sink,
                 )
             else:
                 result = ingest_with_ray(
@@ -272,6 +285,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     virtual=virtual,
                     prune=prune,
                     options=options,
+                    report_to=sink,
                 )
     for search in options.searches:
         _report_search(search)
@@ -288,7 +302,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     if result.prune_skipped:
         stderr.print(f"[yellow]not pruned[/] {escape(result.prune_skipped)}", highlight=False, soft_wrap=True)
     if report is not None:
-        result.write_report(report)
+        result.write_report(report, append=True)
     stderr.print(_summary(result), highlight=False)
     if result.rejected:
         raise typer.Exit(EXIT_REJECTED)

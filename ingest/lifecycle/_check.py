@@ -3,8 +3,9 @@
 With ``deep``, also: every data file and manifest has the size the table records
 (``file_size_in_bytes``, ``manifest_length``), every piece of every row's
 ``floe:arrays`` asset is a slot of an existing stack array holding that row's
-id, every occupied slot is named by a row, and the local files virtual chunks
-reference exist.
+id, every occupied slot is named by a row, the local files virtual chunks
+reference exist, and the remote objects they reference answer a HEAD with
+the ETag recorded when they were referenced.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 
 from ingest.errors import FloeError
+from ingest.remote import RemoteError, Stores, head, is_remote
 from ingest.repository import Repository, View
 from ingest.stac import ARRAYS_LAYOUT, has_arrays_asset, read_arrays_asset
 
@@ -122,14 +125,72 @@ class _SlotItems:
         return self._read[stack]
 
 
-def _missing_virtual_sources(view: View) -> list[str]:
-    """Problems with local files that virtual chunks of the view's snapshot reference (``--virtual`` ingests)."""
+def _virtual_source_problems(repository: Repository, view: View) -> list[str]:
+    """Problems with the sources virtual chunks of the view's snapshot reference (``--virtual`` ingests).
+
+    A local file must exist. A remote object must answer a HEAD (sent
+    ``REMOTE_HEADS`` at a time) with the ETag (or, without one, the last
+    modification) recorded when it was referenced: Icechunk refuses the
+    chunks of an object that changed, so such an item reads no more.
+    """
     problems = []
+    remote = []
     for location in sorted(set(view.session.all_virtual_chunk_locations())):
         parsed = urlparse(location)
         if parsed.scheme == "file" and not os.path.isfile(unquote(parsed.path)):
             problems.append(f"virtual chunks reference {location}, which does not exist (moved or deleted?)")
+        elif is_remote(location):
+            remote.append(location)
+    if remote:
+        problems.extend(_remote_source_problems(repository, view, remote))
     return problems
+
+
+REMOTE_HEADS = 32
+"""HEAD requests ``check --deep`` keeps in flight for the remote objects virtual chunks reference."""
+
+
+def _remote_source_problems(repository: Repository, view: View, urls: list[str]) -> list[str]:
+    recorded = _recorded_sources(view)
+    stores = Stores(s3=repository.settings.s3 if repository.settings.s3.given() else None)
+    stores.prefetch_heads(urls, concurrency=REMOTE_HEADS)
+    problems = []
+    for url in urls:
+        try:
+            now = head(stores, url)
+        except RemoteError as error:
+            problems.append(f"virtual chunks reference {url}, which cannot be read ({error.reason})")
+            continue
+        known = recorded.get(url)
+        if known is None:
+            continue
+        if known.get("etag") and now.get("etag"):
+            changed = known["etag"] != now["etag"]
+            what = f"ETag {known['etag']} when referenced, {now['etag']} now"
+        else:
+            changed = known.get("last_modified") != now.get("last_modified") or known.get("size") != now.get("size")
+            what = f"modified {known.get('last_modified')} when referenced, {now.get('last_modified')} now"
+        if changed:
+            problems.append(
+                f"virtual chunks reference {url}, which changed after it was referenced ({what}): its chunks are "
+                "refused on read; ingest its item again"
+            )
+    return problems
+
+
+def _recorded_sources(view: View) -> dict[str, dict[str, Any]]:
+    """What each remote source referenced by a row was when referenced (its ``floe:sources`` entry), by URL."""
+    recorded: dict[str, dict[str, Any]] = {}
+    for item in view.items():
+        arrays = read_arrays_asset(item) if has_arrays_asset(item) else None
+        if arrays is None or not arrays.virtual or not arrays.sources:
+            continue
+        assets = item.get("assets") or {}
+        for key, fingerprint in arrays.sources.items():
+            href = (assets.get(key) or {}).get("href")
+            if isinstance(href, str) and is_remote(href) and isinstance(fingerprint, dict):
+                recorded[href] = fingerprint
+    return recorded
 
 
 def check_ref(repository: Repository, ref: str, *, deep: bool = False) -> list[Problem]:
@@ -141,7 +202,7 @@ def check_ref(repository: Repository, ref: str, *, deep: bool = False) -> list[P
             view = View(repository, ref, snapshot_id)
         except FloeError:
             return problems  # an unresolvable ref or pointer: reported by _check_table already
-        problems.extend(Problem(ref, snapshot_id, what) for what in _missing_virtual_sources(view))
+        problems.extend(Problem(ref, snapshot_id, what) for what in _virtual_source_problems(repository, view))
     return problems
 
 

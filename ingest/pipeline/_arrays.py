@@ -24,6 +24,7 @@ from zarr.core.sync import sync
 
 from ingest.rasters import (
     GranulePlan,
+    ReferencePlan,
     name_arrays,
     plan_granule,
     plan_references,
@@ -34,9 +35,12 @@ from ingest.rasters import (
 from ingest.stac import AssetPixels, Piece, parse_datetime
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import xarray as xr
 
     from ingest.config import ArraysSettings
+    from ingest.remote import Stores
     from ingest.repository import Writer
 
 
@@ -105,15 +109,26 @@ def stage_arrays(
 
 
 def stage_references(
-    writer: Writer, item: dict[str, Any], rasters: dict[str, str], settings: ArraysSettings
+    writer: Writer,
+    item: dict[str, Any],
+    rasters: dict[str, str],
+    settings: ArraysSettings,
+    *,
+    stores: Stores | None = None,
+    gdal_env: Mapping[str, str] | None = None,
+    planned: ReferencePlan | None = None,
 ) -> tuple[dict[str, AssetPixels], int]:
-    """Stage references to ``rasters`` (asset key -> local COG) as slices of the fixed stacks of their grids.
+    """Stage references to ``rasters`` (asset key -> COG, local or remote) as slices of the fixed stacks of
+    their grids.
 
-    Returns where each asset's pixels are and the bytes the references stand
-    for. Raises ``NotVirtualizable`` (nothing staged: copy the granule) or
-    ``InvalidRaster``.
+    Remote COGs are reached through ``stores`` and ``gdal_env`` (see
+    :func:`ingest.rasters.plan_references`). Returns where each asset's
+    pixels are and the bytes the references stand for; ``planned`` is the
+    plan :func:`ingest.rasters.plan_references` made for them already (on
+    another thread). Raises ``NotVirtualizable`` (nothing staged: copy the
+    granule) or ``InvalidRaster``.
     """
-    references = plan_references(writer.store, item["collection"], rasters)
+    references = planned or plan_references(writer.store, item["collection"], rasters, stores=stores, gdal_env=gdal_env)
     plan = references.plan
     _take_slots(writer, item, plan, settings)
     try:

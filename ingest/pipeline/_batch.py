@@ -9,9 +9,10 @@ current one is written (GDAL decodes without the GIL).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,7 @@ from ingest.errors import CommitConflict, InvalidItem, InvalidRaster, NotVirtual
 from ingest.pipeline._arrays import stage_arrays, stage_references
 from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
 from ingest.pipeline._report import BatchOutcome, Rejection
+from ingest.rasters import container_prefixes
 from ingest.remote import RemoteError, Stores, gdal_options, is_remote
 from ingest.repository import Repository, Writer
 from ingest.stac import (
@@ -141,6 +143,10 @@ def _plan_steps(writer: Writer, granules: list[Granule], remote: _Remote) -> tup
     return steps, skipped
 
 
+def _read_granule(granule: Granule, remote: _Remote) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    return _read_copy(granule.rasters, remote)
+
+
 def _read_copy(rasters: dict[str, str], remote: _Remote) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """A copy's inputs, read off the writing thread: each raster's fingerprint, then its pixels."""
     from ingest.rasters import read_assets
@@ -161,23 +167,40 @@ def _fingerprints(rasters: dict[str, str], remote: _Remote, *, digest: bool = Tr
     return described
 
 
-class _ReadAhead:
-    """:func:`_read_copy` of the steps that copy rasters, in order, on a second thread, ``READ_AHEAD`` in flight."""
+def _plan_virtual(granule: Granule, remote: _Remote, prefixes: tuple[str, ...]) -> tuple[dict[str, Any], Any]:
+    """A reference's inputs, found off the writing thread: each raster's fingerprint (a remote one's HEAD, whose
+    ETag the references carry), then the plan of its references (header, tile index, probe)."""
+    from ingest.rasters import plan_references
 
-    def __init__(self, pool: ThreadPoolExecutor, steps: list[_Step], remote: _Remote, ahead: int) -> None:
+    sources = _fingerprints(granule.rasters, remote, digest=False)
+    collection = granule.item["collection"]
+    plan = plan_references(
+        None, collection, granule.rasters, stores=remote.stores, gdal_env=remote.gdal_env, prefixes=prefixes
+    )
+    return sources, plan
+
+
+class _ReadAhead:
+    """What the steps that write rasters need, in order, on other threads, ``ahead`` in flight: a copy's
+    fingerprints and pixels (:func:`_read_copy`), or a reference's fingerprints and plan (:func:`_plan_virtual`)."""
+
+    def __init__(
+        self, pool: ThreadPoolExecutor, steps: list[_Step], read: Callable[[Granule], Any], ahead: int
+    ) -> None:
         self._pool = pool
-        self._todo = iter([step.granule.rasters for step in steps if step.write_rasters])
+        self._todo = iter([step.granule for step in steps if step.write_rasters])
         self._pending: deque[Future[Any]] = deque()
-        self._remote = remote
+        self._read = read
         self._ahead = ahead
 
-    def next(self) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-        """The next copy's fingerprints and pixels; raises what reading it raised (InvalidRaster)."""
+    def next(self) -> tuple[dict[str, dict[str, Any]], Any]:
+        """The next step's fingerprints and pixels (or plan); raises what reading it raised (InvalidRaster,
+        NotVirtualizable)."""
         while len(self._pending) <= self._ahead:
-            rasters = next(self._todo, None)
-            if rasters is None:
+            granule = next(self._todo, None)
+            if granule is None:
                 break
-            self._pending.append(self._pool.submit(_read_copy, rasters, self._remote))
+            self._pending.append(self._pool.submit(self._read, granule))
         return self._pending.popleft().result()
 
     def cancel(self) -> None:
@@ -196,6 +219,8 @@ def _commit_batch_once(
     delete: Sequence[tuple[str, str]],
     metadata: Mapping[str, Any] | None,
 ) -> BatchOutcome:
+    if virtual:
+        _allow_remote_references(repository, granules)
     writer = repository.writer(branch)
     for collection, item_id in delete:
         writer.delete_item(collection, item_id)
@@ -206,8 +231,13 @@ def _commit_batch_once(
     # rasters are read REMOTE_READS at a time, so their round trips overlap.
     far = any(is_remote(path) for step in steps for path in step.granule.rasters.values())
     ahead = REMOTE_READS if far else READ_AHEAD
+    if virtual:
+        prefixes = container_prefixes(writer.store)
+        read: Callable[[Granule], Any] = functools.partial(_plan_virtual, remote=remote, prefixes=prefixes)
+    else:
+        read = functools.partial(_read_granule, remote=remote)
     with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="floe-read") as pool:
-        reads = _ReadAhead(pool, [] if virtual else steps, remote, ahead)
+        reads = _ReadAhead(pool, steps, read, ahead)
         try:
             for step in steps:
                 _stage(writer, step, outcome, reads, remote, virtual=virtual)
@@ -216,6 +246,18 @@ def _commit_batch_once(
     if writer.pending_items or writer.pending_deletions or writer.session.has_uncommitted_changes:
         outcome.commit = writer.commit(message, metadata=metadata)
     return outcome
+
+
+def _allow_remote_references(repository: Repository, granules: list[Granule]) -> None:
+    """Containers for the buckets and hosts of the batch's remote rasters, before its writer opens (a writer
+    keeps the config it opened with). Local folders were allowed when the run began."""
+    far = sorted({path for granule in granules for path in granule.rasters.values() if is_remote(path)})
+    if not far:
+        return
+    try:
+        repository.allow_virtual_sources(far)
+    except ValueError as error:  # a URL no container can cover: its granule is copied, and the fallback says why
+        log.warning("cannot reference every remote raster in place: %s", error)
 
 
 def _stage(
@@ -229,15 +271,12 @@ def _stage(
             referenced = False
             settings = writer.repository.settings.arrays
             pixels: dict[str, AssetPixels] | None = None
-            far = [path for path in granule.rasters.values() if is_remote(path)]
-            if virtual and far:
-                reason = f"virtual references to remote rasters are not built yet: {far[0]} is copied"
-                outcome.fallbacks.append(Rejection(granule.source, item["id"], reason))
-            elif virtual:
-                # A reference is stale after any change to its file; only a copy is worth a digest.
-                sources = _fingerprints(granule.rasters, remote, digest=False)
+            if virtual:
+                # A reference is stale after any change to its file; only a copy is worth a digest. A remote
+                # raster's fingerprint is its HEAD, whose ETag its references carry.
                 try:
-                    pixels, nbytes = stage_references(writer, item, granule.rasters, settings)
+                    sources, planned = reads.next()
+                    pixels, nbytes = stage_references(writer, item, granule.rasters, settings, planned=planned)
                     referenced = True
                 except NotVirtualizable as error:
                     log.info("granule %s is copied: %s", item["id"], error.reason)
@@ -255,6 +294,7 @@ def _stage(
         if arrays is not None:
             item = with_arrays_asset(item, arrays)
         writer.add_item(item, source=granule.source, replace=True, validated=True)
+        outcome.landed.append((granule.source, item["collection"], item["id"]))
         outcome.granules += 1
         outcome.replaced += step.previous is not None
     except (InvalidItem, InvalidRaster) as error:

@@ -6,6 +6,7 @@ import gc
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TextIO
 
 from ingest.pipeline._batch import commit_batch
 from ingest.pipeline._compact import AutoCompactor
@@ -39,6 +40,7 @@ def ingest_items(
     progress: ProgressCallback | None = None,
     prune: bool = False,
     options: SourceOptions | None = None,
+    report_to: TextIO | None = None,
 ) -> IngestReport:
     """Ingest every item found in ``sources`` in this process (metadata only), one commit per ``batch_size`` items.
 
@@ -49,12 +51,13 @@ def ingest_items(
     longer hold are deleted in the last commit (see ``_prune.py``).
     ``options`` say how to reach remote sources and what to ask STAC APIs;
     the last commit records the cursors of the searches read to the end.
+    ``report_to`` gets a JSON line per committed item as its batch lands.
     """
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
     raster_bytes = repository.settings.batch_raster_mb << 20
     message = message or "floe ingest"
-    report = IngestReport()
+    report = IngestReport(landed_sink=report_to)
     scope = SourceScope()
     options = options if options is not None else SourceOptions()
     granules = granule_stream(

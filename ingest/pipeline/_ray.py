@@ -14,7 +14,7 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ingest._compat import keep_local_ray_on_loopback
 from ingest.config import Settings
@@ -48,7 +48,11 @@ class GranuleWriter:
         self.branch = branch
 
     def ingest(self, granules: list[Granule], message: str, virtual: bool = False) -> BatchOutcome:
-        return commit_batch(self.repository, self.branch, granules, message, virtual=virtual)
+        import ray
+
+        outcome = commit_batch(self.repository, self.branch, granules, message, virtual=virtual)
+        outcome.node = ray.get_runtime_context().get_node_id()
+        return outcome
 
 
 def start_ray(workers: int, address: str | None = None) -> bool:
@@ -114,6 +118,7 @@ def ingest_with_ray(
     virtual: bool = False,
     prune: bool = False,
     options: SourceOptions | None = None,
+    report_to: TextIO | None = None,
 ) -> IngestReport:
     """Ingest granules (rasters as arrays, items as rows) with ``workers`` Ray actors, one commit per batch.
 
@@ -123,12 +128,14 @@ def ingest_with_ray(
     is committed by the driver once the actors are done, with the deletions
     of the items the sources no longer hold (see ``_prune.py``); so is it
     when ``options`` name STAC API searches, with their cursors.
+    ``report_to`` gets a JSON line per committed granule as its batch lands,
+    naming the Ray node whose actor wrote it.
     """
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size
     raster_bytes = repository.settings.batch_raster_mb << 20
     message = message or "floe ingest"
-    report = IngestReport()
+    report = IngestReport(landed_sink=report_to)
     sources = list(sources)
     if virtual:
         _allow_virtual_sources(repository, sources)
@@ -181,6 +188,9 @@ def ingest_with_ray(
         pool.compactor.finish()
     finally:
         pool.close(shutdown=started)
+    if virtual:
+        # The actors may have added containers (remote buckets and hosts): this object reads them from now on.
+        repository.reload_config()
     return report
 
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import obstore
 import pystac
@@ -86,6 +86,12 @@ class _Target:
     url: str
     listable: bool
 
+    @property
+    def name(self) -> str:
+        """The object's name: its path in the URL (a signed URL's object is requested at the empty path of a
+        store of its own, but is named by its URL's path all the same)."""
+        return unquote(urlparse(self.url).path.lstrip("/")) if urlparse(self.url).query else self.path
+
 
 class RemoteReader:
     """Reads sources named by URL; holds one obstore store per (scheme, bucket or host).
@@ -108,7 +114,7 @@ class RemoteReader:
         except RemoteError as error:
             yield SourcedItem(url, error=InvalidSource(error.reason))
             return
-        if target.path == "" or target.path.endswith("/"):
+        if target.name == "" or target.name.endswith("/"):
             if not target.listable:
                 reason = "names a web folder, which cannot be listed over HTTP: name its files"
                 yield SourcedItem(url, error=InvalidSource(reason))
@@ -160,7 +166,7 @@ class RemoteReader:
             yield from self._read_object(child, named=False)
 
     def _read_object(self, target: _Target, *, named: bool) -> Iterator[SourcedItem]:
-        suffix = PurePosixPath(target.path).suffix.lower()
+        suffix = PurePosixPath(target.name).suffix.lower()
         if suffix in NDJSON_SUFFIXES:
             yield from self._read_ndjson(target)
         elif suffix in PARQUET_SUFFIXES:

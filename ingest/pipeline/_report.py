@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ingest.repository import CommitResult, OptimizeResult
 from ingest.stac import one_line, shorten, shown
@@ -67,6 +67,9 @@ class IngestReport:
     compaction_errors: list[str] = field(default_factory=list)
     prune_skipped: str | None = None
     """Why ``--prune`` deleted nothing although asked to (some input could not be read), or None."""
+    landed_sink: TextIO | None = field(default=None, repr=False)
+    """Where each committed granule is written as it lands (``--report``), as a JSON line: its source, id,
+    snapshot and the Ray node whose actor wrote it. Streamed, so a run of millions keeps no list of them."""
 
     @property
     def pruned(self) -> int:
@@ -81,9 +84,12 @@ class IngestReport:
     def conflicts_retried(self) -> int:
         return sum(commit.attempts - 1 for commit in self.commits)
 
-    def write_report(self, path: Path) -> None:
-        """The rejections (``"outcome": "rejected"``) and virtual fallbacks (``"copied"``) as JSON lines."""
-        with path.open("w", encoding="utf-8") as stream:
+    def write_report(self, path: Path, *, append: bool = False) -> None:
+        """The rejections (``"outcome": "rejected"``) and virtual fallbacks (``"copied"``) as JSON lines.
+
+        With ``append``, after the committed granules :attr:`landed_sink` wrote there.
+        """
+        with path.open("a" if append else "w", encoding="utf-8") as stream:
             for rejection in self.rejected:
                 stream.write(json.dumps({**rejection.to_json(), "outcome": "rejected"}) + "\n")
             for fallback in self.fallbacks:
@@ -107,6 +113,10 @@ class BatchOutcome:
     replans: int = 0
     virtual: int = 0
     fallbacks: list[Rejection] = field(default_factory=list)
+    landed: list[tuple[str, str, str]] = field(default_factory=list)
+    """(source, collection, id) of each granule staged: committed with the batch's commit."""
+    node: str | None = None
+    """The Ray node whose actor committed the batch (None: the driver's own process)."""
 
 
 def record(report: IngestReport, outcome: BatchOutcome) -> None:
@@ -120,3 +130,9 @@ def record(report: IngestReport, outcome: BatchOutcome) -> None:
     report.fallbacks.extend(outcome.fallbacks)
     if outcome.commit is not None:
         report.commits.append(outcome.commit)
+        if report.landed_sink is not None:
+            snapshot, node = outcome.commit.snapshot_id, outcome.node
+            for source, collection, item_id in outcome.landed:
+                line = {"outcome": "committed", "source": source, "collection": collection, "id": item_id}
+                line.update(snapshot=snapshot, **({"node": node} if node is not None else {}))
+                report.landed_sink.write(json.dumps(line) + "\n")

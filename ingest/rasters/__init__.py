@@ -22,6 +22,7 @@ from ingest.rasters._stack import (
 from ingest.rasters._virtual import (
     NotVirtualizable,
     ReferencePlan,
+    container_prefixes,
     plan_references,
     write_references,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "ReferencePlan",
     "Stack",
     "array_name",
+    "container_prefixes",
     "name_arrays",
     "plan_granule",
     "plan_references",

@@ -78,7 +78,7 @@ _CREDENTIALS = frozenset(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SES
 
 class _GivenCredentials(rasterio.session.Session):
     """Credentials handed to GDAL as they are: rasterio refuses them as plain options, and its own AWS session
-    needs boto3, which floe does not."""
+    would look them up again through boto3."""
 
     def __init__(self, options: Mapping[str, str]) -> None:
         self._options = dict(options)

@@ -25,6 +25,19 @@ A virtual array reads the source file every time: moving, deleting or
 changing the file after ingest makes the array unreadable (Icechunk refuses
 a file modified after the reference was written rather than return other
 pixels).
+
+Sources may be remote: a COG at ``s3://`` or ``http(s)://`` is found with one
+HEAD (size and ETag), its header read through GDAL's ``/vsis3/`` or
+``/vsicurl/`` and its tile index through obstore range reads. An S3 object's
+references carry its ETag, so Icechunk sends ``If-Match`` with every chunk
+read and refuses the chunk once the object was overwritten (icechunk
+``virtual_chunks.rs``, ``get_object``: ``if_match``). Icechunk strips the
+ETag's quotes (``strip_quotes``), which S3 accepts and HTTP servers following
+RFC 9110 do not, so an HTTP object's references carry its last modification
+(``If-Unmodified-Since``, whole seconds; ``fetch_part``), as do S3 objects
+without an ETag. The repository needs a container per
+bucket or host (``Repository.allow_virtual_sources``), whose credentials are
+given when it is opened, never stored.
 """
 
 from __future__ import annotations
@@ -48,7 +61,6 @@ import rasterio.errors
 import xarray as xr
 import zarr
 from obspec_utils.registry import ObjectStoreRegistry
-from obstore.store import LocalStore
 from rasterio.windows import Window
 from virtual_tiff import VirtualTIFF
 from virtualizarr.manifests import ChunkManifest, ManifestArray, ManifestGroup, ManifestStore
@@ -64,7 +76,9 @@ from ingest.rasters._copy import (
     _clean_attrs,
     _detail,
     _open_failure,
+    _remote_env,
 )
+from ingest.rasters._place import locate
 from ingest.rasters._slices import write_slot_coordinates
 from ingest.rasters._stack import (
     AssetPlan,
@@ -76,13 +90,20 @@ from ingest.rasters._stack import (
     kind_of,
     stack_digest,
 )
+from ingest.remote import Stores
 from ingest.stac import Piece, check_name
-from ingest.storage import FILE_SCHEME, local_url
 
 if TYPE_CHECKING:
     from zarr.abc.store import Store
 
-__all__ = ["NotVirtualizable", "ReferenceKind", "ReferencePlan", "plan_references", "write_references"]
+__all__ = [
+    "NotVirtualizable",
+    "ReferenceKind",
+    "ReferencePlan",
+    "container_prefixes",
+    "plan_references",
+    "write_references",
+]
 
 log = logging.getLogger(__name__)
 
@@ -105,71 +126,68 @@ class _Source:
     url: str
     #: One ``(band, y, x)`` variable backed by the ManifestArray, with the copy's coordinates and attributes.
     dataset: xr.Dataset
+    #: What the references carry so that Icechunk refuses a changed source (an ETag); None: the writing time.
+    checksum: str | datetime | None = None
 
     @property
     def manifest(self) -> ManifestArray:
         return self.dataset[GRANULE_VARIABLE].variable.data
 
 
-_REGISTRY = ObjectStoreRegistry({FILE_SCHEME: LocalStore()})
-
 #: Layouts (see _layout_signature) whose first tile decoded equal to GDAL's reading in this process.
 _PROBED_LAYOUTS: set[str] = set()
 _PROBED_LAYOUTS_MAX = 256
 
 
-def _plan_source(key: str, path: str | Path, prefixes: tuple[str, ...]) -> _Source:
+def _plan_source(
+    key: str, path: str | Path, prefixes: tuple[str, ...], stores: Stores | None, gdal_env: Mapping[str, str]
+) -> _Source:
     source = os.fspath(path)
-    if "://" in source and not source.startswith(FILE_SCHEME):
-        raise NotVirtualizable(f"granule {source} is not a local file: only local files are referenced", path=source)
-    try:
-        url = local_url(source)
-    except ValueError as exc:
-        raise NotVirtualizable(f"granule {source} cannot be referenced: {exc}", path=source) from exc
-    local_path = url[len(FILE_SCHEME) :]
-    if not Path(local_path).is_file():
-        raise InvalidRaster(_open_failure(local_path, FileNotFoundError(local_path)), path=source)
+    place = locate(source, stores)
+    url = place.url
     if not any(url.startswith(prefix) for prefix in prefixes):
         raise NotVirtualizable(
             f"granule {source} cannot be referenced: the repository has no virtual chunk container for {url} "
             "(call Repository.allow_virtual_sources before opening the writer)",
             path=source,
         )
-    try:
-        dataset = rasterio.open(local_path, driver="GTiff")
-    except (rasterio.errors.RasterioError, OSError, ValueError) as exc:
-        raise InvalidRaster(_open_failure(source, exc), path=source) from exc
-    with dataset:
-        coords, attrs = _georeferencing(source, dataset)
-        shape = (dataset.count, dataset.height, dataset.width)
-        dtype = np.dtype(dataset.dtypes[0])
-        structure = dataset.tags(ns="IMAGE_STRUCTURE")
-        compression = structure.get("COMPRESSION", "NONE")
-        if dataset.count > 1 and structure.get("INTERLEAVE", "").upper() == _CHUNKY:
-            raise NotVirtualizable(
-                f"granule {source} is pixel-interleaved ({dataset.count} bands, {compression}): "
-                "the installed zarr cannot decode interleaved samples from virtual references",
-                path=source,
-            )
+    with _remote_env(gdal_env):
         try:
-            parsed = VirtualTIFF(ifd=FULL_RESOLUTION_IFD)(url, _REGISTRY)
-            manifest = _with_band_axis(tiff_image(parsed, FULL_RESOLUTION_IFD))
-        except Exception as exc:
-            raise NotVirtualizable(
-                f"granule {source} cannot be referenced: virtual-tiff cannot express its layout "
-                f"({compression}; {type(exc).__name__}: {exc})",
-                path=source,
-            ) from exc
-        if manifest.shape != shape or np.dtype(manifest.dtype) != dtype:
-            raise NotVirtualizable(
-                f"granule {source} cannot be referenced: its first TIFF image is {manifest.dtype} {manifest.shape}, "
-                f"GDAL reads {dtype} {shape}",
-                path=source,
-            )
-        _check_extent(source, local_path, manifest)
-        _probe(source, manifest, dataset)
+            dataset = rasterio.open(place.gdal_path, driver="GTiff")
+        except (rasterio.errors.RasterioError, OSError, ValueError) as exc:
+            raise InvalidRaster(_open_failure(source, exc), path=source) from exc
+        with dataset:
+            coords, attrs = _georeferencing(source, dataset)
+            shape = (dataset.count, dataset.height, dataset.width)
+            dtype = np.dtype(dataset.dtypes[0])
+            structure = dataset.tags(ns="IMAGE_STRUCTURE")
+            compression = structure.get("COMPRESSION", "NONE")
+            if dataset.count > 1 and structure.get("INTERLEAVE", "").upper() == _CHUNKY:
+                raise NotVirtualizable(
+                    f"granule {source} is pixel-interleaved ({dataset.count} bands, {compression}): "
+                    "the installed zarr cannot decode interleaved samples from virtual references",
+                    path=source,
+                )
+            try:
+                parsed = VirtualTIFF(ifd=FULL_RESOLUTION_IFD)(url, place.registry)
+                manifest = _with_band_axis(tiff_image(parsed, FULL_RESOLUTION_IFD))
+            except Exception as exc:
+                raise NotVirtualizable(
+                    f"granule {source} cannot be referenced: virtual-tiff cannot express its layout "
+                    f"({compression}; {type(exc).__name__}: {exc})",
+                    path=source,
+                ) from exc
+            if manifest.shape != shape or np.dtype(manifest.dtype) != dtype:
+                raise NotVirtualizable(
+                    f"granule {source} cannot be referenced: its first TIFF image is {manifest.dtype} "
+                    f"{manifest.shape}, GDAL reads {dtype} {shape}",
+                    path=source,
+                )
+            _check_extent(source, place.size, manifest)
+            _probe(source, manifest, dataset, place.registry)
     pixels = xr.Variable(("band", "y", "x"), manifest, attrs=attrs)
-    return _Source(key=key, path=source, url=url, dataset=xr.Dataset({GRANULE_VARIABLE: pixels}, coords=coords))
+    dataset_ = xr.Dataset({GRANULE_VARIABLE: pixels}, coords=coords)
+    return _Source(key=key, path=source, url=url, dataset=dataset_, checksum=place.checksum)
 
 
 def _georeferencing(source: str, dataset: rasterio.DatasetReader) -> tuple[dict[str, xr.Variable], dict[str, Any]]:
@@ -238,11 +256,10 @@ def _with_band_axis(manifest: ManifestArray) -> ManifestArray:
     return ManifestArray(metadata=metadata, chunkmanifest=chunks)
 
 
-def _check_extent(source: str, local_path: str, manifest: ManifestArray) -> None:
-    """A truncated file would only fail when read: refuse references past its end now."""
+def _check_extent(source: str, size: int, manifest: ManifestArray) -> None:
+    """A truncated file would only fail when read: refuse references past its end (``size`` bytes) now."""
     _, offsets, lengths = manifest_entries(manifest.manifest)
     ends = offsets.astype(np.uint64) + lengths.astype(np.uint64)
-    size = os.path.getsize(local_path)
     if ends.size and int(ends.max()) > size:
         raise InvalidRaster(
             f"granule {source} is truncated: its tiles reach byte {int(ends.max())} of a {size}-byte file",
@@ -257,7 +274,9 @@ def _layout_signature(manifest: ManifestArray) -> str:
     return json.dumps(decoding, sort_keys=True, default=str)
 
 
-def _probe(source: str, manifest: ManifestArray, dataset: rasterio.DatasetReader) -> None:
+def _probe(
+    source: str, manifest: ManifestArray, dataset: rasterio.DatasetReader, registry: ObjectStoreRegistry
+) -> None:
     """Decode the first tile through the references and compare it with GDAL's reading of the same pixels.
 
     Once a layout has decoded equal in this process, granules of the same
@@ -271,7 +290,7 @@ def _probe(source: str, manifest: ManifestArray, dataset: rasterio.DatasetReader
     chunk_bands, tile_height, tile_width = manifest.metadata.chunks
     rows, cols = min(tile_height, height), min(tile_width, width)
     try:
-        store = ManifestStore(registry=_REGISTRY, group=ManifestGroup(arrays={"probe": manifest}))
+        store = ManifestStore(registry=registry, group=ManifestGroup(arrays={"probe": manifest}))
         decoded = np.asarray(zarr.open_array(store, path="probe", mode="r")[:chunk_bands, :rows, :cols])
     except Exception as exc:
         raise NotVirtualizable(
@@ -341,10 +360,28 @@ class ReferencePlan:
         return sum(int(source.manifest.size) * source.manifest.dtype.itemsize for source in self.sources.values())
 
 
-def plan_references(store: Store, collection: str, assets: Mapping[str, str | Path]) -> ReferencePlan:
+def container_prefixes(store: Store) -> tuple[str, ...]:
+    """The URL prefixes of the virtual chunk containers of the repository ``store`` (an Icechunk store) writes."""
+    config = getattr(getattr(store, "session", None), "config", None)
+    return tuple((getattr(config, "virtual_chunk_containers", None) or {}).keys())
+
+
+def plan_references(
+    store: Store | None,
+    collection: str,
+    assets: Mapping[str, str | Path],
+    *,
+    stores: Stores | None = None,
+    gdal_env: Mapping[str, str] | None = None,
+    prefixes: tuple[str, ...] | None = None,
+) -> ReferencePlan:
     """Check that every asset can be referenced from ``store`` and place each in its grid's fixed stack.
 
-    Writes nothing. Raises ``NotVirtualizable`` (copy the granule instead),
+    Assets are local COGs or ``s3://`` / ``http(s)://`` ones, reached through
+    ``stores`` (obstore: HEAD and tile index) and ``gdal_env`` (GDAL: the
+    header and the probe tile). ``prefixes`` are the repository's container
+    prefixes (default: those of ``store``'s session); given, ``store`` is not
+    used, so plans can be made on other threads. Writes nothing. Raises ``NotVirtualizable`` (copy the granule instead),
     ``InvalidRaster`` (copying would fail too) or ``ValueError`` (no assets,
     or a ``collection`` that is not a safe path segment).
     """
@@ -353,9 +390,9 @@ def plan_references(store: Store, collection: str, assets: Mapping[str, str | Pa
         raise ValueError(f"a granule of {collection} has no assets to reference")
     for key in assets:
         _check_asset_key(key)
-    config = getattr(getattr(store, "session", None), "config", None)
-    prefixes = tuple((getattr(config, "virtual_chunk_containers", None) or {}).keys())
-    sources = {key: _plan_source(key, path, prefixes) for key, path in assets.items()}
+    if prefixes is None:
+        prefixes = container_prefixes(store) if store is not None else ()
+    sources = {key: _plan_source(key, path, prefixes, stores, gdal_env or {}) for key, path in assets.items()}
     stacks: dict[str, Stack] = {}
     kinds: dict[str, list[Kind]] = {}
     planned = []
@@ -395,7 +432,8 @@ async def write_references(store: Store, references: ReferencePlan, *, item_id: 
     """
     plan = references.plan
     await write_slot_coordinates(store, plan, item_id=item_id, datetime_us=datetime_us)
-    # Icechunk refuses to read a referenced file modified after this moment (it keeps whole seconds: a margin).
+    # Icechunk refuses to read a referenced local file modified after this moment (it keeps whole seconds: a
+    # margin); a remote object's references carry its ETag instead.
     last_updated_at = datetime.now(UTC) + timedelta(seconds=1)
     count = 0
     for asset in plan.assets:
@@ -411,7 +449,7 @@ async def write_references(store: Store, references: ReferencePlan, *, item_id: 
             lengths=lengths.flatten(),
             arr_offset=(piece.slot, 0, 0, 0),
             validate_containers=True,
-            checksum=last_updated_at,
+            checksum=source.checksum if source.checksum is not None else last_updated_at,
         )
         if failed:
             raise NotVirtualizable(

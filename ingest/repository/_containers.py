@@ -1,34 +1,68 @@
-"""Virtual chunk containers: which local files a repository may reference instead of copying.
+"""Virtual chunk containers: which files and objects a repository may reference instead of copying.
 
 Icechunk reads a virtual chunk only through a *virtual chunk container* of
 the repository's config whose URL prefix covers the chunk's location, and
-only when whoever opens the repository authorizes that container. floe
-references local files (``file:///...``) and gives each top-level directory
-its own container (``file:///data/``): Icechunk refuses a container for the
-bare root ``file:///``, and one container per source folder would make the
-config grow with every archive.
+only when whoever opens the repository authorizes that container. floe gives
+each place its own container:
 
-floe authorizes the local-file containers recorded in a repository's config
-whenever it opens it: floe adds them itself (:meth:`Repository.allow_virtual_sources`),
-and a reader needs them to read the arrays at all.
+- a local file's top-level directory (``file:///data/``): Icechunk refuses a
+  container for the bare root ``file:///``, and one container per source
+  folder would make the config grow with every archive;
+- an S3 bucket (``s3://bucket/``), with the endpoint, region and addressing
+  style that reach it (from floe's ``s3`` settings, else the ``AWS_*``
+  environment), never its credentials;
+- an HTTP host (``https://host:port/``).
+
+floe authorizes every container recorded in a repository's config whenever
+it opens it (:func:`container_access`): local files and HTTP hosts need no
+credentials; S3 buckets get floe's own keys where its settings hold them,
+unsigned requests when they say ``anonymous``, and otherwise whatever the AWS
+SDK finds (environment, profiles). Credentials are given at open, never
+written into the config.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import icechunk
 from icechunk.credentials import AnyCredential
 
-from ingest.storage import FILE_SCHEME
+from ingest.remote import is_remote
+from ingest.storage import FILE_SCHEME, Location, local_url
 
-__all__ = ["container_prefix", "local_access", "missing_prefixes", "with_containers"]
+if TYPE_CHECKING:
+    from ingest.config import S3Settings
+
+__all__ = [
+    "allow_sources",
+    "container_access",
+    "container_prefix",
+    "missing_prefixes",
+    "with_containers",
+    "with_stored_config",
+]
+
+_REMOTE = ("s3", "http", "https")
 
 
 def container_prefix(url: str) -> str:
-    """The container covering a ``file://`` URL: its top-level directory, e.g. ``file:///data/``."""
-    path = urlparse(url).path
+    """The container covering ``url``: ``file:///data/``, ``s3://bucket/`` or ``https://host:port/``.
+
+    Raises ValueError for a local file not below a top-level directory, a
+    URL without bucket or host, or another scheme.
+    """
+    parsed = urlparse(url)
+    if parsed.scheme in _REMOTE:
+        if not parsed.netloc:
+            raise ValueError(f"{url} names no {'bucket' if parsed.scheme == 's3' else 'host'}")
+        return f"{parsed.scheme}://{parsed.netloc}/"
+    if parsed.scheme != "file":
+        raise ValueError(f"{url}: floe references file://, s3:// and http(s):// sources only")
+    path = parsed.path
     top = path.strip("/").split("/", 1)[0]
     if not top or path.rstrip("/") == "/" + top:
         raise ValueError(f"{url} is not a file below a top-level directory")
@@ -40,12 +74,30 @@ def _prefixes(config: icechunk.RepositoryConfig | None) -> set[str]:
     return set(containers)
 
 
-def local_access(config: icechunk.RepositoryConfig | None) -> dict[str, AnyCredential | None] | None:
-    """Authorizations for every local-file container in ``config`` (None when it has none)."""
-    prefixes = sorted(prefix for prefix in _prefixes(config) if prefix.startswith(FILE_SCHEME))
-    if not prefixes:
-        return None
-    return {prefix: icechunk.credentials.LocalFileSystemAccess for prefix in prefixes}
+def _s3_credentials(s3: S3Settings | None) -> Any:
+    if s3 is not None and s3.anonymous:
+        return icechunk.s3_anonymous_credentials()
+    if s3 is not None and s3.access_key_id and s3.secret_access_key:
+        return icechunk.s3_static_credentials(
+            access_key_id=s3.access_key_id, secret_access_key=s3.secret_access_key, session_token=s3.session_token
+        )
+    return icechunk.s3_from_env_credentials()
+
+
+def container_access(
+    config: icechunk.RepositoryConfig | None, s3: S3Settings | None = None
+) -> dict[str, AnyCredential | None] | None:
+    """Authorizations for every container in ``config`` (None when it has none); ``s3`` as in :class:`Stores`."""
+    access: dict[str, Any] = {}
+    for prefix in sorted(_prefixes(config)):
+        scheme = urlparse(prefix).scheme
+        if scheme == "file":
+            access[prefix] = icechunk.credentials.LocalFileSystemAccess
+        elif scheme in ("http", "https"):
+            access[prefix] = icechunk.credentials.HttpAccess
+        elif scheme == "s3":
+            access[prefix] = _s3_credentials(s3)
+    return icechunk.containers_credentials(access) if access else None
 
 
 def missing_prefixes(config: icechunk.RepositoryConfig | None, urls: Iterable[str]) -> list[str]:
@@ -55,11 +107,65 @@ def missing_prefixes(config: icechunk.RepositoryConfig | None, urls: Iterable[st
     return sorted(prefix for prefix in needed if not any(prefix.startswith(k) for k in known))
 
 
-def with_containers(config: icechunk.RepositoryConfig | None, prefixes: Iterable[str]) -> icechunk.RepositoryConfig:
-    """``config`` (or the default one) with a local-file container for each of ``prefixes``."""
+def _s3_store(s3: S3Settings | None) -> icechunk.ObjectStoreConfig.S3Compatible | icechunk.ObjectStoreConfig.S3:
+    """Where a bucket's objects are read from: floe's settings where set, else the ``AWS_*`` environment."""
+    endpoint = (s3.endpoint_url if s3 is not None else None) or os.environ.get("AWS_ENDPOINT_URL")
+    region = (
+        (s3.region if s3 is not None else None) or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    )
+    allow_http = bool(s3 is not None and s3.allow_http) or os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true"
+    allow_http = allow_http or bool(endpoint and endpoint.startswith("http://"))
+    return icechunk.s3_store(
+        region=region,
+        endpoint_url=endpoint,
+        allow_http=allow_http,
+        s3_compatible=bool(endpoint),
+        force_path_style=bool(endpoint) or bool(s3 is not None and s3.force_path_style),
+    )
+
+
+def with_containers(
+    config: icechunk.RepositoryConfig | None, prefixes: Iterable[str], s3: S3Settings | None = None
+) -> icechunk.RepositoryConfig:
+    """``config`` (or the default one) with a container for each of ``prefixes`` (see :func:`container_prefix`)."""
     updated = config if config is not None else icechunk.RepositoryConfig.default()
     for prefix in prefixes:
-        root = urlparse(prefix).path
-        container = icechunk.VirtualChunkContainer(prefix, icechunk.local_filesystem_store(root))
-        updated.set_virtual_chunk_container(container)
+        parsed = urlparse(prefix)
+        store: object
+        if parsed.scheme == "s3":
+            store = _s3_store(s3)
+        elif parsed.scheme in ("http", "https"):
+            store = icechunk.http_store({"allow_http": "true"} if parsed.scheme == "http" else None)
+        else:
+            store = icechunk.local_filesystem_store(parsed.path)
+        updated.set_virtual_chunk_container(icechunk.VirtualChunkContainer(prefix, store))
     return updated
+
+
+def with_stored_config(
+    repo: icechunk.Repository, storage: icechunk.Storage, s3: S3Settings | None
+) -> icechunk.Repository:
+    """``repo`` reopened with the config stored now (containers other processes added), every container
+    authorized."""
+    stored = icechunk.Repository.fetch_config(storage)
+    if stored is None:
+        return repo
+    return repo.reopen(config=stored, authorize_virtual_chunk_access=container_access(stored, s3))
+
+
+def allow_sources(
+    repo: icechunk.Repository, location: Location, paths: Iterable[str | os.PathLike[str]], s3: S3Settings | None
+) -> tuple[icechunk.Repository, list[str]]:
+    """``repo`` with containers covering ``paths`` (saved in its config, authorized), and the prefixes added."""
+    urls = [str(path) if is_remote(str(path)) else local_url(path) for path in paths]
+    if not missing_prefixes(repo.config, urls):
+        return repo, []
+    with location.mutation_lock():
+        # Another process may have added containers meanwhile: merge into the stored config.
+        stored = icechunk.Repository.fetch_config(location.icechunk_storage())
+        added = missing_prefixes(stored, urls)
+        config = with_containers(stored, added, s3)
+        repo = repo.reopen(config=config, authorize_virtual_chunk_access=container_access(config, s3))
+        if added:
+            repo.save_config()
+    return repo, added

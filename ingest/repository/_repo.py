@@ -19,7 +19,7 @@ import zarr
 from pyiceberg.table import Table
 
 from ingest._faults import fault_point
-from ingest.config import Settings, load_settings
+from ingest.config import S3Settings, Settings, load_settings
 from ingest.errors import (
     CorruptRepository,
     InvalidCollection,
@@ -44,13 +44,13 @@ from ingest.repository._commit import (
     newest_cursors,
     pointer_of,
 )
-from ingest.repository._containers import local_access, missing_prefixes, with_containers
+from ingest.repository._containers import allow_sources, container_access, with_stored_config
 from ingest.repository._groups import ensure_groups
 from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
 from ingest.stac import ARRAYS_LAYOUT, LAYOUT_ATTR, SLOT, STACKS, check_name, shown
-from ingest.storage import TABLES_DIR, Location, local_url, quiet_icechunk_logs
+from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
 
@@ -202,9 +202,9 @@ class Repository:
         if not icechunk.Repository.exists(storage):
             raise RepositoryNotFound(f"no floe repository at {location.url} (create one with `floe init`)")
         repo = icechunk.Repository.open(storage)
-        access = local_access(repo.config)
+        access = container_access(repo.config, _s3_of(settings))
         if access:
-            # Virtual references to local files read only through authorized containers.
+            # Virtual references read only through authorized containers.
             repo = repo.reopen(authorize_virtual_chunk_access=access)
         repository = cls(location, settings, repo)
         repository.check_layout()
@@ -291,29 +291,24 @@ class Repository:
 
     # -- virtual references -------------------------------------------------------------------
     def allow_virtual_sources(self, paths: Sequence[str | os.PathLike[str]]) -> list[str]:
-        """Let this repository hold virtual references to the local files ``paths`` (idempotent).
+        """Let this repository hold virtual references to ``paths`` (local files, ``s3://`` or ``http(s)://``
+        objects; idempotent).
 
-        Adds a local-file virtual chunk container for each top-level directory
-        the files live under that no container covers yet, saves the config
-        and reopens this repository with access to it. Sessions opened before
-        (writers included) keep the old config: call this before opening the
-        writers of a ``--virtual`` ingest. Returns the container prefixes added.
+        Adds a container for each top-level directory, bucket or host none
+        covers yet (``_containers.py``), saves the config and reopens this
+        repository with access to it. Sessions opened before (writers too)
+        keep the old config: call it before opening the writers that
+        reference them. Returns the container prefixes added.
         """
-        urls = [local_url(path) for path in paths]
-        if not missing_prefixes(self.icechunk.config, urls):
-            return []
-        storage = self.location.icechunk_storage()
-        with self.location.mutation_lock():
-            # Another process may have added containers meanwhile: merge into the stored config.
-            stored = icechunk.Repository.fetch_config(storage)
-            added = missing_prefixes(stored, urls)
-            config = with_containers(stored, added)
-            self.icechunk = self.icechunk.reopen(config=config, authorize_virtual_chunk_access=local_access(config))
-            if added:
-                self.icechunk.save_config()
+        self.icechunk, added = allow_sources(self.icechunk, self.location, paths, _s3_of(self.settings))
         if added:
             log.info("repository %s may now reference files under %s", self.location.url, ", ".join(added))
         return added
+
+    def reload_config(self) -> None:
+        """Read the stored config again (containers other processes added, e.g. a ``--virtual`` run's actors)
+        and authorize its containers; sessions opened before keep the old config."""
+        self.icechunk = with_stored_config(self.icechunk, self.location.icechunk_storage(), _s3_of(self.settings))
 
     # -- pointers ------------------------------------------------------------------------------
     def relative_location(self, metadata_location: str) -> str:
@@ -498,3 +493,8 @@ class Repository:
         or None if there was nothing to do.
         """
         return ensure_groups(self, paths, branch=branch or self.settings.branch, attributes=attributes)
+
+
+def _s3_of(settings: Settings) -> S3Settings | None:
+    """floe's S3 settings where any is set (they win over the ``AWS_*`` environment), else None."""
+    return settings.s3 if settings.s3.given() else None

@@ -53,7 +53,8 @@ def ingest_and_read(
         key = (item["collection"], item["id"])
         assert key not in by_key, f"{key} committed twice"
         by_key[key] = item
-    rejected = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
+    lines = [json.loads(line) for line in report.read_text().splitlines()] if report.exists() else []
+    rejected = [line for line in lines if line["outcome"] == "rejected"]
     checked = floe(root, "check", "--all", "--deep") if check else None
     return Run(done, rejected, by_key, checked)
 

@@ -14,13 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
-import rioxarray
 
-from ingest import Repository, Settings
+from ingest import Repository
 from ingest.pipeline import SourceOptions, ingest_with_ray
 from ingest.sample import make_archive
 from ingest.stac import read_arrays_asset
-from tests.conftest import MotoServer
+from tests.pipeline._remote_archive import assert_arrays_equal_the_files, remote_repository, s3_client, upload
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -33,61 +32,17 @@ def archive(tmp_path_factory) -> tuple[Path, list[Path]]:
     return folder, make_archive(folder, granules=GRANULES, seed=11)
 
 
-def _client(moto_server: MotoServer):
-    import boto3
-
-    return boto3.client(
-        "s3",
-        endpoint_url=moto_server.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-
-
-def _upload(moto_server: MotoServer, folder: Path) -> tuple[str, str]:
-    """Every file of ``folder`` under ``s3://<new bucket>/archive/``; returns the bucket and the folder URL."""
-    bucket = moto_server.create_bucket()
-    client = _client(moto_server)
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            client.upload_file(str(path), bucket, f"archive/{path.relative_to(folder).as_posix()}")
-    return bucket, f"s3://{bucket}/archive/"
-
-
-def _repository(root: Path, moto_server: MotoServer) -> Repository:
-    # A local repository whose FLOE_S3__* settings reach moto: they are how actors read s3:// rasters.
-    return Repository.create(root, Settings(s3=moto_server.s3_settings()))
-
-
-def _assert_arrays_equal_the_files(repository: Repository, folder: Path, item_files: list[Path], prefix: str) -> None:
-    rows = {item["id"]: item for item in repository.view().items()}
-    assert len(rows) == len(item_files)
-    tip = repository.view()
-    for item_file in item_files:
-        source_item = json.loads(item_file.read_text())
-        row = rows[source_item["id"]]
-        assert row["assets"]["data"]["href"].startswith(prefix), row["assets"]["data"]["href"]
-        assert read_arrays_asset(row) is not None
-        local = rioxarray.open_rasterio(item_file.parent / source_item["assets"]["data"]["href"])
-        dataset = tip.item_arrays(source_item["collection"], source_item["id"])
-        assert np.array_equal(dataset["data"].values, local.values)
-        assert dataset["data"].dtype == local.dtype
-        assert dataset.rio.crs == local.rio.crs
-        assert dataset.rio.transform().almost_equals(local.rio.transform())
-
-
 def test_cogs_on_s3_are_copied_equal_and_a_changed_object_is_copied_again(tmp_path, archive, moto_server):
     folder, item_files = archive
-    bucket, url = _upload(moto_server, folder)
-    repository = _repository(tmp_path / "repo", moto_server)
+    bucket, url = upload(moto_server, folder)
+    repository = remote_repository(tmp_path / "repo", moto_server)
 
     report = ingest_with_ray(repository, [url], workers=2, batch_size=4, options=SourceOptions(remote_assets=True))
 
     assert report.rejected == []
     assert report.rows_added == GRANULES
     assert report.bytes_written > 0
-    _assert_arrays_equal_the_files(repository, folder, item_files, f"s3://{bucket}/archive/")
+    assert_arrays_equal_the_files(repository, folder, item_files, f"s3://{bucket}/archive/")
     recorded = read_arrays_asset(next(iter(repository.view().items()))).sources
     assert all("etag" in fingerprint and "size" in fingerprint for fingerprint in recorded.values())
 
@@ -103,7 +58,7 @@ def test_cogs_on_s3_are_copied_equal_and_a_changed_object_is_copied_again(tmp_pa
     with rasterio.open(rewritten, "w", **profile) as target:
         target.write(pixels[:, ::-1, :])
     key = f"archive/{cog.relative_to(folder).as_posix()}"
-    _client(moto_server).upload_file(str(rewritten), bucket, key)
+    s3_client(moto_server).upload_file(str(rewritten), bucket, key)
     third = ingest_with_ray(repository, [url], workers=2, batch_size=4, options=SourceOptions(remote_assets=True))
     assert third.rows_added == 1 and third.replaced == 1 and third.skipped == GRANULES - 1
     stored = repository.view().item_arrays(changed["collection"], changed["id"])
@@ -112,8 +67,8 @@ def test_cogs_on_s3_are_copied_equal_and_a_changed_object_is_copied_again(tmp_pa
 
 def test_without_remote_assets_remote_rasters_stay_metadata(tmp_path, archive, moto_server):
     folder, _item_files = archive
-    _bucket, url = _upload(moto_server, folder)
-    repository = _repository(tmp_path / "repo", moto_server)
+    _bucket, url = upload(moto_server, folder)
+    repository = remote_repository(tmp_path / "repo", moto_server)
     report = ingest_with_ray(repository, [url], workers=2, batch_size=4)
     assert report.rejected == [] and report.rows_added == GRANULES and report.bytes_written == 0
     assert all(read_arrays_asset(item) is None for item in repository.view().items())
@@ -129,7 +84,7 @@ def test_cogs_over_http_are_copied_equal(tmp_path, archive, http_server):
     report = ingest_with_ray(repository, urls, workers=2, batch_size=4, options=SourceOptions(remote_assets=True))
 
     assert report.rejected == []
-    _assert_arrays_equal_the_files(repository, folder, item_files, f"{http_server.url}/archive/")
+    assert_arrays_equal_the_files(repository, folder, item_files, f"{http_server.url}/archive/")
     # The pixels came over HTTP: the server sent bytes of every COG.
     cogs = {path.relative_to(http_server.folder).as_posix() for path in served.rglob("*.tif")}
     sent = http_server.sent()
@@ -138,8 +93,8 @@ def test_cogs_over_http_are_copied_equal(tmp_path, archive, http_server):
 
 def test_missing_and_corrupt_remote_rasters_are_rejected_by_url(tmp_path, archive, moto_server):
     folder, item_files = archive
-    bucket, url = _upload(moto_server, folder)
-    client = _client(moto_server)
+    bucket, url = upload(moto_server, folder)
+    client = s3_client(moto_server)
     gone = json.loads(item_files[1].read_text())
     gone_key = f"archive/{(item_files[1].parent / gone['assets']['data']['href']).relative_to(folder).as_posix()}"
     client.delete_object(Bucket=bucket, Key=gone_key)
@@ -147,7 +102,7 @@ def test_missing_and_corrupt_remote_rasters_are_rejected_by_url(tmp_path, archiv
     broken_cog = item_files[2].parent / broken["assets"]["data"]["href"]
     broken_key = f"archive/{broken_cog.relative_to(folder).as_posix()}"
     client.put_object(Bucket=bucket, Key=broken_key, Body=broken_cog.read_bytes()[: broken_cog.stat().st_size // 3])
-    repository = _repository(tmp_path / "repo", moto_server)
+    repository = remote_repository(tmp_path / "repo", moto_server)
 
     report = ingest_with_ray(repository, [url], workers=2, batch_size=4, options=SourceOptions(remote_assets=True))
 

@@ -425,3 +425,59 @@ def test_a_file_url_is_read_as_its_local_path(tmp_path):
 )
 def test_join_url_resolves_relative_hrefs_for_any_scheme(base, href, joined):
     assert join_url(base, href) == joined
+
+
+def test_signed_urls_keep_their_query_on_every_request(http_server, tmp_path):
+    from tests._http_server import SIGNATURE
+
+    lines = [make_item(f"signed-line-{n}") for n in range(3)]
+    (http_server.folder / "signed.ndjson").write_bytes(_ndjson(lines))
+    (http_server.folder / "signed-item.json").write_text(json.dumps(make_item("signed-item")))
+    signed = f"{http_server.url}/__signed__/signed.ndjson?sig={SIGNATURE}&expires=2099"
+    single = f"{http_server.url}/__signed__/signed-item.json?sig={SIGNATURE}"
+    forged = f"{http_server.url}/__signed__/signed.ndjson?sig=forged"
+    repository = Repository.create(tmp_path / "repo")
+
+    report = _ingest(repository, [signed, single, forged])
+
+    # The query went with each request (the server refuses the object without it), and the forged one is a 403
+    # rejection naming its URL.
+    assert set(_stored(repository)) == {item["id"] for item in lines} | {"signed-item"}
+    assert [(rejection.source, "HTTP 403" in rejection.reason) for rejection in report.rejected] == [(forged, True)]
+    assert [entry.source for entry in read_items([signed])] == [f"{signed}:{n}" for n in range(1, 4)]
+
+
+@pytest.mark.s3
+def test_keys_and_region_come_from_an_aws_profile(moto_server, tmp_path, monkeypatch):
+    from ingest.remote import Stores
+
+    bucket = moto_server.create_bucket()
+    url = _put(moto_server, bucket, "profile/items.ndjson", _ndjson([make_item("from-profile")]))
+    iam = _s3_client(moto_server, "iam")
+    user = f"profile-{bucket}"
+    iam.create_user(UserName=user)
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=json.dumps(policy))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    (tmp_path / "credentials").write_text(
+        f"[reader]\naws_access_key_id = {key['AccessKeyId']}\naws_secret_access_key = {key['SecretAccessKey']}\n"
+        f"[forged]\naws_access_key_id = {key['AccessKeyId']}\naws_secret_access_key = not-the-secret\n"
+    )
+    (tmp_path / "config").write_text("[profile reader]\nregion = eu-west-3\n[profile forged]\nregion = eu-west-3\n")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server.endpoint)
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+
+    monkeypatch.setenv("AWS_PROFILE", "reader")
+    store, _path = Stores().locate(url)
+    assert store.config["region"] == "eu-west-3"
+    with _moto_checks_signatures(moto_server):
+        (read,) = read_items([url])
+        monkeypatch.setenv("AWS_PROFILE", "forged")
+        refused = _ingest(Repository.create(tmp_path / "repo"), [url])
+    # Signed with the profile's keys (moto checked the signature), not anonymous, not the environment's.
+    assert read.item["id"] == "from-profile"
+    assert [(rejection.source, "HTTP 403" in rejection.reason) for rejection in refused.rejected] == [(url, True)]

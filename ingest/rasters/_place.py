@@ -1,0 +1,77 @@
+"""Where a referenced COG's bytes are, and how to read them: a local file, or an ``s3://``/``http(s)://`` object.
+
+``--virtual`` reads a granule's header with GDAL and its tile index with
+obstore (virtual-tiff), then writes references Icechunk reads later. This
+module finds the granule once for all of that (one ``stat``, or one HEAD)
+and says what its references carry so that Icechunk refuses a changed source
+(see ``_virtual.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlparse
+
+from obspec_utils.registry import ObjectStoreRegistry
+from obstore.store import LocalStore
+
+from ingest.errors import InvalidRaster, NotVirtualizable
+from ingest.rasters._copy import _open_failure
+from ingest.remote import RemoteError, Stores, gdal_path, head, is_remote
+from ingest.storage import FILE_SCHEME, local_url
+
+LOCAL_REGISTRY = ObjectStoreRegistry({FILE_SCHEME: LocalStore()})
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where an asset's bytes are, and how to read them: its URL, what GDAL opens, its size, the checksum
+    its references carry (None: the moment they are written)."""
+
+    url: str
+    gdal_path: str
+    size: int
+    registry: ObjectStoreRegistry
+    checksum: str | datetime | None = None
+
+
+def locate(source: str, stores: Stores | None) -> Place:
+    """Find the asset: a local file (stat) or a remote object (one HEAD, shared with the batch's fingerprints)."""
+    if is_remote(source):
+        if urlparse(source).query:
+            raise NotVirtualizable(
+                f"granule {source} cannot be referenced: a signed URL (query string) is not a stable location; "
+                "it is copied",
+                path=source,
+            )
+        stores = stores if stores is not None else Stores()
+        try:
+            described = head(stores, source)
+            store, _path = stores.locate(source)
+        except RemoteError as error:
+            raise InvalidRaster(f"granule {source} cannot be read: {error.reason}", path=source) from error
+        parsed = urlparse(source)
+        # Icechunk refuses the chunks once the object changes: S3 gets the ETag (If-Match on every read). Icechunk
+        # sends the ETag without its quotes, which HTTP servers that follow RFC 9110 (nginx, this test's) never
+        # match, so an HTTP object gets its last modification instead (If-Unmodified-Since, whole seconds).
+        checksum: str | datetime | None = described.get("etag") if parsed.scheme == "s3" else None
+        if checksum is None and described.get("last_modified"):
+            checksum = datetime.fromisoformat(described["last_modified"])
+        registry = ObjectStoreRegistry({f"{parsed.scheme}://{parsed.netloc}": store})
+        return Place(source, gdal_path(source), int(described["size"]), registry, checksum)
+    if "://" in source and not source.startswith(FILE_SCHEME):
+        raise NotVirtualizable(
+            f"granule {source} cannot be referenced: floe references local files, s3:// and http(s):// objects",
+            path=source,
+        )
+    try:
+        url = local_url(source)
+    except ValueError as exc:
+        raise NotVirtualizable(f"granule {source} cannot be referenced: {exc}", path=source) from exc
+    local_path = url[len(FILE_SCHEME) :]
+    if not Path(local_path).is_file():
+        raise InvalidRaster(_open_failure(local_path, FileNotFoundError(local_path)), path=source)
+    return Place(url, local_path, os.path.getsize(local_path), LOCAL_REGISTRY)
