@@ -76,6 +76,15 @@ def test_log_tag_branch_refs(floe, tmp_path):
     assert floe("tag", "v1").exit_code == 1
 
 
+def test_an_unwritable_report_fails_before_any_work(floe, tmp_path):
+    source = tmp_path / "items.ndjson"
+    source.write_text(json.dumps(make_item("early")) + "\n")
+    result = floe("ingest", str(source), "--workers", "0", "--report", str(tmp_path / "missing" / "report.jsonl"))
+    assert result.exit_code == 2
+    assert "cannot write the report" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "repo").exists()  # nothing was created or ingested
+
+
 def test_bad_input_exit_status_and_report(floe, tmp_path):
     source = tmp_path / "mixed.ndjson"
     source.write_text(json.dumps(make_item("fine")) + "\nnot json\n" + json.dumps(make_item("../up")) + "\n")

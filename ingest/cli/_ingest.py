@@ -249,14 +249,13 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         fail("--virtual references rasters, which only the Ray pipeline ingests: use --workers 1 or more", 2)
     options = _source_options(sources, collections, bbox, datetime_range, search_filter, since, anonymous, prune)
     options.remote_assets = remote_assets
-    with floe_errors():
+    with _report_file(report) as sink, floe_errors():
         try:
             repository = open_repository(ctx)
         except RepositoryNotFound:
             repository = Repository.create(settings=settings_of(ctx))
             stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
-        landed = report.open("w", encoding="utf-8") if report is not None else nullcontext()
-        with _ingest_progress("ingest") as update, landed as sink:
+        with _ingest_progress("ingest") as update:
             if workers == 0:
                 result = ingest_items(
                     repository,
@@ -306,6 +305,16 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     stderr.print(_summary(result), highlight=False)
     if result.rejected:
         raise typer.Exit(EXIT_REJECTED)
+
+
+def _report_file(report: Path | None) -> Any:
+    """The ``--report`` file, opened before any work (an unwritable path fails at once, exit 2), or nothing."""
+    if report is None:
+        return nullcontext()
+    try:
+        return report.open("w", encoding="utf-8")
+    except OSError as error:
+        fail(f"cannot write the report {report}: {error.strerror or error}", 2)
 
 
 def _source_options(  # noqa: PLR0917 - one per option of `floe ingest`
