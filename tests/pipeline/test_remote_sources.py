@@ -58,6 +58,15 @@ def _ingest(repository: Repository, sources: list[str], s3: S3Settings | None = 
     return report
 
 
+def _iam_key(moto_server: MotoServer, user: str) -> dict:
+    """A new IAM user allowed every S3 action, and its access key (moto checks it once told to)."""
+    iam = _s3_client(moto_server, "iam")
+    iam.create_user(UserName=user)
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=json.dumps(policy))
+    return iam.create_access_key(UserName=user)["AccessKey"]
+
+
 def _stored(repository: Repository) -> dict[str, dict]:
     return {item["id"]: item for item in repository.view("main").items()}
 
@@ -355,12 +364,7 @@ def test_a_signature_moto_refuses_is_a_403_rejection(moto_server, http_server, t
     bucket = moto_server.create_bucket()
     url = _put(moto_server, bucket, "private/items.ndjson", _ndjson([make_item("private")]))
     (http_server.folder / "public.ndjson").write_bytes(_ndjson([make_item("public")]))
-    iam = _s3_client(moto_server, "iam")
-    user = f"reader-{bucket}"
-    iam.create_user(UserName=user)
-    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
-    iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=json.dumps(policy))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
+    key = _iam_key(moto_server, f"reader-{bucket}")
     settings = moto_server.s3_settings()
     wrong_secret = settings.model_copy(
         update={"access_key_id": key["AccessKeyId"], "secret_access_key": key["SecretAccessKey"] + "x"}
@@ -453,12 +457,7 @@ def test_keys_and_region_come_from_an_aws_profile(moto_server, tmp_path, monkeyp
 
     bucket = moto_server.create_bucket()
     url = _put(moto_server, bucket, "profile/items.ndjson", _ndjson([make_item("from-profile")]))
-    iam = _s3_client(moto_server, "iam")
-    user = f"profile-{bucket}"
-    iam.create_user(UserName=user)
-    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
-    iam.put_user_policy(UserName=user, PolicyName="read", PolicyDocument=json.dumps(policy))
-    key = iam.create_access_key(UserName=user)["AccessKey"]
+    key = _iam_key(moto_server, f"profile-{bucket}")
     (tmp_path / "credentials").write_text(
         f"[reader]\naws_access_key_id = {key['AccessKeyId']}\naws_secret_access_key = {key['SecretAccessKey']}\n"
         f"[forged]\naws_access_key_id = {key['AccessKeyId']}\naws_secret_access_key = not-the-secret\n"
