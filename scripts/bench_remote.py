@@ -145,14 +145,15 @@ def bench_api(workdir: Path, count: int, page_size: int, runs: int) -> dict[str,
 # -- 2. COGs on S3 behind a round trip ------------------------------------------------------------------------
 
 
-def write_scenes(folder: Path, count: int, size: int) -> list[Path]:
+def write_scenes(workdir: Path, count: int, size: int) -> list[Path]:
     """``count`` scene-sized COGs (bench_virtual's: 3-band uint16, band-interleaved, 512-px deflate tiles) and an
-    item beside each, each scene in a one-degree cell of its own (so Ray routes them over every actor)."""
+    item beside each, in a folder of their own under ``workdir``, each scene in a one-degree cell of its own (so
+    Ray routes them over every actor)."""
     import json
 
     from bench_virtual import granule_item, large_granules
 
-    cogs = large_granules(folder, count, size)
+    cogs = large_granules(workdir, count, size)
     for number, cog in enumerate(cogs):
         item = granule_item(cog, number)
         west, south = -170.0 + 3 * number, -60.0 + (number % 40) * 3
@@ -183,8 +184,8 @@ class _S3Archive:
         moto = MotoServer()
         PROCESSES.add(Stoppable("moto", moto.process.pid, popen=moto.process))
         proxy = start_proxy(moto.port, delay_ms)
-        folder = workdir / "scenes"
-        self.cogs = write_scenes(folder, scenes, size)
+        self.cogs = write_scenes(workdir, scenes, size)
+        folder = self.cogs[0].parent
         self.bucket = moto.create_bucket()
         client = boto3.client(
             "s3",
