@@ -54,8 +54,9 @@ def sample_granules(workdir: Path, granules: int) -> list[Path]:
     return paths[:granules]
 
 
-def large_granules(workdir: Path, granules: int, size: int) -> list[Path]:
-    """Band-interleaved 3-band uint16 COGs, smooth with noise (compresses like imagery)."""
+def large_granules(workdir: Path, granules: int, size: int, grids: int | None = None) -> list[Path]:
+    """Band-interleaved 3-band uint16 COGs, smooth with noise (compresses like imagery); each on a grid of its own,
+    or with ``grids``, granule ``n`` on grid ``n % grids`` (a tile seen again on later dates)."""
     folder = workdir / f"large-{size}"
     folder.mkdir()
     rows, cols = np.mgrid[0:size, 0:size]
@@ -72,7 +73,7 @@ def large_granules(workdir: Path, granules: int, size: int) -> list[Path]:
             "count": 3,
             "dtype": "uint16",
             "crs": "EPSG:32633",
-            "transform": from_origin(500_000.0 + index * size * 10, 6_000_000.0, 10.0, 10.0),
+            "transform": from_origin(500_000.0 + (index % (grids or granules)) * size * 10, 6_000_000.0, 10.0, 10.0),
             "compress": "deflate",
             "predictor": 2,
             "blocksize": 512,

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from ingest.errors import CommitConflict, InvalidItem, InvalidRaster, NotVirtualizable
+from ingest.pipeline._ahead import InOrder
 from ingest.pipeline._arrays import stage_arrays, stage_references
 from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
 from ingest.pipeline._report import BatchOutcome, Rejection
@@ -180,35 +180,6 @@ def _plan_virtual(granule: Granule, remote: _Remote, prefixes: tuple[str, ...]) 
     return sources, plan
 
 
-class _ReadAhead:
-    """What the steps that write rasters need, in order, on other threads, ``ahead`` in flight: a copy's
-    fingerprints and pixels (:func:`_read_copy`), or a reference's fingerprints and plan (:func:`_plan_virtual`)."""
-
-    def __init__(
-        self, pool: ThreadPoolExecutor, steps: list[_Step], read: Callable[[Granule], Any], ahead: int
-    ) -> None:
-        self._pool = pool
-        self._todo = iter([step.granule for step in steps if step.write_rasters])
-        self._pending: deque[Future[Any]] = deque()
-        self._read = read
-        self._ahead = ahead
-
-    def next(self) -> tuple[dict[str, dict[str, Any]], Any]:
-        """The next step's fingerprints and pixels (or plan); raises what reading it raised (InvalidRaster,
-        NotVirtualizable)."""
-        while len(self._pending) <= self._ahead:
-            granule = next(self._todo, None)
-            if granule is None:
-                break
-            self._pending.append(self._pool.submit(self._read, granule))
-        return self._pending.popleft().result()
-
-    def cancel(self) -> None:
-        """Drop the reads not started yet (a batch that failed will not write them)."""
-        for future in self._pending:
-            future.cancel()
-
-
 def _commit_batch_once(
     repository: Repository,
     branch: str,
@@ -237,7 +208,7 @@ def _commit_batch_once(
     else:
         read = functools.partial(_read_granule, remote=remote)
     with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="floe-read") as pool:
-        reads = _ReadAhead(pool, steps, read, ahead)
+        reads = InOrder(pool, [step.granule for step in steps if step.write_rasters], read, ahead)
         try:
             for step in steps:
                 _stage(writer, step, outcome, reads, remote, virtual=virtual)
@@ -261,7 +232,7 @@ def _allow_remote_references(repository: Repository, granules: list[Granule]) ->
 
 
 def _stage(
-    writer: Writer, step: _Step, outcome: BatchOutcome, reads: _ReadAhead, remote: _Remote, *, virtual: bool
+    writer: Writer, step: _Step, outcome: BatchOutcome, reads: InOrder[Granule, Any], remote: _Remote, *, virtual: bool
 ) -> None:
     """Stage one granule's arrays (when its rasters are new or changed) and row; bad input becomes a rejection."""
     granule, arrays = step.granule, step.arrays

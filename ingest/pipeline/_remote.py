@@ -33,6 +33,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ import obstore
 import pystac
 
 from ingest.errors import InvalidSource
+from ingest.pipeline._ahead import InOrder
 from ingest.pipeline._sources import (
     METADATA_SUFFIXES,
     NDJSON_SUFFIXES,
@@ -91,6 +93,20 @@ class _Target:
         """The object's name: its path in the URL (a signed URL's object is requested at the empty path of a
         store of its own, but is named by its URL's path all the same)."""
         return unquote(urlparse(self.url).path.lstrip("/")) if urlparse(self.url).query else self.path
+
+
+FOLDER_READS = 16
+"""Whole metadata objects of a listed folder fetched at once, on as many threads."""
+
+
+def _kind(target: _Target) -> str:
+    """How an object is read, by its name's suffix: ``ndjson``, ``parquet``, ``tiff`` or ``json`` (whole)."""
+    suffix = PurePosixPath(target.name).suffix.lower()
+    if suffix in NDJSON_SUFFIXES:
+        return "ndjson"
+    if suffix in PARQUET_SUFFIXES:
+        return "parquet"
+    return "tiff" if suffix in TIFF_SUFFIXES else "json"
 
 
 class RemoteReader:
@@ -161,17 +177,34 @@ class RemoteReader:
             yield SourcedItem(target.url, error=InvalidSource(f"holds no STAC metadata files ({suffixes})"))
             return
         bucket = urlparse(target.url).netloc
-        for key in keys:
-            child = _Target(target.store, key, f"s3://{bucket}/{key}", listable=True)
-            yield from self._read_object(child, named=False)
+        children = [_Target(target.store, key, f"s3://{bucket}/{key}", listable=True) for key in keys]
+        # Each object is a round trip: one after another, a folder of item JSONs 25 ms away arrives at 40 items/s.
+        # Whole documents are fetched FOLDER_READS at a time, in order; streams (NDJSON, Parquet) are read as named.
+        whole = [child for child in children if _kind(child) == "json"]
+        pool = ThreadPoolExecutor(max_workers=FOLDER_READS, thread_name_prefix="floe-folder")
+        fetched = InOrder(pool, whole, self._fetch, FOLDER_READS)
+        try:
+            for child in children:
+                if _kind(child) == "json":
+                    yield from self._read_json(child, named=False, fetched=fetched.next())
+                else:
+                    yield from self._read_object(child, named=False)
+        finally:
+            pool.shutdown(cancel_futures=True)
+
+    def _fetch(self, target: _Target) -> bytes | RemoteError:
+        try:
+            return self._bytes(target)
+        except RemoteError as error:
+            return error
 
     def _read_object(self, target: _Target, *, named: bool) -> Iterator[SourcedItem]:
-        suffix = PurePosixPath(target.name).suffix.lower()
-        if suffix in NDJSON_SUFFIXES:
+        kind = _kind(target)
+        if kind == "ndjson":
             yield from self._read_ndjson(target)
-        elif suffix in PARQUET_SUFFIXES:
+        elif kind == "parquet":
             yield from self._read_geoparquet(target)
-        elif suffix in TIFF_SUFFIXES:
+        elif kind == "tiff":
             reason = "a raster without an item: floe makes items from local rasters only (name its item)"
             yield SourcedItem(target.url, error=InvalidSource(reason))
         else:
@@ -192,11 +225,12 @@ class RemoteReader:
             reason = f"the transfer broke off after line {lines.count} ({describe(lines.failure)})"
             yield SourcedItem(target.url, error=InvalidSource(reason))
 
-    def _read_json(self, target: _Target, *, named: bool) -> Iterator[SourcedItem]:
-        try:
-            data = self._bytes(target)
-        except RemoteError as error:
-            yield SourcedItem(target.url, error=InvalidSource(error.reason))
+    def _read_json(
+        self, target: _Target, *, named: bool, fetched: bytes | RemoteError | None = None
+    ) -> Iterator[SourcedItem]:
+        data = self._fetch(target) if fetched is None else fetched
+        if isinstance(data, RemoteError):
+            yield SourcedItem(target.url, error=InvalidSource(data.reason))
             return
         try:
             document = loads_json(data)

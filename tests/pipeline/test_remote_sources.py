@@ -213,6 +213,81 @@ def test_a_folder_url_reads_its_metadata_files_in_key_order(moto_server, tmp_pat
     assert _stored(repository) == _by_id(first + second)
 
 
+class _CountingProxy:
+    """A TCP proxy on 127.0.0.1 in front of ``target`` that counts the connections open at once. Each
+    connection's first bytes wait until ``gate`` connections are open (or a second has passed), so requests
+    that are sent together are seen together however busy the machine is."""
+
+    def __init__(self, target: int, gate: int) -> None:
+        import socket
+
+        self.port, self.target, self.gate = free_port(), target, gate
+        self.open = self.peak = 0
+        self._lock = threading.Condition()
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            with self._lock:
+                self.open += 1
+                self.peak = max(self.peak, self.open)
+                self._lock.notify_all()
+            threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
+
+    def _pipe(self, source, sink, counted: bool) -> None:
+        with self._lock:
+            self._lock.wait_for(lambda: self.open >= self.gate, timeout=1.0)
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            if counted:
+                with self._lock:
+                    self.open -= 1
+            for end in (source, sink):
+                end.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@pytest.mark.s3
+def test_a_folder_of_item_documents_is_fetched_several_at_a_time_in_key_order(moto_server, tmp_path):
+    """Each item JSON of a folder is a round trip: they go out together (FOLDER_READS), and arrive in key order
+    with a bad one rejected in its place."""
+    bucket = moto_server.create_bucket()
+    items = [make_item(f"doc-{n:02d}") for n in range(24)]
+    for item in items:
+        _put(moto_server, bucket, f"docs/{item['id']}.json", json.dumps(item).encode())
+    _put(moto_server, bucket, "docs/doc-05-broken.json", b"{not json")
+    _put(moto_server, bucket, "docs/doc-10.ndjson", _ndjson([make_item("line-1"), make_item("line-2")]))
+    proxy = _CountingProxy(moto_server.port, gate=4)
+    try:
+        s3 = moto_server.s3_settings().model_copy(update={"endpoint_url": f"http://127.0.0.1:{proxy.port}"})
+        read = list(read_items([f"s3://{bucket}/docs/"], SourceOptions(s3=s3)))
+    finally:
+        proxy.close()
+    assert proxy.peak >= 4
+    labels = [entry.source.removeprefix(f"s3://{bucket}/docs/") for entry in read]
+    keys = sorted([f"{item['id']}.json" for item in items] + ["doc-05-broken.json", "doc-10.ndjson"])
+    at = keys.index("doc-10.ndjson")
+    assert labels == [*keys[:at], "doc-10.ndjson:1", "doc-10.ndjson:2", *keys[at + 1 :]]
+    broken = read[labels.index("doc-05-broken.json")]
+    assert broken.item is None and "not valid JSON" in str(broken.error)
+    assert [entry.item for entry in read if entry.item is not None and entry.item["id"].startswith("doc")] == items
+
+
 @pytest.mark.s3
 def test_relative_asset_hrefs_resolve_against_the_items_url(moto_server, tmp_path):
     bucket = moto_server.create_bucket()
