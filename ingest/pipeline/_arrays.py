@@ -141,11 +141,11 @@ def stage_references(
 
 def _take_slots(writer: Writer, item: dict[str, Any], plan: GranulePlan, settings: ArraysSettings) -> None:
     """Make the stacks and arrays ``plan`` needs (a commit of their own), name its arrays, take its slots."""
-    if name_arrays(writer.store, plan):
+    if name_arrays(writer.store, plan, writer.stack_arrays):
         writer.commit_alone(
             lambda session: stage_nodes(session.store, plan, capacity=settings.stack_capacity, chunk=settings.chunk)
         )
-        name_arrays(writer.store, plan)
+        name_arrays(writer.store, plan, writer.stack_arrays)
     for stack in plan.stack_paths():
         slot = writer.take_slot(stack, item["collection"], item["id"])
         for piece in _pieces(plan):

@@ -249,16 +249,28 @@ def _kinds_in(store: Store, stack: str) -> dict[str, str]:
     return {name: str(array.attrs["floe:kind"]) for name, array in group.arrays() if "floe:kind" in array.attrs}
 
 
-def name_arrays(store: Store, plan: GranulePlan) -> list[tuple[Stack, str, Kind]]:
+def name_arrays(
+    store: Store, plan: GranulePlan, known: dict[str, dict[str, str]] | None = None
+) -> list[tuple[Stack, str, Kind]]:
     """Give each piece of ``plan`` its array's name in its stack; return the arrays that do not exist yet.
 
     A missing stack counts as holding no array (every kind is then missing).
+    ``known`` (stack path -> array name -> kind signature) keeps what was
+    read for the next plans of one writer: a stack's arrays are only ever
+    added, so a stack whose every wanted name is known is not read again
+    (listing a stack's arrays was a third of a remote copy's writing time);
+    one with a name not known is.
     """
     missing: list[tuple[Stack, str, Kind]] = []
     # By asset key and signature: two assets of one kind (same dtype, bands, attributes) are two arrays.
     names: dict[tuple[str, str, str], str] = {}
     for path, kinds in plan.kinds.items():
-        existing = _kinds_in(store, path) if _exists(store, path) else {}
+        cached = known.get(path) if known is not None else None
+        if cached is None or any(array_name(kind, cached) not in cached for kind in kinds):
+            cached = _kinds_in(store, path) if _exists(store, path) else {}
+            if known is not None:
+                known[path] = cached
+        existing = dict(cached)
         for kind in kinds:
             name = array_name(kind, existing)
             names[(path, kind.key, kind.signature)] = name

@@ -78,6 +78,8 @@ class Writer:
         self._slots = Slots()
         self._plan: ItemsPlan | None = None
         self._stored: dict[tuple[str, str], dict[str, Any]] = {}
+        self.stack_arrays: dict[str, dict[str, str]] = {}
+        """Stack path -> array name -> kind signature, as this writer's plans last read them (their cache)."""
 
     # -- staging ----------------------------------------------------------------------------
     @property

@@ -183,6 +183,37 @@ def test_a_second_kind_under_one_key_gets_an_array_of_its_own(tmp_path):
     assert view.item_arrays("c", "floats").data.dtype == np.float32
 
 
+def test_a_writer_lists_a_stacks_arrays_once_and_again_when_it_needs_a_name_it_has_not_seen(tmp_path, monkeypatch):
+    from ingest.rasters import _slices
+
+    listed: list[str] = []
+    kinds_in = _slices._kinds_in
+    monkeypatch.setattr(_slices, "_kinds_in", lambda store, stack: listed.append(stack) or kinds_in(store, stack))
+    repository = small_repo(tmp_path)
+    as_bytes = np.arange(100, dtype=np.uint8).reshape(1, 10, 10)
+    as_floats = np.linspace(0, 1, 100, dtype=np.float32).reshape(1, 10, 10)
+    first = repository.writer()
+    for n in range(4):  # staged and added one by one, as a batch does
+        first.add_item(stage_raster(first, make_item(f"bytes-{n}"), as_bytes + n))
+    # Once to find the new stack's array made, then never again for the same kind.
+    assert len(listed) == 1
+    # Meanwhile another writer adds a second kind under the same key; the first writer's list is stale.
+    commit_granules(repository, [("floats-other", as_floats, {})])
+    listed.clear()
+    first.add_item(stage_raster(first, make_item("floats"), as_floats * 2))
+    assert listed  # the name it wanted was not in its list: read again
+    first.commit("bytes and floats")
+    view = repository.view()
+    for n in range(4):
+        np.testing.assert_array_equal(view.item_arrays("c", f"bytes-{n}").data.values, as_bytes + n)
+    np.testing.assert_array_equal(view.item_arrays("c", "floats").data.values, as_floats * 2)
+    np.testing.assert_array_equal(view.item_arrays("c", "floats-other").data.values, as_floats)
+    pieces = [
+        piece for item in ("floats", "floats-other") for piece in read_arrays_asset(view.item("c", item)).pieces()
+    ]
+    assert len({piece.array for piece in pieces}) == 1 and pieces[0].array != "data"
+
+
 # -- fixed stacks ---------------------------------------------------------------------------------------
 
 
