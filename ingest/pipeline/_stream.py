@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -121,36 +120,45 @@ def batched(granules: Iterable[Granule], size: int, raster_bytes: int | None = N
         yield batch
 
 
-def lane_of(granule: Granule, lanes: int) -> int | None:
-    """The lane (actor) whose stacks a granule's rasters probably go to; None for a granule without rasters.
-
-    Granules near each other share stacks (tiles of one lattice), so granules
-    are routed by collection and the one-degree cell of their footprint's
-    centre: within a run one actor writes a tile's slices and writers rarely
-    take the same slots (when they do, slots move at commit time; correctness
-    never depends on the routing).
-    """
+def place_of(granule: Granule) -> tuple[str, int, int] | None:
+    """Where a granule's rasters probably go: its collection and the one-degree cell of its footprint's centre
+    (granules near each other share stacks, tiles of one lattice); None for a granule without rasters."""
     if not granule.rasters:
         return None
     bbox = granule.item.get("bbox") or [0.0, 0.0, 0.0, 0.0]
     try:
         cell = (math.floor((bbox[0] + bbox[-2]) / 2), math.floor((bbox[1] + bbox[-1]) / 2))
-    except (TypeError, IndexError):
+    except (TypeError, IndexError, ValueError, OverflowError):
         cell = (0, 0)
-    return zlib.crc32(f"{granule.item.get('collection')}|{cell}".encode()) % lanes
+    return (str(granule.item.get("collection")), *cell)
 
 
 def routed_batches(
     granules: Iterable[Granule], lanes: int, size: int, raster_bytes: int | None = None
 ) -> Iterator[tuple[int, list[Granule]]]:
-    """Batches as :func:`batched` makes them, each for one lane (:func:`lane_of`); granules without rasters
-    fill whichever lane is emptiest."""
+    """Batches as :func:`batched` makes them, each for one lane (actor).
+
+    A place (:func:`place_of`) seen for the first time goes to the lane that
+    has been given the fewest granules so far, and stays there for the run:
+    within a run one actor writes a tile's slices, so writers rarely take the
+    same slots (when they do, slots move at commit time; correctness never
+    depends on the routing), and a run over a few tiles still uses every
+    actor (a hash of the place sent all of four tiles to one of two actors).
+    Granules without rasters fill whichever lane's batch is emptiest.
+    """
     batches: list[list[Granule]] = [[] for _ in range(lanes)]
     held = [0] * lanes
+    given = [0] * lanes
+    lane_of: dict[tuple[str, int, int], int] = {}
     for granule in granules:
-        lane = lane_of(granule, lanes)
-        if lane is None:
+        place = place_of(granule)
+        if place is None:
             lane = min(range(lanes), key=lambda index: len(batches[index]))
+        else:
+            lane = lane_of.get(place, -1)
+            if lane < 0:
+                lane = lane_of[place] = min(range(lanes), key=given.__getitem__)
+        given[lane] += 1
         batches[lane].append(granule)
         if raster_bytes is not None:
             held[lane] += sum(_size(path) for path in granule.rasters.values())

@@ -31,3 +31,32 @@ def test_batches_close_by_count_or_by_raster_bytes(tmp_path: Path) -> None:
 def test_default_batches_hold_thousands_of_items() -> None:
     settings = Settings()
     assert settings.batch_size >= 5000 and settings.batch_raster_mb >= 256
+
+
+def test_each_place_stays_with_one_lane_and_new_places_go_to_the_least_given_lane() -> None:
+    from ingest.pipeline._stream import routed_batches
+    from tests.conftest import with_square
+
+    # Four tiles seen again and again (16 granules each), as an archive of a few tiles over time is.
+    # (A hash of collection and cell sent all four of these to lane 0.)
+    tiles = [(-158.5, -48.5), (-155.5, -45.5), (-152.5, -42.5), (-149.5, -39.5)]
+    granules = [
+        Granule(with_square(make_item(f"t{n % 4}-{n // 4}"), *tiles[n % 4], 0.5), "src", {"data": f"s3://b/{n}.tif"})
+        for n in range(64)
+    ]
+    metadata_only = [Granule(make_item(f"m{index}"), "src") for index in range(6)]
+    routed = list(routed_batches(granules + metadata_only, lanes=2, size=5))
+
+    lanes_of_tile: dict[str, set[int]] = {}
+    given = [0, 0]
+    for lane, batch in routed:
+        assert 0 < len(batch) <= 5
+        for granule in batch:
+            if granule.rasters:
+                given[lane] += 1
+                lanes_of_tile.setdefault(granule.item["id"].split("-")[0], set()).add(lane)
+    assert all(len(lanes) == 1 for lanes in lanes_of_tile.values())  # one actor writes a tile's slices
+    assert given == [32, 32]  # two tiles each
+    assert sorted(granule.item["id"] for _, batch in routed for granule in batch) == sorted(
+        granule.item["id"] for granule in granules + metadata_only
+    )
