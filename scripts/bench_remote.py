@@ -351,6 +351,7 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--skip-api", action="store_true", help="part 2 only")
+    parser.add_argument("--skip-rasters", action="store_true", help="part 1 only")
     arguments = parser.parse_args()
     if len(arguments.scenes) != len(arguments.scene_size):
         parser.error("--scenes and --scene-size need as many numbers each")
@@ -359,7 +360,7 @@ def main() -> None:
     try:
         api = None if arguments.skip_api else bench_api(workdir, arguments.items, arguments.page_size, arguments.runs)
         sets = []
-        for scenes, size in zip(arguments.scenes, arguments.scene_size, strict=True):
+        for scenes, size in [] if arguments.skip_rasters else zip(arguments.scenes, arguments.scene_size, strict=True):
             folder = workdir / f"scenes-{size}"
             folder.mkdir()
             sets.append(
