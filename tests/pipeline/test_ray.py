@@ -339,23 +339,3 @@ def test_virtual_ingest_references_pixels_in_place(tmp_path, archive):
     assert refreshed.replaced == 1 and refreshed.skipped == 39 and len(refreshed.commits) == 1
     dataset = Repository.open(repo.location.url).view().item_arrays(item["collection"], item["id"])
     assert np.array_equal(dataset["data"].values, rioxarray.open_rasterio(tif).values)
-
-
-def _niceness() -> int:
-    import os
-
-    return os.nice(0)
-
-
-def test_actors_of_a_local_cluster_run_at_the_driver_priority(ray_cluster):
-    """Ray's default (nice 15) starved ingest actors next to any other work: 16-55 s for a 0.6 s batch."""
-    import ray
-
-    actor = ray.remote(num_cpus=1)(_NicenessProbe).remote()
-    assert ray.get(actor.niceness.remote()) == _niceness()
-    ray.kill(actor)
-
-
-class _NicenessProbe:
-    def niceness(self) -> int:
-        return _niceness()
