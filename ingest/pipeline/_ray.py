@@ -53,7 +53,10 @@ class GranuleWriter:
         import ray
 
         outcome = commit_batch(self.repository, self.branch, granules, message, virtual=virtual)
-        outcome.node = ray.get_runtime_context().get_node_id()
+        # Asked only inside Ray: used directly in a plain process, Ray's runtime context would start a whole
+        # default cluster (it did, in a test: every later actor of that process ran at nice 15).
+        if ray.is_initialized():
+            outcome.node = ray.get_runtime_context().get_node_id()
         return outcome
 
 

@@ -129,3 +129,39 @@ def test_local_cluster_workers_import_floe_before_actors_start_and_run_at_the_dr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["loaded"] == ["ingest.pipeline._ray", "ingest.rasters"]
     assert report["nice"] == report["driver"]
+
+
+# A plain process commits a batch through the actors' class directly, as a library user (or a test) may.
+PLAIN_WRITER = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from ingest import Repository, Settings
+    from ingest.pipeline import granule_from_item
+    from ingest.pipeline._ray import GranuleWriter
+    from ingest.sample import make_archive
+
+    work = Path(sys.argv[1])
+    Repository.create(work / "repo", Settings())
+    items = make_archive(work / "archive", granules=1, seed=5)
+    granules = [granule_from_item(json.loads(path.read_text()), str(path), path) for path in items]
+    outcome = GranuleWriter(str(work / "repo"), Settings().model_dump(), "main").ingest(granules, "one")
+    import ray
+
+    print(json.dumps({"committed": outcome.commit is not None, "ray": ray.is_initialized(), "node": outcome.node}))
+    """
+)
+
+
+def test_the_actors_writer_used_outside_ray_starts_no_cluster(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN_WRITER, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"committed": True, "ray": False, "node": None}
