@@ -164,7 +164,7 @@ def ingest_with_ray(
         options=options,
     )
     try:
-        batches = with_last(routed_batches(granules, workers, batch_size, raster_bytes))
+        batches = with_last(routed_batches(granules, workers, batch_size, raster_bytes, virtual=virtual))
         number = 0
         for number, ((lane, batch), last) in enumerate(batches, start=1):
             # A collection's group is created in a commit of its own before writers stage arrays under it.

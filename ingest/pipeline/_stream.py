@@ -134,9 +134,11 @@ def place_of(granule: Granule) -> tuple[str, int, int] | None:
 
 
 def routed_batches(
-    granules: Iterable[Granule], lanes: int, size: int, raster_bytes: int | None = None
+    granules: Iterable[Granule], lanes: int, size: int, raster_bytes: int | None = None, *, virtual: bool = False
 ) -> Iterator[tuple[int, list[Granule]]]:
-    """Batches as :func:`batched` makes them, each for one lane (actor).
+    """Batches as :func:`batched` makes them, each for one lane (actor); with ``virtual``, a raster counts
+    :data:`VIRTUAL_RASTER_BYTES` toward ``raster_bytes`` whatever its size (its references are staged, not
+    its pixels).
 
     A place (:func:`place_of`) seen for the first time goes to the lane that
     has been given the fewest granules so far, and stays there for the run:
@@ -161,7 +163,8 @@ def routed_batches(
         given[lane] += 1
         batches[lane].append(granule)
         if raster_bytes is not None:
-            held[lane] += sum(_size(path) for path in granule.rasters.values())
+            sizes = (VIRTUAL_RASTER_BYTES if virtual else _size(path) for path in granule.rasters.values())
+            held[lane] += sum(sizes)
         if len(batches[lane]) >= size or (raster_bytes is not None and held[lane] >= raster_bytes):
             yield lane, batches[lane]
             batches[lane], held[lane] = [], 0
@@ -172,6 +175,10 @@ def routed_batches(
 
 REMOTE_RASTER_BYTES = 64 << 20
 """What a remote raster counts toward a batch's ``batch_raster_mb`` (its size is not asked for: one request each)."""
+
+VIRTUAL_RASTER_BYTES = 1 << 20
+"""What a raster referenced in place counts toward ``batch_raster_mb``: its references, not its pixels, are
+held (512 rasters a batch at the default; counted as copies, remote scenes made batches of 8, each a commit)."""
 
 
 def _size(path: str) -> int:

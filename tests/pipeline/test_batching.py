@@ -60,3 +60,16 @@ def test_each_place_stays_with_one_lane_and_new_places_go_to_the_least_given_lan
     assert sorted(granule.item["id"] for _, batch in routed for granule in batch) == sorted(
         granule.item["id"] for granule in granules + metadata_only
     )
+
+
+def test_rasters_referenced_in_place_count_their_references_not_their_size() -> None:
+    from ingest.pipeline._stream import REMOTE_RASTER_BYTES, VIRTUAL_RASTER_BYTES, routed_batches
+
+    granules = [Granule(make_item(f"g{n}"), "src", {"data": f"s3://bucket/scene-{n}.tif"}) for n in range(40)]
+    limit = 8 * REMOTE_RASTER_BYTES  # the default batch_raster_mb holds 8 remote rasters to be copied
+    copied = [len(batch) for _, batch in routed_batches(granules, lanes=1, size=5000, raster_bytes=limit)]
+    referenced = [
+        len(batch) for _, batch in routed_batches(granules, lanes=1, size=5000, raster_bytes=limit, virtual=True)
+    ]
+    assert copied == [8] * 5
+    assert referenced == [40] and limit // VIRTUAL_RASTER_BYTES > 40
