@@ -79,6 +79,9 @@ class Writer:
         self._plan: ItemsPlan | None = None
         self._stored: dict[tuple[str, str], dict[str, Any]] = {}
         self.stack_arrays: dict[str, dict[str, str]] = {}
+        self._early_moves: dict[tuple[str, str], dict[tuple[str, int], tuple[str, int]]] = {}
+        """Key -> (stack, slot first given) -> (stack, slot now), for items whose slices moved before they were
+        added (staged, then a catch-up, then added: their assets name the slots first given)."""
         """Stack path -> array name -> kind signature, as this writer's plans last read them (their cache)."""
 
     # -- staging ----------------------------------------------------------------------------
@@ -177,6 +180,14 @@ class Writer:
         self._items.update(changed)
         if self._plan is not None:
             self._plan.moved(changed)
+        # Slices staged for items not added yet: their assets, made before the move, are corrected when added.
+        for (stack, old), slot in moves.items():
+            key = self._slots.owners.get((stack, slot))
+            if key is None or key in self._items:
+                continue
+            early = self._early_moves.setdefault(key, {})
+            given = next((start for start, now in early.items() if now == (stack, old)), (stack, old))
+            early[given] = (stack, slot)
 
     def group_exists(self, path: str) -> bool:
         """Whether the group at ``path`` exists in this writer's session (base or staged)."""
@@ -214,6 +225,9 @@ class Writer:
                 item_id=item["id"],
                 source=source,
             )
+        if key in self._early_moves:
+            moves = {start: now[1] for start, now in self._early_moves.pop(key).items()}
+            item = moved_slots(item, moves)
         self._items[key] = item
         self._sources[key] = source
         if replace:

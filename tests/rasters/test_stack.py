@@ -214,6 +214,30 @@ def test_a_writer_lists_a_stacks_arrays_once_and_again_when_it_needs_a_name_it_h
     assert len({piece.array for piece in pieces}) == 1 and pieces[0].array != "data"
 
 
+def test_granules_staged_before_a_catch_up_and_added_after_it_name_the_slots_they_moved_to(tmp_path):
+    """Staging several granules first and adding their items later is allowed: when another writer's commit
+    moves the slices meanwhile (a catch-up, here from a new kind's stack commit), the items added afterwards
+    name the slots the slices moved to, not the ones first given."""
+    repository = small_repo(tmp_path)
+    as_bytes = np.arange(100, dtype=np.uint8).reshape(1, 10, 10)
+    as_floats = np.linspace(0, 1, 100, dtype=np.float32).reshape(1, 10, 10)
+    first = repository.writer()
+    staged = [stage_raster(first, make_item(f"bytes-{n}"), as_bytes + n) for n in range(4)]
+    commit_granules(repository, [("other", as_bytes + 100, {}), ("floats-other", as_floats, {})])
+    staged.append(stage_raster(first, make_item("floats"), as_floats * 2))  # catches up: its slices move
+    given = {item["id"]: {piece.slot for piece in read_arrays_asset(item).pieces()} for item in staged}
+    for item in staged:
+        first.add_item(item)
+    first.commit("staged first, added later")
+    view = repository.view()
+    for n in range(4):
+        np.testing.assert_array_equal(view.item_arrays("c", f"bytes-{n}").data.values, as_bytes + n)
+    np.testing.assert_array_equal(view.item_arrays("c", "floats").data.values, as_floats * 2)
+    np.testing.assert_array_equal(view.item_arrays("c", "other").data.values, as_bytes + 100)
+    stored = {n: {piece.slot for piece in read_arrays_asset(view.item("c", f"bytes-{n}")).pieces()} for n in range(4)}
+    assert any(stored[n] != given[f"bytes-{n}"] for n in range(4))  # the slices did move
+
+
 # -- fixed stacks ---------------------------------------------------------------------------------------
 
 
