@@ -35,8 +35,6 @@ log = logging.getLogger(__name__)
 # (GCS, raylet, workers) listen on 127.0.0.1 instead of every interface.
 LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 os.environ.setdefault(LOOPBACK_SWITCH, "0")
-# Ray reads each setting of its config from RAY_<name> too; workers inherit it from the process that starts Ray.
-WORKER_NICENESS = "RAY_worker_niceness"
 
 #: Modules an ingest actor needs, imported by the workers of a local cluster as soon as they start.
 WORKER_PRELOAD = ("ingest.pipeline._ray", "ingest.rasters")
@@ -76,9 +74,6 @@ def start_ray(workers: int, address: str | None = None) -> bool:
     # If Ray was imported before this module set the switch, set what it derived from it.
     if os.environ.get(LOOPBACK_SWITCH) == "0":
         keep_local_ray_on_loopback()
-    # The same setting as an environment variable, which every process of the cluster inherits and reads even
-    # where the system config below does not reach it: a CI run once saw an actor of this cluster at nice 15.
-    os.environ[WORKER_NICENESS] = "0"
     ray.init(
         num_cpus=max(1, workers),
         include_dashboard=False,

@@ -180,12 +180,13 @@ class RemoteReader:
         children = [_Target(target.store, key, f"s3://{bucket}/{key}", listable=True) for key in keys]
         # Each object is a round trip: one after another, a folder of item JSONs 25 ms away arrives at 40 items/s.
         # Whole documents are fetched FOLDER_READS at a time, in order; streams (NDJSON, Parquet) are read as named.
-        whole = [child for child in children if _kind(child) == "json"]
+        kinds = [_kind(child) for child in children]
+        whole = [child for child, kind in zip(children, kinds, strict=True) if kind == "json"]
         pool = ThreadPoolExecutor(max_workers=FOLDER_READS, thread_name_prefix="floe-folder")
         fetched = InOrder(pool, whole, self._fetch, FOLDER_READS)
         try:
-            for child in children:
-                if _kind(child) == "json":
+            for child, kind in zip(children, kinds, strict=True):
+                if kind == "json":
                     yield from self._read_json(child, named=False, fetched=fetched.next())
                 else:
                     yield from self._read_object(child, named=False)

@@ -79,10 +79,10 @@ class Writer:
         self._plan: ItemsPlan | None = None
         self._stored: dict[tuple[str, str], dict[str, Any]] = {}
         self.stack_arrays: dict[str, dict[str, str]] = {}
-        self._early_moves: dict[tuple[str, str], dict[tuple[str, int], tuple[str, int]]] = {}
-        """Key -> (stack, slot first given) -> (stack, slot now), for items whose slices moved before they were
-        added (staged, then a catch-up, then added: their assets name the slots first given)."""
         """Stack path -> array name -> kind signature, as this writer's plans last read them (their cache)."""
+        self._early_moves: dict[tuple[str, str], Moves] = {}
+        """Key -> (stack, slot first given) -> slot now, for items whose slices moved before they were added
+        (staged, then a catch-up, then added: their assets name the slots first given)."""
 
     # -- staging ----------------------------------------------------------------------------
     @property
@@ -175,19 +175,22 @@ class Writer:
             rebase_following(self.repository.icechunk, session, branch, self._slots, self._follow_moves)
 
     def _follow_moves(self, moves: Moves) -> None:
-        owners = {key for (stack, _old), slot in moves.items() if (key := self._slots.owners.get((stack, slot)))}
-        changed = {key: moved_slots(self._items[key], moves) for key in owners if key in self._items}
+        added: set[tuple[str, str]] = set()
+        for (stack, old), slot in moves.items():
+            key = self._slots.owners.get((stack, slot))
+            if key is None:
+                continue
+            if key in self._items:
+                added.add(key)
+                continue
+            # Not added yet: its asset, made before the move, names the slot first given; add_item corrects it.
+            early = self._early_moves.setdefault(key, {})
+            given = next((start for start, now in early.items() if start[0] == stack and now == old), (stack, old))
+            early[given] = slot
+        changed = {key: moved_slots(self._items[key], moves) for key in added}
         self._items.update(changed)
         if self._plan is not None:
             self._plan.moved(changed)
-        # Slices staged for items not added yet: their assets, made before the move, are corrected when added.
-        for (stack, old), slot in moves.items():
-            key = self._slots.owners.get((stack, slot))
-            if key is None or key in self._items:
-                continue
-            early = self._early_moves.setdefault(key, {})
-            given = next((start for start, now in early.items() if now == (stack, old)), (stack, old))
-            early[given] = (stack, slot)
 
     def group_exists(self, path: str) -> bool:
         """Whether the group at ``path`` exists in this writer's session (base or staged)."""
@@ -226,8 +229,7 @@ class Writer:
                 source=source,
             )
         if key in self._early_moves:
-            moves = {start: now[1] for start, now in self._early_moves.pop(key).items()}
-            item = moved_slots(item, moves)
+            item = moved_slots(item, self._early_moves.pop(key))
         self._items[key] = item
         self._sources[key] = source
         if replace:
