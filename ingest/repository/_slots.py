@@ -116,8 +116,19 @@ class Slots:
         self.owners[(stack, slot)] = owner
         return slot
 
-    def follow(self, repository_icechunk: icechunk.Repository, session: icechunk.Session, tip: str) -> Moves:
-        """Step 2: move this writer's slots past the slots snapshot ``tip`` took meanwhile; return the moves."""
+    def follow(
+        self,
+        repository_icechunk: icechunk.Repository,
+        session: icechunk.Session,
+        tip: str,
+        theirs: dict[str, list[list[int]]],
+    ) -> Moves:
+        """Step 2: move this writer's slots past the slots snapshot ``tip`` took meanwhile; return the moves.
+
+        ``theirs`` are the chunks the commits from this writer's base to ``tip`` changed. The slots move past
+        every slot those commits touched, not only past the tip's last: a slot another writer appended and a
+        later commit deleted again is free at the tip (a stack's last slot is reused), yet the rebase replays
+        each of those commits and sees this writer's slice there as written over theirs."""
         if not self._taken:
             return {}
         at_tip = repository_icechunk.readonly_session(snapshot_id=tip)
@@ -127,6 +138,8 @@ class Slots:
                 tip_next = next_free_slot(at_tip, stack)
             except icechunk.IcechunkError:
                 continue  # the stack is not at the tip (it cannot have taken slots in it)
+            touched = [index[0] for index in theirs.get(f"/{stack}/{ITEM}", [])]
+            tip_next = max([tip_next, *(slot + 1 for slot in touched)])
             if min(slots) >= tip_next:
                 continue
             new = {old: tip_next + index for index, old in enumerate(slots)}
@@ -185,7 +198,9 @@ def rebase_following(
     for _ in range(FOLLOW_ROUNDS):
         tip = repository_icechunk.lookup_branch(branch)
         base = session.snapshot_id
-        moves = slots.follow(repository_icechunk, session, tip) if slots else {}
+        changes = slots is not None and (bool(slots) or bool(slots.vacated))
+        theirs = repository_icechunk.diff(from_snapshot_id=base, to_snapshot_id=tip).updated_chunks if changes else {}
+        moves = slots.follow(repository_icechunk, session, tip, theirs) if slots else {}
         if moves and on_moves is not None:
             on_moves(moves)
         if not moves and not (slots is not None and slots.vacated):
@@ -198,7 +213,6 @@ def rebase_following(
                 raise
         assert slots is not None
         ours = {path: {tuple(index) for index in chunks} for path, chunks in session.status().updated_chunks.items()}
-        theirs = repository_icechunk.diff(from_snapshot_id=base, to_snapshot_id=tip).updated_chunks
         _refuse_real_conflicts(branch, ours, theirs, slots)
         if repository_icechunk.lookup_branch(branch) != tip:
             continue  # a commit landed while the moves were checked: look again before the rebase keeps theirs

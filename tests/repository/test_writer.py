@@ -126,6 +126,40 @@ def test_two_writers_appending_to_one_stack_move_the_losers_slots(repo, stack_ex
     assert check(repo, deep=True) == []
 
 
+@pytest.mark.parametrize("loser_deletes", [False, True], ids=["appends", "appends-and-deletes"])
+def test_a_slot_appended_and_deleted_again_meanwhile_is_no_conflict(repo, loser_deletes):
+    """A and C take the same slot of one stack. A commits; a third commit deletes A's item, which frees that slot
+    (the stack's last, so the tip's next free slot is it again). C must still land: its slot moves past every
+    slot those commits touched (Icechunk's rebase replays both, and sees C's slice written over A's), never
+    refused for a conflict no item has. With ``loser_deletes`` C also deletes the seed (the path that checks
+    chunks both sides changed)."""
+    seed_stacks(repo, HERE)
+    a, c = repo.writer(), repo.writer()
+    staged_a = stage(a, "c", ["a"])["a"]
+    staged_c = stage(c, "c", ["c1"])["c1"]
+    stack = stack_of(staged_a)
+    assert staged_slots(staged_a) == staged_slots(staged_c), "the writers did not take the same slot"
+    if loser_deletes:
+        c.delete_item("c", "seed-0")
+    a.commit("A")
+    remover = repo.writer()
+    remover.delete_item("c", "a")
+    remover.commit("delete a")
+    assert repo.view().slot_items(stack) == {0: "seed-0"}, "A's slot is not free at the tip"
+
+    landed = c.commit("C")
+
+    assert landed.attempts == 2
+    tip = repo.view()
+    expected = {"c1": pixels_of("c1")} if loser_deletes else {"seed-0": pixels_of("seed-0"), "c1": pixels_of("c1")}
+    assert ids_at(repo) == Counter(list(expected))
+    invariants.assert_item_arrays(tip, "c", expected)
+    slot_c = staged_slots(tip.item("c", "c1"))[stack]
+    assert slot_c > staged_slots(staged_a)[stack], "C's slice stayed on the slot A's commit wrote"
+    assert tip.slot_items(stack) == ({} if loser_deletes else {0: "seed-0"}) | {slot_c: "c1"}
+    assert check(repo, deep=True) == []
+
+
 def test_concurrent_schema_unions_both_land(repo):
     first, second = repo.writer(), repo.writer()
     first.add_items([make_item(f"a{i}", "c", alpha=i) for i in range(3)])
