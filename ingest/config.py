@@ -105,6 +105,10 @@ class ArraysSettings(BaseModel):
     # "tiled": every granule is a window of its lattice (CRS, pixel size, alignment) cut into tiles;
     # "fixed": one stack per exact grid (CRS, transform, shape), which virtual references always use.
     layout: Literal["tiled", "fixed"] = "tiled"
+    # With the fixed layout, a copy stores a COG's compressed tiles as its chunks, as they are (no decode and
+    # re-encode; each tile is decoded once to check it), where zarr can decode the file's compression and
+    # tiling; false: every copy is decoded and re-encoded in `chunk`-sized zstd chunks.
+    tile_copy: bool = True
     # Side of a lattice tile, in pixels: a tiled stack is one tile.
     tile: int = Field(default=4096, ge=16)
     # Side of a chunk, in pixels (one slot and one band deep).

@@ -171,6 +171,44 @@ def test_virtual_ingest_from_the_cli(floe, tmp_path):
     assert {line["outcome"] for line in lines} == {"copied", "committed"}
 
 
+def test_layout_fixed_from_the_cli_copies_tiles_into_a_stack_per_grid(floe, tmp_path):
+    """``--layout fixed``: one stack per exact grid; band-interleaved COGs' tiles are stored as they are (their
+    arrays have the files' codecs, not floe's zstd), pixel-interleaved ones are decoded. Every granule reads back
+    equal to its file."""
+    import rioxarray
+    import zarr
+
+    from ingest.rasters._stack import CODECS
+    from ingest.sample import make_archive
+    from ingest.stac import read_arrays_asset
+
+    archive = tmp_path / "archive"
+    item_files = make_archive(archive, granules=6, seed=2)
+    refused = floe("ingest", str(archive), "--layout", "diagonal")
+    assert refused.exit_code == 2 and "--layout" in refused.output
+    result = floe("ingest", str(archive), "--layout", "fixed")
+    assert result.exit_code == 0, result.output
+
+    view = Repository.open(tmp_path / "repo").view()
+    zstd = [codec.to_dict() for codec in CODECS]
+    codecs_seen = []
+    for item_file in item_files:
+        source = json.loads(item_file.read_text())
+        row = view.item(source["collection"], source["id"])
+        arrays = read_arrays_asset(row)
+        read = view.item_arrays(source["collection"], source["id"])
+        for key, where in arrays.pixels.items():
+            (piece,) = where.pieces
+            assert "/stacks/g" in piece.stack, f"{piece.stack} is not a fixed stack"
+            array = zarr.open_array(view.session.store, path=f"{piece.stack}/{piece.array}", mode="r")
+            codecs_seen.append([codec.to_dict() for codec in array.metadata.codecs])
+            expected = rioxarray.open_rasterio(item_file.parent / source["assets"][key]["href"], mask_and_scale=False)
+            assert (read[key].values == expected.values).all(), f"{source['id']} {key}"
+    assert len(codecs_seen) >= 6
+    assert any(codecs != zstd for codecs in codecs_seen), "no granule's tiles were copied as they are"
+    assert any(codecs == zstd for codecs in codecs_seen), "the pixel-interleaved granules were not decoded"
+
+
 def test_optimize_dry_run_then_compact_then_nothing_to_do(floe, tmp_path):
     source = tmp_path / "items.ndjson"
     source.write_text("".join(json.dumps(make_item(f"o-{i}", "c")) + "\n" for i in range(40)))

@@ -231,6 +231,19 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             ),
         ),
     ] = False,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout",
+            help=(
+                "How copied rasters are stacked (arrays.layout). 'tiled' (the default): each grid's lattice (CRS, "
+                "pixel size, alignment) is cut into tiles of arrays.tile px, so scenes whose extents vary (Landsat) "
+                "share stacks. 'fixed': a stack per exact grid (Sentinel-2 MGRS tiles, fixed DEM tiles), into which "
+                "a COG's compressed tiles are copied as they are, without decoding (arrays.tile_copy)."
+            ),
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Ingest STAC items and their rasters, one commit per batch.
 
@@ -247,6 +260,10 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
 
     if virtual and workers == 0:
         fail("--virtual references rasters, which only the Ray pipeline ingests: use --workers 1 or more", 2)
+    if layout is not None:
+        if layout not in ("tiled", "fixed"):
+            fail(f"--layout must be 'tiled' or 'fixed', not {layout!r}", 2)
+        settings_of(ctx).arrays.layout = layout  # type: ignore[assignment]  # checked just above
     options = _source_options(sources, collections, bbox, datetime_range, search_filter, since, anonymous, prune)
     options.remote_assets = remote_assets
     with _report_file(report) as sink, floe_errors():

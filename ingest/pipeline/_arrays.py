@@ -25,12 +25,14 @@ from zarr.core.sync import sync
 from ingest.rasters import (
     GranulePlan,
     ReferencePlan,
+    TileCopy,
     name_arrays,
     plan_granule,
     plan_references,
     stage_nodes,
     write_references,
     write_slices,
+    write_tiles,
 )
 from ingest.stac import AssetPixels, Piece, parse_datetime
 
@@ -137,6 +139,21 @@ def stage_references(
         writer.clear_pieces(_pieces(plan))
         raise
     return {asset.key: asset.where() for asset in plan.assets}, references.bytes_referenced
+
+
+def stage_tiles(
+    writer: Writer, item: dict[str, Any], tiles: TileCopy, settings: ArraysSettings
+) -> tuple[dict[str, AssetPixels], int]:
+    """Stage the compressed tiles ``tiles`` read (:func:`ingest.rasters.read_tiles`) as slices of the fixed stacks
+    of their grids; returns where each asset's pixels went and their uncompressed bytes."""
+    plan = tiles.references.plan
+    _take_slots(writer, item, plan, settings)
+    try:
+        sync(write_tiles(writer.store, tiles, item_id=item["id"], datetime_us=datetime_us(item)))
+    except BaseException:
+        writer.clear_pieces(_pieces(plan))
+        raise
+    return {asset.key: asset.where() for asset in plan.assets}, tiles.pixel_bytes
 
 
 def _take_slots(writer: Writer, item: dict[str, Any], plan: GranulePlan, settings: ArraysSettings) -> None:

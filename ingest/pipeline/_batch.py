@@ -18,10 +18,10 @@ from typing import Any
 
 from ingest.errors import CommitConflict, InvalidItem, InvalidRaster, NotVirtualizable
 from ingest.pipeline._ahead import InOrder
-from ingest.pipeline._arrays import stage_arrays, stage_references
+from ingest.pipeline._arrays import stage_arrays, stage_references, stage_tiles
 from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
 from ingest.pipeline._report import BatchOutcome, Rejection
-from ingest.rasters import container_prefixes
+from ingest.rasters import TileCopy, container_prefixes
 from ingest.remote import RemoteError, Stores, gdal_options, is_remote
 from ingest.repository import Repository, Writer
 from ingest.stac import (
@@ -143,7 +143,22 @@ def _plan_steps(writer: Writer, granules: list[Granule], remote: _Remote) -> tup
     return steps, skipped
 
 
-def _read_granule(granule: Granule, remote: _Remote) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+def _read_granule(granule: Granule, remote: _Remote, *, tiles: bool = False) -> tuple[dict[str, dict[str, Any]], Any]:
+    """A copy's inputs: with ``tiles`` (the fixed layout), the file's compressed tiles where zarr can decode them
+    (:func:`ingest.rasters.read_tiles`), else the pixels decoded."""
+    if tiles:
+        from ingest.rasters import plan_references, read_tiles
+
+        sources = _fingerprints(granule.rasters, remote)
+        try:
+            collection = granule.item["collection"]
+            references = plan_references(
+                None, collection, granule.rasters, stores=remote.stores, gdal_env=remote.gdal_env, copy=True
+            )
+        except NotVirtualizable as error:
+            log.info("granule %s is copied by decoding it: %s", granule.item["id"], error.reason)
+        else:
+            return sources, read_tiles(references)
     return _read_copy(granule.rasters, remote)
 
 
@@ -206,7 +221,9 @@ def _commit_batch_once(
         prefixes = container_prefixes(writer.store)
         read: Callable[[Granule], Any] = functools.partial(_plan_virtual, remote=remote, prefixes=prefixes)
     else:
-        read = functools.partial(_read_granule, remote=remote)
+        settings = writer.repository.settings.arrays
+        tiles = settings.layout == "fixed" and settings.tile_copy
+        read = functools.partial(_read_granule, remote=remote, tiles=tiles)
     with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="floe-read") as pool:
         reads = InOrder(pool, [step.granule for step in steps if step.write_rasters], read, ahead)
         try:
@@ -254,7 +271,10 @@ def _stage(
                     outcome.fallbacks.append(Rejection(granule.source, item["id"], error.reason))
             if pixels is None:
                 sources, read = _read_copy(granule.rasters, remote) if virtual else reads.next()
-                pixels, nbytes = stage_arrays(writer, item, read, settings)
+                if isinstance(read, TileCopy):
+                    pixels, nbytes = stage_tiles(writer, item, read, settings)
+                else:
+                    pixels, nbytes = stage_arrays(writer, item, read, settings)
                 outcome.bytes_written += nbytes
             arrays = arrays_asset(pixels, sources, virtual=referenced)
             outcome.virtual += referenced

@@ -4,8 +4,10 @@
 places its pixels in stacks (``_stack.py``), ``stage_nodes`` creates the
 stacks and arrays that are missing and ``write_slices`` writes the slices
 (``_slices.py``); ``plan_references``/``write_references`` do the same with
-references to the files (``_virtual.py``). ``ingest.pipeline.stage_arrays``
-and ``stage_references`` put these steps together through a writer.
+references to the files (``_virtual.py``), and ``read_tiles``/``write_tiles`` copy a file's compressed
+tiles into the same fixed stacks without decoding them (``_tiles.py``).
+``ingest.pipeline.stage_arrays``, ``stage_references`` and ``stage_tiles``
+put these steps together through a writer.
 """
 
 from ingest.rasters._copy import InvalidRaster, read_assets, read_granule
@@ -19,6 +21,7 @@ from ingest.rasters._stack import (
     array_name,
     plan_granule,
 )
+from ingest.rasters._tiles import TileCopy, read_tiles, write_tiles
 from ingest.rasters._virtual import (
     NotVirtualizable,
     ReferencePlan,
@@ -36,6 +39,7 @@ __all__ = [
     "NotVirtualizable",
     "ReferencePlan",
     "Stack",
+    "TileCopy",
     "array_name",
     "container_prefixes",
     "name_arrays",
@@ -43,7 +47,9 @@ __all__ = [
     "plan_references",
     "read_assets",
     "read_granule",
+    "read_tiles",
     "stage_nodes",
     "write_references",
     "write_slices",
+    "write_tiles",
 ]

@@ -128,6 +128,8 @@ class _Source:
     dataset: xr.Dataset
     #: What the references carry so that Icechunk refuses a changed source (an ETag); None: the writing time.
     checksum: str | datetime | None = None
+    #: Where the file's bytes are read from (obstore), for a copy of its tiles.
+    registry: ObjectStoreRegistry | None = None
 
     @property
     def manifest(self) -> ManifestArray:
@@ -140,12 +142,13 @@ _PROBED_LAYOUTS_MAX = 256
 
 
 def _plan_source(
-    key: str, path: str | Path, prefixes: tuple[str, ...], stores: Stores | None, gdal_env: Mapping[str, str]
+    key: str, path: str | Path, prefixes: tuple[str, ...] | None, stores: Stores | None, gdal_env: Mapping[str, str]
 ) -> _Source:
+    """``prefixes`` None: the tiles are to be copied, so no virtual chunk container needs to cover the file."""
     source = os.fspath(path)
     place = locate(source, stores)
     url = place.url
-    if not any(url.startswith(prefix) for prefix in prefixes):
+    if prefixes is not None and not any(url.startswith(prefix) for prefix in prefixes):
         raise NotVirtualizable(
             f"granule {source} cannot be referenced: the repository has no virtual chunk container for {url} "
             "(call Repository.allow_virtual_sources before opening the writer)",
@@ -187,7 +190,7 @@ def _plan_source(
             _probe(source, manifest, dataset, place.registry)
     pixels = xr.Variable(("band", "y", "x"), manifest, attrs=attrs)
     dataset_ = xr.Dataset({GRANULE_VARIABLE: pixels}, coords=coords)
-    return _Source(key=key, path=source, url=url, dataset=dataset_, checksum=place.checksum)
+    return _Source(key=key, path=source, url=url, dataset=dataset_, checksum=place.checksum, registry=place.registry)
 
 
 def _georeferencing(source: str, dataset: rasterio.DatasetReader) -> tuple[dict[str, xr.Variable], dict[str, Any]]:
@@ -374,6 +377,7 @@ def plan_references(
     stores: Stores | None = None,
     gdal_env: Mapping[str, str] | None = None,
     prefixes: tuple[str, ...] | None = None,
+    copy: bool = False,
 ) -> ReferencePlan:
     """Check that every asset can be referenced from ``store`` and place each in its grid's fixed stack.
 
@@ -381,16 +385,21 @@ def plan_references(
     ``stores`` (obstore: HEAD and tile index) and ``gdal_env`` (GDAL: the
     header and the probe tile). ``prefixes`` are the repository's container
     prefixes (default: those of ``store``'s session); given, ``store`` is not
-    used, so plans can be made on other threads. Writes nothing. Raises ``NotVirtualizable`` (copy the granule instead),
-    ``InvalidRaster`` (copying would fail too) or ``ValueError`` (no assets,
-    or a ``collection`` that is not a safe path segment).
+    used, so plans can be made on other threads. With ``copy`` the file's
+    tiles are to be copied (``ingest.rasters.read_tiles``), so no container
+    is needed. Writes nothing. Raises ``NotVirtualizable`` (copy the granule
+    by decoding it instead), ``InvalidRaster`` (copying would fail too) or
+    ``ValueError`` (no assets, or a ``collection`` that is not a safe path
+    segment).
     """
     check_name(collection, "collection")
     if not assets:
         raise ValueError(f"a granule of {collection} has no assets to reference")
     for key in assets:
         _check_asset_key(key)
-    if prefixes is None:
+    if copy:
+        prefixes = None
+    elif prefixes is None:
         prefixes = container_prefixes(store) if store is not None else ()
     sources = {key: _plan_source(key, path, prefixes, stores, gdal_env or {}) for key, path in assets.items()}
     stacks: dict[str, Stack] = {}

@@ -1,0 +1,128 @@
+"""Copy a COG's compressed tiles into a fixed stack as they are: no decode and re-encode of the pixels.
+
+With ``arrays.layout = "fixed"`` a granule is one whole slice of the stack of
+its exact grid, the layout ``--virtual`` references use (``_virtual.py``).
+There the stack array's chunks are the file's tiles and its codecs are the
+ones virtual-tiff registers with zarr for the file's compression and
+predictor. A copy can then store each tile's bytes as the chunk itself:
+the pixels land in the repository (nothing depends on the file afterwards)
+at the cost of reading the file, where a decoded copy pays GDAL's decode
+and zstd's encode of every pixel.
+
+The plan is the reference plan (:func:`ingest.rasters.plan_references` with
+``copy=True``): the same checks (layout, extent, the first tile of each
+layout decoded equal to GDAL's reading). Then :func:`read_tiles` reads the
+tiles (obstore range reads, merged; local files and ``s3://``/``http(s)://``
+objects alike) and decodes every one of them once in memory, so a corrupt
+tile is an ``InvalidRaster`` naming the file before anything is written,
+as a decoded copy's would be. :func:`write_tiles` stores them at the
+granule's slot. A file whose layout virtual-tiff cannot express
+(``NotVirtualizable``: pixel-interleaved bands, say) is copied the decoded
+way by the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import obstore
+import zarr
+from zarr.core.buffer import default_buffer_prototype
+from zarr.storage import MemoryStore
+
+from ingest._compat import manifest_entries
+from ingest.errors import InvalidRaster
+from ingest.rasters._copy import _detail
+from ingest.rasters._slices import write_slot_coordinates
+from ingest.rasters._virtual import ReferencePlan, _Source
+
+if TYPE_CHECKING:
+    from zarr.abc.store import Store
+
+Tile = tuple[tuple[int, int, int], Any]
+"""((band, row, column) of the tile in the file's tile grid, its bytes as stored in the file)."""
+
+
+@dataclass
+class TileCopy:
+    """A granule placed in fixed stacks with each asset's tiles read: what :func:`write_tiles` stores."""
+
+    references: ReferencePlan
+    tiles: dict[str, list[Tile]]
+
+    @property
+    def pixel_bytes(self) -> int:
+        """The uncompressed bytes of the pixels copied."""
+        return self.references.bytes_referenced
+
+    @property
+    def stored_bytes(self) -> int:
+        """The bytes of the tiles as stored (compressed)."""
+        return sum(len(body) for tiles in self.tiles.values() for _index, body in tiles)
+
+
+def read_tiles(references: ReferencePlan) -> TileCopy:
+    """Read every tile of each asset of ``references`` and check that each decodes.
+
+    Raises ``InvalidRaster`` naming the file when its bytes cannot be read
+    or a tile does not decode (a corrupt file).
+    """
+    return TileCopy(references, {key: _read_source(source) for key, source in references.sources.items()})
+
+
+def _read_source(source: _Source) -> list[Tile]:
+    paths, offsets, lengths = manifest_entries(source.manifest.manifest)
+    present = np.argwhere(lengths > 0)
+    if not len(present):
+        return []  # every tile sparse: the slice reads as the fill value, as GDAL reads the file
+    assert source.registry is not None, "plan_references(copy=True) keeps the registry"
+    store, path = source.registry.resolve(str(paths[tuple(present[0])]))
+    starts = offsets[lengths > 0].astype(np.uint64)
+    ends = starts + lengths[lengths > 0].astype(np.uint64)
+    try:
+        bodies = obstore.get_ranges(store, path, starts=starts.tolist(), ends=ends.tolist())
+    except Exception as exc:
+        raise InvalidRaster(
+            f"granule {source.path} cannot be read: {type(exc).__name__}: {_detail(exc)}", path=source.path
+        ) from exc
+    tiles: list[Tile] = [
+        ((int(band), int(row), int(column)), body) for (band, row, column), body in zip(present, bodies, strict=True)
+    ]
+    _decode_all(source, tiles)
+    return tiles
+
+
+def _decode_all(source: _Source, tiles: list[Tile]) -> None:
+    """Decode every tile through the array's codecs in memory: a corrupt one fails here, not when read later."""
+    metadata = source.manifest.metadata
+    prototype = default_buffer_prototype()
+    contents = dict(metadata.to_buffer_dict(prototype))
+    for (band, row, column), body in tiles:
+        contents[metadata.encode_chunk_key((band, row, column))] = prototype.buffer.from_bytes(body)
+    try:
+        zarr.open_array(MemoryStore(contents), mode="r")[...]
+    except Exception as exc:
+        raise InvalidRaster(
+            f"granule {source.path} cannot be read: a tile does not decode ({type(exc).__name__}: {_detail(exc)})",
+            path=source.path,
+        ) from exc
+
+
+async def write_tiles(store: Store, copy: TileCopy, *, item_id: str, datetime_us: int) -> int:
+    """Store each asset's tiles as the chunks of its slot (slots and names assigned) and the slot coordinates.
+
+    Returns the number of chunks written.
+    """
+    plan = copy.references.plan
+    prototype = default_buffer_prototype()
+    writes: list[Any] = [write_slot_coordinates(store, plan, item_id=item_id, datetime_us=datetime_us)]
+    for asset in plan.assets:
+        (piece,) = asset.pieces
+        prefix = f"{piece.stack}/{piece.array}/c/{piece.slot}"
+        for (band, row, column), body in copy.tiles[asset.key]:
+            writes.append(store.set(f"{prefix}/{band}/{row}/{column}", prototype.buffer.from_bytes(body)))
+    await asyncio.gather(*writes)
+    return len(writes) - 1
