@@ -109,6 +109,37 @@ def tiff_image(parsed: Any, ifd: int) -> ManifestArray:
     return parsed._group.arrays[str(ifd)]
 
 
+# -- virtual-tiff 0.5 / zarr 3.4 -------------------------------------------------------------------
+#: virtual-tiff's own codecs: its array metadata names them like this, but zarr learns these names only when
+#: ``virtual_tiff.codecs`` is imported (its ``register_codec`` calls, codecs.py 251-252); its ``zarr.codecs``
+#: entry points carry them as ``virtual_tiff.<name>`` instead.
+VIRTUAL_TIFF_CODECS = ("HorizontalDeltaCodec", "ChunkyCodec")
+
+
+def find_virtual_tiff_codecs_lazily() -> None:
+    """Let zarr find virtual-tiff's codecs under the names its metadata gives, importing virtual-tiff (about 0.9 s)
+    only when an array uses one.
+
+    Arrays of referenced or tile-copied COGs with a predictor name
+    ``HorizontalDeltaCodec``; without this, a process that had not parsed a
+    TIFF (``floe serve``, a fresh ``View``) could not read them. Uses zarr's
+    own lazy loading of entry points (``zarr.registry._codec_registries[name]
+    .lazy_load_list``, zarr 3.4 ``registry.py``); the public replacement is an
+    entry point under these names in virtual-tiff's packaging. A zarr client
+    without floe imports ``virtual_tiff`` first (README, "Arrays").
+    """
+    from importlib.metadata import EntryPoint
+
+    from zarr.registry import _codec_registries
+
+    for name in VIRTUAL_TIFF_CODECS:
+        registry = _codec_registries[name]
+        if not registry and not registry.lazy_load_list:
+            registry.lazy_load_list.append(
+                EntryPoint(name=name, value=f"virtual_tiff.codecs:{name}", group="zarr.codecs")
+            )
+
+
 # -- ray 2.60 --------------------------------------------------------------------------------------
 def keep_local_ray_on_loopback() -> None:
     """Make a Ray imported before floe set ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` honour it.

@@ -98,3 +98,14 @@ def test_keep_local_ray_on_loopback_switches_the_cluster_flag_off(monkeypatch):
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", True)
     _compat.keep_local_ray_on_loopback()
     assert ray_constants.ENABLE_RAY_CLUSTER is False
+
+
+def test_virtual_tiff_codecs_are_found_under_the_names_their_metadata_gives():
+    import zarr.registry
+
+    from ingest._compat import VIRTUAL_TIFF_CODECS, find_virtual_tiff_codecs_lazily
+
+    find_virtual_tiff_codecs_lazily()
+    for name in VIRTUAL_TIFF_CODECS:
+        codec = zarr.registry.get_codec_class(name)
+        assert codec.__module__ == "virtual_tiff.codecs" and codec.__name__ == name

@@ -23,12 +23,17 @@ from affine import Affine
 from xarray.backends.zarr import FillValueCoder
 from zarr.core.sync import sync
 
+from ingest._compat import find_virtual_tiff_codecs_lazily
 from ingest.errors import ItemNotFound, UnsupportedLayout
 from ingest.repository._slots import next_free_slot
 from ingest.stac import ARRAYS_LAYOUT, DATETIME, ITEM, SLOT, STACKS, AssetPixels, read_arrays_asset
 
 if TYPE_CHECKING:
     from ingest.repository._view import View
+
+# Arrays of COGs referenced or copied tile by tile may use virtual-tiff's predictor codec: zarr must find it in
+# any process that reads them, not only in one that parsed a TIFF first.
+find_virtual_tiff_codecs_lazily()
 
 #: rioxarray's grid-mapping coordinate.
 GRID_MAPPING = "spatial_ref"

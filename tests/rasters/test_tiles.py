@@ -9,6 +9,10 @@ reading of the source.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +33,7 @@ from tests.conftest import make_item
 from tests.rasters.test_copy import ingest_granule
 from tests.rasters.test_virtual import make_cog
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ORIGIN = from_origin(500_000.0, 6_000_000.0, 10.0, 10.0)
 
 
@@ -221,3 +226,58 @@ def test_remote_cogs_are_copied_tile_by_tile(where, tmp_path, moto_server, http_
     assert stored_chunks(repository, f"{piece.stack}/{piece.array}", piece.slot) == file_tiles(source)
     expected = rioxarray.open_rasterio(source, mask_and_scale=False).values
     np.testing.assert_array_equal(view.item_arrays("c", "granule")["data"].values, expected)
+
+
+READ_IN_A_FRESH_PROCESS = """
+import json, sys
+root, collection, item_id, stack_array, slot = sys.argv[1:]
+result = {}
+if stack_array:  # plain icechunk and zarr, as a client without floe reads the asset's piece (README, "Arrays")
+    import icechunk, zarr
+    import virtual_tiff  # registers the TIFF predictor's codec with zarr
+    repository = icechunk.Repository.open(icechunk.local_filesystem_storage(root + "/arrays"))
+    array = zarr.open_array(repository.readonly_session("main").store, path=stack_array, mode="r")
+    result["sum"] = int(array[int(slot)].sum())
+else:
+    from ingest import Repository
+    result["sum"] = int(Repository.open(root).view().item_arrays(collection, item_id)["data"].values.sum())
+print(json.dumps(result))
+"""
+
+
+def read_in_a_fresh_process(*arguments: str) -> int:
+    """The sum of a granule's pixels, read by a new Python process that never parsed a TIFF."""
+    done = subprocess.run(
+        [sys.executable, "-c", READ_IN_A_FRESH_PROCESS, *arguments],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])["sum"]
+
+
+@pytest.mark.parametrize("virtual", [False, True], ids=["tile-copy", "virtual"])
+def test_arrays_with_the_tiff_predictor_read_in_a_process_that_parsed_no_tiff(virtual, tmp_path):
+    """The predictor is virtual-tiff's own codec, which zarr knows only once virtual-tiff is imported: floe
+    (``View.item_arrays``) reads it in any process, and a client without floe reads a copy's piece with icechunk,
+    zarr and ``import virtual_tiff``."""
+    source = cog(tmp_path, "granule", predictor=2)
+    expected = int(rioxarray.open_rasterio(source, mask_and_scale=False).values.astype(np.int64).sum())
+    repository = fixed_repo(tmp_path)
+    if virtual:
+        repository.allow_virtual_sources([tmp_path])
+    item = make_item("granule")
+    item["assets"] = {"data": {"href": str(source), "type": "image/tiff; application=geotiff"}}
+    outcome = commit_batch(repository, "main", [granule_from_item(item, "g.json", None)], "one", virtual=virtual)
+    assert outcome.virtual == int(virtual) and not outcome.rejected
+    (piece,) = read_arrays_asset(repository.view().item("c", "granule")).pixels["data"].pieces
+
+    root = str(tmp_path / "repo")
+    assert read_in_a_fresh_process(root, "c", "granule", "", "") == expected
+    if not virtual:
+        plain = read_in_a_fresh_process(root, "c", "granule", f"{piece.stack}/{piece.array}", str(piece.slot))
+        assert plain == expected
