@@ -37,7 +37,7 @@ from ingest.rasters import (
 from ingest.stac import AssetPixels, Piece, parse_datetime
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Coroutine, Mapping
 
     import xarray as xr
 
@@ -100,14 +100,15 @@ def stage_arrays(
     """
     settings = settings or writer.repository.settings.arrays
     plan = plan_granule(item["collection"], read, layout=settings.layout, tile=settings.tile, chunk=settings.chunk)
-    _take_slots(writer, item, plan, settings)
-    try:
-        sync(write_slices(writer.store, plan, item_id=item["id"], datetime_us=datetime_us(item), chunk=settings.chunk))
-    except BaseException:
-        writer.clear_pieces(_pieces(plan))
-        raise
-    written = sum(asset.pixels.nbytes for asset in plan.assets)
-    return {asset.key: asset.where() for asset in plan.assets}, written
+    when = datetime_us(item)
+    placed = _stage(
+        writer,
+        item,
+        plan,
+        settings,
+        lambda: write_slices(writer.store, plan, item_id=item["id"], datetime_us=when, chunk=settings.chunk),
+    )
+    return placed, sum(asset.pixels.nbytes for asset in plan.assets)
 
 
 def stage_references(
@@ -131,14 +132,14 @@ def stage_references(
     granule) or ``InvalidRaster``.
     """
     references = planned or plan_references(writer.store, item["collection"], rasters, stores=stores, gdal_env=gdal_env)
-    plan = references.plan
-    _take_slots(writer, item, plan, settings)
-    try:
-        sync(write_references(writer.store, references, item_id=item["id"], datetime_us=datetime_us(item)))
-    except BaseException:
-        writer.clear_pieces(_pieces(plan))
-        raise
-    return {asset.key: asset.where() for asset in plan.assets}, references.bytes_referenced
+    placed = _stage(
+        writer,
+        item,
+        references.plan,
+        settings,
+        lambda: write_references(writer.store, references, item_id=item["id"], datetime_us=datetime_us(item)),
+    )
+    return placed, references.bytes_referenced
 
 
 def stage_tiles(
@@ -146,14 +147,32 @@ def stage_tiles(
 ) -> tuple[dict[str, AssetPixels], int]:
     """Stage the compressed tiles ``tiles`` read (:func:`ingest.rasters.read_tiles`) as slices of the fixed stacks
     of their grids; returns where each asset's pixels went and their uncompressed bytes."""
-    plan = tiles.references.plan
+    placed = _stage(
+        writer,
+        item,
+        tiles.references.plan,
+        settings,
+        lambda: write_tiles(writer.store, tiles, item_id=item["id"], datetime_us=datetime_us(item)),
+    )
+    return placed, tiles.pixel_bytes
+
+
+def _stage(
+    writer: Writer,
+    item: dict[str, Any],
+    plan: GranulePlan,
+    settings: ArraysSettings,
+    write: Callable[[], Coroutine[Any, Any, int]],
+) -> dict[str, AssetPixels]:
+    """Take the slots ``plan`` needs, then run ``write`` (it uses them); a failure clears what it staged, so an
+    item's arrays are whole or absent. Returns where each asset's pixels went."""
     _take_slots(writer, item, plan, settings)
     try:
-        sync(write_tiles(writer.store, tiles, item_id=item["id"], datetime_us=datetime_us(item)))
+        sync(write())
     except BaseException:
         writer.clear_pieces(_pieces(plan))
         raise
-    return {asset.key: asset.where() for asset in plan.assets}, tiles.pixel_bytes
+    return {asset.key: asset.where() for asset in plan.assets}
 
 
 def _take_slots(writer: Writer, item: dict[str, Any], plan: GranulePlan, settings: ArraysSettings) -> None:

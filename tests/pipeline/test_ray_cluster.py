@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ingest import Repository
 from ingest.sample import make_archive
+from tests._fresh import last_json_line
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,7 +117,7 @@ PRELOAD_PROBE = textwrap.dedent(
 def test_local_cluster_workers_import_floe_before_actors_start_and_run_at_the_driver_priority():
     """A fresh process, so the cluster is the one start_ray makes. Ray's default worker niceness (15) starved
     ingest actors next to any other work: 16-55 s for a 0.6 s batch."""
-    report = _last_json_line(PRELOAD_PROBE)
+    report = last_json_line(PRELOAD_PROBE)
     assert report["loaded"] == ["ingest.pipeline._ray", "ingest.rasters"]
     assert report["nice"] == report["driver"]
 
@@ -144,19 +145,4 @@ PLAIN_WRITER = textwrap.dedent(
 
 
 def test_the_actors_writer_used_outside_ray_starts_no_cluster(tmp_path):
-    assert _last_json_line(PLAIN_WRITER, str(tmp_path)) == {"committed": True, "ray": False, "node": None}
-
-
-def _last_json_line(script: str, *arguments: str) -> dict:
-    """Run ``script`` in a fresh Python process; the JSON of its last output line."""
-    done = subprocess.run(
-        [sys.executable, "-c", script, *arguments],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        cwd=REPO_ROOT,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    assert last_json_line(PLAIN_WRITER, str(tmp_path)) == {"committed": True, "ray": False, "node": None}

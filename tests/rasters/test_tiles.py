@@ -9,10 +9,6 @@ reading of the source.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +25,11 @@ from ingest.pipeline import granule_from_item
 from ingest.pipeline._batch import commit_batch
 from ingest.repository import Repository
 from ingest.stac import read_arrays_asset
+from tests._fresh import last_json_line
 from tests.conftest import make_item
 from tests.rasters.test_copy import ingest_granule
 from tests.rasters.test_virtual import make_cog
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ORIGIN = from_origin(500_000.0, 6_000_000.0, 10.0, 10.0)
 
 
@@ -247,17 +243,7 @@ print(json.dumps(result))
 
 def read_in_a_fresh_process(*arguments: str) -> int:
     """The sum of a granule's pixels, read by a new Python process that never parsed a TIFF."""
-    done = subprocess.run(
-        [sys.executable, "-c", READ_IN_A_FRESH_PROCESS, *arguments],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-        cwd=REPO_ROOT,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])["sum"]
+    return last_json_line(READ_IN_A_FRESH_PROCESS, *arguments)["sum"]
 
 
 @pytest.mark.parametrize("virtual", [False, True], ids=["tile-copy", "virtual"])
