@@ -100,12 +100,25 @@ def test_keep_local_ray_on_loopback_switches_the_cluster_flag_off(monkeypatch):
     assert ray_constants.ENABLE_RAY_CLUSTER is False
 
 
+LAZY_CODECS_PROBE = """
+import json, sys
+import zarr.registry
+from ingest._compat import VIRTUAL_TIFF_CODECS, find_virtual_tiff_codecs_lazily
+before = "virtual_tiff" in sys.modules
+find_virtual_tiff_codecs_lazily()
+registered = "virtual_tiff" in sys.modules
+found = [(c.__module__, c.__name__) for c in map(zarr.registry.get_codec_class, VIRTUAL_TIFF_CODECS)]
+print(json.dumps({"imported_before": before, "imported_by_registering": registered, "found": found}))
+"""
+
+
 def test_virtual_tiff_codecs_are_found_under_the_names_their_metadata_gives():
-    import zarr.registry
+    """In a fresh process: registering imports nothing, and the first lookup finds virtual-tiff's classes."""
+    from ingest._compat import VIRTUAL_TIFF_CODECS
+    from tests._fresh import last_json_line
 
-    from ingest._compat import VIRTUAL_TIFF_CODECS, find_virtual_tiff_codecs_lazily
-
-    find_virtual_tiff_codecs_lazily()
-    for name in VIRTUAL_TIFF_CODECS:
-        codec = zarr.registry.get_codec_class(name)
-        assert codec.__module__ == "virtual_tiff.codecs" and codec.__name__ == name
+    assert last_json_line(LAZY_CODECS_PROBE) == {
+        "imported_before": False,
+        "imported_by_registering": False,
+        "found": [["virtual_tiff.codecs", name] for name in VIRTUAL_TIFF_CODECS],
+    }

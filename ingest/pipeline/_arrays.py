@@ -101,7 +101,7 @@ def stage_arrays(
     settings = settings or writer.repository.settings.arrays
     plan = plan_granule(item["collection"], read, layout=settings.layout, tile=settings.tile, chunk=settings.chunk)
     when = datetime_us(item)
-    placed = _stage(
+    placed = _stage_slices(
         writer,
         item,
         plan,
@@ -132,7 +132,7 @@ def stage_references(
     granule) or ``InvalidRaster``.
     """
     references = planned or plan_references(writer.store, item["collection"], rasters, stores=stores, gdal_env=gdal_env)
-    placed = _stage(
+    placed = _stage_slices(
         writer,
         item,
         references.plan,
@@ -147,7 +147,7 @@ def stage_tiles(
 ) -> tuple[dict[str, AssetPixels], int]:
     """Stage the compressed tiles ``tiles`` read (:func:`ingest.rasters.read_tiles`) as slices of the fixed stacks
     of their grids; returns where each asset's pixels went and their uncompressed bytes."""
-    placed = _stage(
+    placed = _stage_slices(
         writer,
         item,
         tiles.references.plan,
@@ -157,7 +157,7 @@ def stage_tiles(
     return placed, tiles.pixel_bytes
 
 
-def _stage(
+def _stage_slices(
     writer: Writer,
     item: dict[str, Any],
     plan: GranulePlan,

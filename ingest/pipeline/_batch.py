@@ -146,20 +146,20 @@ def _plan_steps(writer: Writer, granules: list[Granule], remote: _Remote) -> tup
 def _read_granule(granule: Granule, remote: _Remote, *, tiles: bool = False) -> tuple[dict[str, dict[str, Any]], Any]:
     """A copy's inputs: with ``tiles`` (the fixed layout), the file's compressed tiles where zarr can decode them
     (:func:`ingest.rasters.read_tiles`), else the pixels decoded."""
-    if tiles:
-        from ingest.rasters import plan_references, read_tiles
+    if not tiles:
+        return _read_copy(granule.rasters, remote)
+    from ingest.rasters import plan_references, read_assets, read_tiles
 
-        sources = _fingerprints(granule.rasters, remote)
-        try:
-            collection = granule.item["collection"]
-            references = plan_references(
-                None, collection, granule.rasters, stores=remote.stores, gdal_env=remote.gdal_env, copy=True
-            )
-        except NotVirtualizable as error:
-            log.info("granule %s is copied by decoding it: %s", granule.item["id"], error.reason)
-        else:
-            return sources, read_tiles(references)
-    return _read_copy(granule.rasters, remote)
+    sources = _fingerprints(granule.rasters, remote)
+    try:
+        collection = granule.item["collection"]
+        references = plan_references(
+            None, collection, granule.rasters, stores=remote.stores, gdal_env=remote.gdal_env, copy=True
+        )
+    except NotVirtualizable as error:
+        log.info("granule %s is copied by decoding it: %s", granule.item["id"], error.reason)
+        return sources, read_assets(granule.rasters, remote.gdal_env)
+    return sources, read_tiles(references)
 
 
 def _read_copy(rasters: dict[str, str], remote: _Remote) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
