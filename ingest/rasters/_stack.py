@@ -50,6 +50,7 @@ zarr nodes of stacks and the writing of slices are ``_slices.py``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Mapping
@@ -192,7 +193,7 @@ class Kind:
             return attrs["_FillValue"]
         return np.nan if np.dtype(self.dtype).kind == "f" else 0
 
-    @property
+    @functools.cached_property
     def signature(self) -> str:
         return stack_digest(self.dtype, self.bands, self.attributes)
 

@@ -62,12 +62,10 @@ import xarray as xr
 import zarr
 from obspec_utils.registry import ObjectStoreRegistry
 from rasterio.windows import Window
-from virtual_tiff import VirtualTIFF
-from virtualizarr.manifests import ChunkManifest, ManifestArray, ManifestGroup, ManifestStore
-from virtualizarr.manifests.utils import copy_and_replace_metadata
+from virtualizarr.manifests import ManifestArray, ManifestGroup, ManifestStore
 from zarr.core.metadata.v3 import ArrayV3Metadata
 
-from ingest._compat import manifest_entries, rasterio_attributes, tiff_image
+from ingest._compat import manifest_entries, rasterio_attributes
 from ingest.errors import InvalidRaster, NotVirtualizable
 from ingest.rasters._copy import (
     GRANULE_VARIABLE,
@@ -90,6 +88,7 @@ from ingest.rasters._stack import (
     kind_of,
     stack_digest,
 )
+from ingest.rasters._tiff import first_image_references, metadata_document
 from ingest.remote import Stores
 from ingest.stac import Piece, check_name
 
@@ -111,8 +110,6 @@ log = logging.getLogger(__name__)
 # lack it; floe's readers have it (a dependency), and the warning would repeat for every granule.
 warnings.filterwarnings("ignore", message="Imagecodecs codecs are not in the Zarr version 3 specification")
 
-#: The full-resolution image of a COG; later IFDs are overviews (and masks).
-FULL_RESOLUTION_IFD = 0
 #: TIFF PlanarConfiguration 1: samples of a pixel stored together ("pixel-interleaved").
 _CHUNKY = "PIXEL"
 
@@ -172,8 +169,7 @@ def _plan_source(
                     path=source,
                 )
             try:
-                parsed = VirtualTIFF(ifd=FULL_RESOLUTION_IFD)(url, place.registry)
-                manifest = _with_band_axis(tiff_image(parsed, FULL_RESOLUTION_IFD))
+                manifest = first_image_references(place)
             except Exception as exc:
                 raise NotVirtualizable(
                     f"granule {source} cannot be referenced: virtual-tiff cannot express its layout "
@@ -240,25 +236,6 @@ def _cf_grid_mapping(crs_wkt: str) -> dict[str, Any]:
     return {**attrs, "spatial_ref": crs_wkt, "crs_wkt": crs_wkt}
 
 
-def _with_band_axis(manifest: ManifestArray) -> ManifestArray:
-    """virtual-tiff gives single-band images as ``(y, x)``; the copy's layout is ``(band, y, x)`` everywhere."""
-    if manifest.ndim == 3:
-        return manifest
-    metadata = copy_and_replace_metadata(
-        manifest.metadata,
-        new_shape=[1, *manifest.shape],
-        new_chunks=[1, *manifest.metadata.chunks],
-        new_dimension_names=("band", "y", "x"),
-    )
-    paths, offsets, lengths = manifest_entries(manifest.manifest)
-    chunks = ChunkManifest.from_arrays(
-        paths=paths[np.newaxis],
-        offsets=offsets[np.newaxis],
-        lengths=lengths[np.newaxis],
-    )
-    return ManifestArray(metadata=metadata, chunkmanifest=chunks)
-
-
 def _check_extent(source: str, size: int, manifest: ManifestArray) -> None:
     """A truncated file would only fail when read: refuse references past its end (``size`` bytes) now."""
     _, offsets, lengths = manifest_entries(manifest.manifest)
@@ -272,7 +249,7 @@ def _check_extent(source: str, size: int, manifest: ManifestArray) -> None:
 
 def _layout_signature(manifest: ManifestArray) -> str:
     """What decoding depends on: dtype, chunk shape and the codec chain (shape and attributes aside)."""
-    metadata = manifest.metadata.to_dict()
+    metadata = json.loads(metadata_document(manifest.metadata))
     decoding = {key: metadata.get(key) for key in ("data_type", "chunk_grid", "codecs", "fill_value")}
     return json.dumps(decoding, sort_keys=True, default=str)
 
@@ -332,7 +309,7 @@ class ReferenceKind(Kind):
     document: str = ""
     """The JSON of virtual-tiff's array metadata for the file (its chunking and codec chain)."""
 
-    @property
+    @functools.cached_property
     def signature(self) -> str:
         decoding = {key: json.loads(self.document).get(key) for key in ("data_type", "chunk_grid", "codecs")}
         return stack_digest(self.dtype, self.bands, self.attributes, json.dumps(decoding, sort_keys=True))
@@ -413,7 +390,7 @@ def plan_references(
             str(pixels.dtype),
             int(pixels.shape[0]),
             kind_of(key, source.dataset).attributes,
-            document=json.dumps(source.manifest.metadata.to_dict(), default=str, sort_keys=True),
+            document=metadata_document(source.manifest.metadata),
         )
         stack = Stack(fixed_stack_path(collection, grid), grid)
         stacks.setdefault(stack.path, stack)

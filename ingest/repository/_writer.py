@@ -67,6 +67,8 @@ class Writer:
         except icechunk.IcechunkError as error:
             name = branch if len(branch) <= 80 else "NAME"
             raise RefNotFound(f"branch {shown(branch)} does not exist (create it with `floe branch {name}`)") from error
+        self._store_of: icechunk.Session | None = None
+        self._store: icechunk.IcechunkStore | None = None
         self._items: dict[tuple[str, str], dict[str, Any]] = {}
         self._sources: dict[tuple[str, str], str | None] = {}
         self._closed = False
@@ -93,7 +95,11 @@ class Writer:
     @property
     def store(self) -> icechunk.IcechunkStore:
         """The Zarr store of the session: stage arrays with the zarr API on it."""
-        return self._session.store
+        # Icechunk makes a new store object on each ``Session.store`` (a sixth of a virtual granule's staging when
+        # asked per call); one per session is enough, since it shares the session's state.
+        if self._store is None or self._store_of is not self._session:
+            self._store, self._store_of = self._session.store, self._session
+        return self._store
 
     @property
     def pending_items(self) -> int:
