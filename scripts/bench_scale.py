@@ -17,7 +17,10 @@ does to the table and to the searches.
    collection-*.json items.ndjson`` (batches of 5,000 items, one commit each;
    the ``[optimize]`` thresholds compact partitions as batches pile up). The
    rate of the first and the last tenth of its batches comes from the commit
-   times in ``Repository.log()``.
+   times in ``Repository.log()``. Beside the load, a *canary* (a fixed loop of
+   single-threaded Python, timed every 5 s on a thread of this waiting process)
+   measures how fast the machine itself ran during each tenth, so a slower last
+   tenth can be told from a slower machine.
 3. ``python -m ingest.cli optimize`` (timed); the table's live data files and
    their bytes are counted before and after from the scan plan at main.
 4. pgstac (PostgreSQL 15 + PostGIS + pgstac, then stac-fastapi-pgstac; set up
@@ -58,6 +61,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -335,6 +339,46 @@ class Commit:
     rows: int
 
 
+def canary_work() -> int:
+    """A fixed piece of single-threaded Python (dict and integer work, about 30 ms here)."""
+    table: dict[int, int] = {}
+    total = 0
+    for number in range(150_000):
+        table[number & 4095] = total
+        total = (total + number * number) % 1_000_003
+    return total + len(table)
+
+
+class Canary:
+    """Times :func:`canary_work` every ``every`` seconds on a thread while the body of a ``with`` runs (this
+    process only waits for floe's child then, so the thread has a core of the machine's two to itself)."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        self.every = every
+        self.samples: list[tuple[dt.datetime, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="canary", daemon=True)
+
+    def __enter__(self) -> Canary:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            started = time.perf_counter()
+            canary_work()
+            self.samples.append((dt.datetime.now(dt.UTC), time.perf_counter() - started))
+
+    def median_ms(self, span: tuple[dt.datetime, dt.datetime]) -> float | None:
+        """The median time of the canary's runs that ended within ``span``, in ms (None: no run did)."""
+        inside = [seconds for at, seconds in self.samples if span[0] <= at <= span[1]]
+        return statistics.median(inside) * 1000 if inside else None
+
+
 @dataclass
 class BatchRates:
     batches: int
@@ -346,6 +390,9 @@ class BatchRates:
     compactions: int
     compaction_seconds: float
     """Commits of the ``[optimize]`` compaction during the ingest, and the time since the commit before each."""
+    first_span: tuple[dt.datetime, dt.datetime] = (dt.datetime.min.replace(tzinfo=dt.UTC),) * 2
+    last_span: tuple[dt.datetime, dt.datetime] = (dt.datetime.min.replace(tzinfo=dt.UTC),) * 2
+    """From the commit before a tenth's first batch to its last batch's commit."""
 
 
 def floe_commits(root: Path) -> list[Commit]:
@@ -371,6 +418,9 @@ def batch_rates(commits: list[Commit]) -> BatchRates:
         seconds = (commits[chosen[-1]].written_at - commits[chosen[0] - 1].written_at).total_seconds()
         return rows / max(seconds, 1e-6)
 
+    def span(chosen: list[int]) -> tuple[dt.datetime, dt.datetime]:
+        return commits[chosen[0] - 1].written_at, commits[chosen[-1]].written_at
+
     tenth = max(1, len(positions) // 10)
     first, last = positions[0], positions[-1]
     compactions = [
@@ -388,6 +438,8 @@ def batch_rates(commits: list[Commit]) -> BatchRates:
         compaction_seconds=sum(
             (commits[number].written_at - commits[number - 1].written_at).total_seconds() for number in compactions
         ),
+        first_span=span(positions[:tenth]),
+        last_span=span(positions[-tenth:]),
     )
 
 
@@ -675,13 +727,14 @@ def print_report(
     count: int,
     arguments: argparse.Namespace,
     loads: dict[str, Load],
-    rates: BatchRates,
+    load_rates: tuple[BatchRates, Canary],
     files: dict[str, TableFiles],
     optimize_line: str,
     searches: dict[str, tuple[Side, Side]],
     all_queries: list[Query],
     phases: dict[str, float],
 ) -> None:
+    rates, canary = load_rates
     print(
         f"\n## bench_scale: {count:,} items, seed {arguments.seed}\n\n"
         f"3 collections, 2022-2024 in file order, footprints {FOOTPRINT_DEGREES[0]}-{FOOTPRINT_DEGREES[1]}°; "
@@ -714,6 +767,18 @@ def print_report(
         f"| {rates.last_tenth:,.0f} (last) / {rates.first_tenth:,.0f} (first) | - "
         f"| {ratio(rates.last_tenth, rates.first_tenth)} (last/first) |"
     )
+    first_ms, last_ms = canary.median_ms(rates.first_span), canary.median_ms(rates.last_span)
+    if first_ms is not None and last_ms is not None:
+        machine = first_ms / last_ms
+        print(
+            f"| the machine beside floe's load: canary ({canary.every:.0f} s apart; a fixed Python loop on a thread "
+            f"of the waiting benchmark), median ms in the last / first tenth's span | {last_ms:.1f} (last) / "
+            f"{first_ms:.1f} (first) | - | {machine:.2f}x (machine speed last/first) |"
+        )
+        print(
+            f"| floe's last/first tenth over the machine's speed last/first | - | - "
+            f"| {rates.last_tenth / rates.first_tenth / machine:.2f}x |"
+        )
     print("\n### floe's items table at main\n")
     print(
         "| when | live data files | live bytes | rows | Parquet files on disk (incl. replaced) |\n|---|---|---|---|---|"
@@ -766,7 +831,7 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
     log(f"items.ndjson: {megabytes(data.items.stat().st_size)}")
 
     root = workdir / "floe"
-    with phase(phases, "floe ingest (CLI)"):
+    with phase(phases, "floe ingest (CLI)"), Canary() as canary:
         seconds, cpu_seconds = run_floe(
             root,
             ["ingest", "--workers", "0", *map(str, data.collection_files), str(data.items)],
@@ -811,7 +876,7 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
         measure(sides, all_queries, arguments.warmup, arguments.repeats, arguments.page_size, paging)
     searches["floe after `floe optimize`"] = (sides["floe"], sides["pgstac"])
 
-    print_report(count, arguments, loads, rates, files, optimize_line, searches, all_queries, phases)
+    print_report(count, arguments, loads, (rates, canary), files, optimize_line, searches, all_queries, phases)
 
 
 def main() -> None:

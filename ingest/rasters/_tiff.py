@@ -160,7 +160,7 @@ class FirstImage:
         """PlanarConfiguration 2: each sample (band) has tiles of its own, band after band."""
         return self._int(PLANAR_CONFIGURATION, 1) == 2
 
-    @property
+    @functools.cached_property
     def layout(self) -> tuple[Any, ...]:
         """What decoding a tile depends on: the byte order and every tag but the per-file ones."""
         kept = tuple(sorted((tag, *value) for tag, value in self.raw.items() if tag not in PER_FILE_TAGS))
@@ -303,13 +303,13 @@ def first_image_references(place: Place) -> ManifestArray:
     virtual-tiff parses the first file of each decoding layout (every image
     of the file); later files of the layout take its metadata and their own
     tile index, read from the header: one read instead of virtual-tiff's
-    full open. Raises what virtual-tiff or virtualizarr raise
-    for a file they cannot express.
+    full open. Raises what virtual-tiff or virtualizarr raise for a file
+    they cannot express.
     """
     image = None
     try:
         image = read_first_image(functools.partial(_read_range, place), place.size)
-        shape, _chunks, offsets, lengths = image.tile_index()
+        shape, chunks, offsets, lengths = image.tile_index()
     except Exception as exc:  # noqa: BLE001 - anything this parser cannot read is left to virtual-tiff
         log.debug("%s: first image left to virtual-tiff (%s)", place.url, exc)
         image = None
@@ -322,7 +322,7 @@ def first_image_references(place: Place) -> ManifestArray:
     _paths, parsed_offsets, parsed_lengths = manifest_entries(manifest.manifest)
     if (
         manifest.shape != shape
-        or tuple(manifest.metadata.chunks) != _chunks
+        or tuple(manifest.metadata.chunks) != chunks
         or not np.array_equal(parsed_offsets, offsets)
         or not np.array_equal(parsed_lengths, lengths)
     ):
