@@ -12,13 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zarr
+from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
+from zarr.storage import MemoryStore
 
 from ingest import Repository, Settings
 from ingest.config import ArraysSettings
 from ingest.pipeline import stage_arrays
 from ingest.rasters import Grid, Kind, Lattice, array_name, plan_granule
-from ingest.stac import STACKS, arrays_asset, read_arrays_asset, with_arrays_asset
+from ingest.rasters._slices import _DATETIME_META, _ITEM_META, slot_coordinate_chunks
+from ingest.stac import DATETIME, ITEM, STACKS, arrays_asset, read_arrays_asset, with_arrays_asset
 from tests.conftest import make_item, raster_dataset, stage_raster
 
 ORIGIN = (500_000.0, 4_200_000.0)
@@ -342,3 +345,19 @@ def test_view_stack_is_the_time_series_ordered_by_datetime_with_item_ids(tmp_pat
     for step, name in enumerate(["january", "february", "march"]):
         window = series.data.isel(time=step, y=slice(row, row + height), x=slice(column, column + width))
         np.testing.assert_array_equal(window.values, pixels[name])
+
+
+@pytest.mark.parametrize("item_id", ["S2A_MSIL2A_20240101T000000_T33UUP", "ünïcødé-✓", ""])
+def test_slot_coordinates_encoded_by_hand_read_back_through_zarr(item_id):
+    """The chunks floe writes for a slot's ``item`` and ``datetime`` are what zarr reads for those arrays."""
+    prototype = default_buffer_prototype()
+    store = MemoryStore()
+    for name, metadata in ((ITEM, _ITEM_META), (DATETIME, _DATETIME_META)):
+        document = metadata.to_buffer_dict(prototype)["zarr.json"]
+        sync(store.set(f"{name}/zarr.json", document))
+    item, when = slot_coordinate_chunks(item_id, -1_234_567_890_123)
+    sync(store.set(f"{ITEM}/{_ITEM_META.encode_chunk_key((5,))}", item))
+    sync(store.set(f"{DATETIME}/{_DATETIME_META.encode_chunk_key((5,))}", when))
+    assert zarr.open_array(store, path=ITEM, mode="r")[5] == item_id
+    assert zarr.open_array(store, path=DATETIME, mode="r")[5] == -1_234_567_890_123
+    assert zarr.open_array(store, path=DATETIME, mode="r")[4] == 0

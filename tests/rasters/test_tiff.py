@@ -20,20 +20,14 @@ import numpy as np
 import pytest
 import rasterio
 import rioxarray
-import zarr
 from rasterio.transform import from_origin
 from virtual_tiff import VirtualTIFF
-from zarr.core.buffer import default_buffer_prototype
-from zarr.core.sync import sync
-from zarr.storage import MemoryStore
 
 from ingest._compat import manifest_entries, tiff_image
 from ingest.rasters import _tiff
 from ingest.rasters._place import locate
-from ingest.rasters._slices import _DATETIME_META, _ITEM_META, slot_coordinate_chunks
 from ingest.rasters._tiff import FirstImage, TiffError, read_first_image
 from ingest.repository import Repository
-from ingest.stac import DATETIME, ITEM
 from tests.rasters.test_copy import ingest_granule
 
 ORIGIN = from_origin(500_000.0, 6_000_000.0, 10.0, 10.0)
@@ -242,19 +236,3 @@ def test_a_tile_index_that_disagrees_with_virtual_tiff_leaves_the_layout_to_it(
     assert "differs from virtual-tiff's" in caplog.text
     for number, path in enumerate(paths):
         _referenced_equal_to_the_source(repo, f"item{number}", path)
-
-
-@pytest.mark.parametrize("item_id", ["S2A_MSIL2A_20240101T000000_T33UUP", "ünïcødé-✓", ""])
-def test_slot_coordinates_encoded_by_hand_read_back_through_zarr(item_id):
-    """The chunks floe writes for a slot's ``item`` and ``datetime`` are what zarr reads for those arrays."""
-    prototype = default_buffer_prototype()
-    store = MemoryStore()
-    for name, metadata in ((ITEM, _ITEM_META), (DATETIME, _DATETIME_META)):
-        document = metadata.to_buffer_dict(prototype)["zarr.json"]
-        sync(store.set(f"{name}/zarr.json", document))
-    item, when = slot_coordinate_chunks(item_id, -1_234_567_890_123)
-    sync(store.set(f"{ITEM}/{_ITEM_META.encode_chunk_key((5,))}", item))
-    sync(store.set(f"{DATETIME}/{_DATETIME_META.encode_chunk_key((5,))}", when))
-    assert zarr.open_array(store, path=ITEM, mode="r")[5] == item_id
-    assert zarr.open_array(store, path=DATETIME, mode="r")[5] == -1_234_567_890_123
-    assert zarr.open_array(store, path=DATETIME, mode="r")[4] == 0
