@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -295,6 +296,10 @@ _DOCUMENTS: dict[int, tuple[ArrayV3Metadata, str]] = {}
 #: layout's files are left to virtual-tiff.
 _LAYOUTS: dict[tuple[Any, ...], ArrayV3Metadata | None] = {}
 _LAYOUTS_MAX = 256
+#: Layouts a thread is having virtual-tiff parse right now -> set when it is done.
+_PARSING: dict[tuple[Any, ...], threading.Event] = {}
+#: How long a plan waits for another thread's parse of its layout before parsing its file itself.
+_PARSE_WAIT_SECONDS = 60.0
 
 
 def first_image_references(place: Place) -> ManifestArray:
@@ -313,12 +318,44 @@ def first_image_references(place: Place) -> ManifestArray:
     except Exception as exc:  # noqa: BLE001 - anything this parser cannot read is left to virtual-tiff
         log.debug("%s: first image left to virtual-tiff (%s)", place.url, exc)
         image = None
-    if image is not None and (template := _LAYOUTS.get(image.layout)) is not None:
-        return _manifest(place.url, _shaped(template, shape), offsets, lengths)
-    parsed = VirtualTIFF(ifd=FULL_RESOLUTION_IFD)(place.url, place.registry)
-    manifest = with_band_axis(tiff_image(parsed, FULL_RESOLUTION_IFD))
+    if image is not None:
+        template = _known_layout(image.layout)
+        if template is not None:
+            return _manifest(place.url, _shaped(template, shape), offsets, lengths)
     if image is None or image.layout in _LAYOUTS or len(_LAYOUTS) >= _LAYOUTS_MAX:
-        return manifest
+        return _parsed(place)
+    parsing = _PARSING.setdefault(image.layout, threading.Event())
+    try:
+        manifest = _parsed(place)
+        return _learn(image.layout, place, manifest, (shape, chunks, offsets, lengths))
+    finally:
+        parsing.set()
+        _PARSING.pop(image.layout, None)
+
+
+def _known_layout(layout: tuple[Any, ...]) -> ArrayV3Metadata | None:
+    """The layout's metadata; while another thread has virtual-tiff parse a file of the layout, after it (a batch
+    plans several granules at once: the first of a layout would otherwise be parsed by each)."""
+    parsing = _PARSING.get(layout)
+    if parsing is not None:
+        parsing.wait(timeout=_PARSE_WAIT_SECONDS)
+    return _LAYOUTS.get(layout)
+
+
+def _parsed(place: Place) -> ManifestArray:
+    parsed = VirtualTIFF(ifd=FULL_RESOLUTION_IFD)(place.url, place.registry)
+    return with_band_axis(tiff_image(parsed, FULL_RESOLUTION_IFD))
+
+
+def _learn(
+    layout: tuple[Any, ...],
+    place: Place,
+    manifest: ManifestArray,
+    index: tuple[tuple[int, int, int], tuple[int, int, int], np.ndarray, np.ndarray],
+) -> ManifestArray:
+    """Keep the layout's metadata once this module's tile index of the file equals virtual-tiff's (else mark the
+    layout as virtual-tiff's for good); the file's references."""
+    shape, chunks, offsets, lengths = index
     _paths, parsed_offsets, parsed_lengths = manifest_entries(manifest.manifest)
     if (
         manifest.shape != shape
@@ -327,10 +364,10 @@ def first_image_references(place: Place) -> ManifestArray:
         or not np.array_equal(parsed_lengths, lengths)
     ):
         log.warning("%s: floe's tile index differs from virtual-tiff's; its layout is left to virtual-tiff", place.url)
-        _LAYOUTS[image.layout] = None
+        _LAYOUTS[layout] = None
         return manifest
     template = _remembered(copy_and_replace_metadata(manifest.metadata, new_attributes={}))
-    _LAYOUTS[image.layout] = template
+    _LAYOUTS[layout] = template
     return _manifest(place.url, template, offsets, lengths)
 
 

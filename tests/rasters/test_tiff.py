@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import logging
 import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -236,3 +238,35 @@ def test_a_tile_index_that_disagrees_with_virtual_tiff_leaves_the_layout_to_it(
     assert "differs from virtual-tiff's" in caplog.text
     for number, path in enumerate(paths):
         _referenced_equal_to_the_source(repo, f"item{number}", path)
+
+
+def test_granules_planned_at_once_wait_for_one_parse_of_their_layout(fresh_layouts, tmp_path, monkeypatch):
+    """Four plans of one new layout at once (a batch plans several granules together): virtual-tiff parses one
+    file; the others wait for it and take the layout's metadata. Forced: the parse returns only once all four
+    plans have read their headers, so without the wait each would parse its own file."""
+    paths = [write_tiff(tmp_path / f"{'w' * (n + 1)}.tif", driver="COG", compress="deflate") for n in range(4)]
+    headers_read = threading.Semaphore(0)
+    read = _tiff.read_first_image
+
+    def counted_read(*args, **kwargs):
+        image = read(*args, **kwargs)
+        headers_read.release()
+        return image
+
+    parse = _tiff._parsed
+
+    def parse_after_every_header(place):
+        for _ in range(len(paths)):
+            assert headers_read.acquire(timeout=60), "the plans did not all read their headers"
+        for _ in range(len(paths)):
+            headers_read.release()
+        return parse(place)
+
+    monkeypatch.setattr(_tiff, "read_first_image", counted_read)
+    monkeypatch.setattr(_tiff, "_parsed", parse_after_every_header)
+    with ThreadPoolExecutor(max_workers=len(paths)) as pool:
+        manifests = list(pool.map(lambda path: _tiff.first_image_references(locate(str(path), None)), paths))
+    assert len(fresh_layouts) == 1
+    for path, manifest in zip(paths, manifests, strict=True):
+        _paths, offsets, _lengths = manifest_entries(manifest.manifest)
+        np.testing.assert_array_equal(offsets, parsed(path).tile_index()[2])
