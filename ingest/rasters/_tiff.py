@@ -81,7 +81,7 @@ _TYPES: dict[int, tuple[str, int]] = {
 }
 
 IMAGE_WIDTH, IMAGE_LENGTH = 256, 257
-STRIP_OFFSETS, STRIP_BYTE_COUNTS, ROWS_PER_STRIP = 273, 279, 278
+STRIP_OFFSETS, STRIP_BYTE_COUNTS = 273, 279
 SAMPLES_PER_PIXEL, PLANAR_CONFIGURATION = 277, 284
 TILE_WIDTH, TILE_LENGTH, TILE_OFFSETS, TILE_BYTE_COUNTS = 322, 323, 324, 325
 GDAL_METADATA = 42112
@@ -125,20 +125,22 @@ class TiffError(ValueError):
 
 @dataclass(frozen=True)
 class FirstImage:
-    """The first IFD of a TIFF: its tags as raw values (bytes for text, NumPy arrays for numbers)."""
+    """The first IFD of a TIFF: each tag's type and value bytes as stored (numbers decoded when asked for)."""
 
     byte_order: str
-    tags: dict[int, Any]
-    #: The tags' raw bytes (type and value) as stored, for the decoding layout.
     raw: dict[int, tuple[int, bytes]]
 
+    def _values(self, tag: int) -> np.ndarray:
+        kind, data = self.raw[tag]
+        code, _per = _TYPES[kind]
+        return np.frombuffer(data, dtype=self.byte_order + code)
+
     def _int(self, tag: int, default: int | None = None) -> int:
-        value = self.tags.get(tag)
-        if value is None:
+        if tag not in self.raw:
             if default is None:
                 raise TiffError(f"the first image has no tag {tag}")
             return default
-        return int(value[0])
+        return int(self._values(tag)[0])
 
     @property
     def width(self) -> int:
@@ -150,7 +152,7 @@ class FirstImage:
 
     @property
     def tiled(self) -> bool:
-        return TILE_WIDTH in self.tags and TILE_LENGTH in self.tags and TILE_OFFSETS in self.tags
+        return TILE_WIDTH in self.raw and TILE_LENGTH in self.raw and TILE_OFFSETS in self.raw
 
     @property
     def samples(self) -> int:
@@ -183,8 +185,8 @@ class FirstImage:
         shape = (bands, self.height, self.width)
         chunks = (1, self._int(TILE_LENGTH), self._int(TILE_WIDTH))
         grid = tuple(math.ceil(size / chunk) for size, chunk in zip(shape, chunks, strict=True))
-        offsets = np.asarray(self.tags[TILE_OFFSETS], dtype=np.uint64)
-        counts = np.asarray(self.tags.get(TILE_BYTE_COUNTS, ()), dtype=np.uint64)
+        offsets = self._values(TILE_OFFSETS).astype(np.uint64)
+        counts = self._values(TILE_BYTE_COUNTS).astype(np.uint64) if TILE_BYTE_COUNTS in self.raw else np.empty(0)
         expected = math.prod(grid)
         if offsets.size != expected or counts.size != expected:
             raise TiffError(f"the first image has {offsets.size} tiles on a grid of {expected}")
@@ -228,7 +230,7 @@ def read_first_image(read: Callable[[int, int], bytes], size: int, *, head: int 
         else:
             located.append((tag, kind, struct.unpack(value_offset, value)[0], nbytes))
     raw.update(_far_values(at, located, head))
-    return FirstImage(order, {tag: _decode(order, kind, data) for tag, (kind, data) in raw.items()}, raw)
+    return FirstImage(order, raw)
 
 
 def _header(buffer: bytes) -> tuple[str, bool, int]:
@@ -265,13 +267,6 @@ def _far_values(
 def _nbytes(kind: int, count: int) -> int:
     code, per = _TYPES[kind]
     return count * per * np.dtype(code).itemsize
-
-
-def _decode(order: str, kind: int, data: bytes) -> Any:
-    if kind in (2, 7):
-        return data
-    code, _per = _TYPES[kind]
-    return np.frombuffer(data, dtype=order + code)
 
 
 def _unpack(layout: str, buffer: bytes, offset: int) -> tuple[Any, ...]:
