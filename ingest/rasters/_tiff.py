@@ -50,8 +50,10 @@ __all__ = [
     "FirstImage",
     "TiffError",
     "first_image_references",
+    "ifds_within",
     "metadata_document",
     "read_first_image",
+    "read_head",
     "with_band_axis",
 ]
 
@@ -85,6 +87,9 @@ STRIP_OFFSETS, STRIP_BYTE_COUNTS = 273, 279
 SAMPLES_PER_PIXEL, PLANAR_CONFIGURATION = 277, 284
 TILE_WIDTH, TILE_LENGTH, TILE_OFFSETS, TILE_BYTE_COUNTS = 322, 323, 324, 325
 GDAL_METADATA = 42112
+SUB_IFDS = 330
+#: IFDs a header may chain before :func:`ifds_within` gives up (a COG has a few per overview level).
+_MAX_IFDS = 1024
 
 #: Tags that differ between an archive's files without changing how a tile decodes: size, the tile index,
 #: georeferencing (ModelPixelScale, ModelTiepoint, ModelTransformation, the GeoKey directory and its
@@ -233,6 +238,45 @@ def read_first_image(read: Callable[[int, int], bytes], size: int, *, head: int 
     return FirstImage(order, raw)
 
 
+def ifds_within(buffer: bytes) -> bool:
+    """Whether every IFD of the TIFF that ``buffer`` begins, and every tag value stored away from its entry, lies
+    inside ``buffer``: then a TIFF reader given these bytes alone reads every image's tags as from the file.
+
+    A COG keeps all of that at its start; a TIFF written image after image, or one with SubIFDs, does not.
+    """
+    try:
+        order, big, offset = _header(buffer)
+    except TiffError:
+        return False
+    count_format, pointer = (order + "Q", order + "Q") if big else (order + "H", order + "I")
+    count_size, pointer_size = struct.calcsize(count_format), struct.calcsize(pointer)
+    entry_size, inline = (20, 8) if big else (12, 4)
+    seen: set[int] = set()
+    while offset:
+        if offset in seen or len(seen) >= _MAX_IFDS or offset + count_size > len(buffer):
+            return False
+        seen.add(offset)
+        (entries,) = struct.unpack_from(count_format, buffer, offset)
+        first = offset + count_size
+        end = first + entries * entry_size
+        if end + pointer_size > len(buffer):
+            return False
+        for start in range(first, end, entry_size):
+            tag, kind = struct.unpack_from(order + "HH", buffer, start)
+            if tag == SUB_IFDS:
+                return False
+            if kind not in _TYPES:
+                continue
+            (count,) = struct.unpack_from(pointer, buffer, start + 4)
+            nbytes = _nbytes(kind, count)
+            if nbytes > inline:
+                (value_offset,) = struct.unpack_from(pointer, buffer, start + 4 + pointer_size)
+                if value_offset + nbytes > len(buffer):
+                    return False
+        (offset,) = struct.unpack_from(pointer, buffer, end)
+    return True
+
+
 def _header(buffer: bytes) -> tuple[str, bool, int]:
     """``(byte order, BigTIFF, offset of the first IFD)``."""
     if buffer[:2] == b"II":
@@ -297,18 +341,27 @@ _PARSING: dict[tuple[Any, ...], threading.Event] = {}
 _PARSE_WAIT_SECONDS = 60.0
 
 
-def first_image_references(place: Place) -> ManifestArray:
+def read_head(place: Place) -> bytes:
+    """The first :data:`HEAD_BYTES` of the file (all of a smaller one): what :func:`read_first_image` reads first."""
+    return _read_range(place, 0, min(HEAD_BYTES, place.size))
+
+
+def first_image_references(place: Place, head: bytes | None = None) -> ManifestArray:
     """The references of the file's full-resolution image, ``(band, y, x)``.
 
     virtual-tiff parses the first file of each decoding layout (every image
     of the file); later files of the layout take its metadata and their own
     tile index, read from the header: one read instead of virtual-tiff's
-    full open. Raises what virtual-tiff or virtualizarr raise for a file
+    full open (none when the caller read ``head``, :func:`read_head`,
+    already). Raises what virtual-tiff or virtualizarr raise for a file
     they cannot express.
     """
     image = None
+    read = functools.partial(_read_range, place)
+    if head is not None:
+        read = functools.partial(_from_head, head, read)
     try:
-        image = read_first_image(functools.partial(_read_range, place), place.size)
+        image = read_first_image(read, place.size)
         shape, chunks, offsets, lengths = image.tile_index()
     except Exception as exc:  # noqa: BLE001 - anything this parser cannot read is left to virtual-tiff
         log.debug("%s: first image left to virtual-tiff (%s)", place.url, exc)
@@ -364,6 +417,12 @@ def _learn(
     template = _remembered(copy_and_replace_metadata(manifest.metadata, new_attributes={}))
     _LAYOUTS[layout] = template
     return _manifest(place.url, template, offsets, lengths)
+
+
+def _from_head(head: bytes, read: Callable[[int, int], bytes], start: int, length: int) -> bytes:
+    if start + length <= len(head):
+        return head[start : start + length]
+    return read(start, length)
 
 
 def _read_range(place: Place, start: int, length: int) -> bytes:

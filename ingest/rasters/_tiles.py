@@ -37,7 +37,8 @@ from ingest._compat import manifest_entries
 from ingest.errors import InvalidRaster
 from ingest.rasters._copy import _detail
 from ingest.rasters._slices import write_slot_coordinates
-from ingest.rasters._virtual import ReferencePlan, _Source
+from ingest.rasters._source import _Source
+from ingest.rasters._virtual import ReferencePlan
 
 if TYPE_CHECKING:
     from zarr.abc.store import Store

@@ -26,7 +26,7 @@ from rasterio.transform import from_origin
 from virtual_tiff import VirtualTIFF
 
 from ingest._compat import manifest_entries, tiff_image
-from ingest.rasters import _tiff
+from ingest.rasters import NotVirtualizable, _source, _tiff, plan_references
 from ingest.rasters._place import locate
 from ingest.rasters._tiff import FirstImage, TiffError, read_first_image
 from ingest.repository import Repository
@@ -270,3 +270,79 @@ def test_granules_planned_at_once_wait_for_one_parse_of_their_layout(fresh_layou
     for path, manifest in zip(paths, manifests, strict=True):
         _paths, offsets, _lengths = manifest_entries(manifest.manifest)
         np.testing.assert_array_equal(offsets, parsed(path).tile_index()[2])
+
+
+@pytest.fixture
+def fresh_probes(monkeypatch):
+    """No layout probed yet in this process; the plans' probes counted by file, and held until ``ready`` plans
+    have reached their probe (so plans of a batch that start together meet there)."""
+    monkeypatch.setattr(_source, "_PROBED_LAYOUTS", set())
+    monkeypatch.setattr(_source, "_PROBING", {})
+    arrived = threading.Semaphore(0)
+    probed: list[str] = []
+    state = {"ready": 1, "fail_first": False}
+    signature = _source._layout_signature
+
+    def arriving(manifest):
+        arrived.release()
+        return signature(manifest)
+
+    probe = _source._probe_first_tile
+
+    def held_probe(source, manifest, dataset, registry):
+        for _ in range(state["ready"]):
+            assert arrived.acquire(timeout=60), "the plans did not all reach their probe"
+        for _ in range(state["ready"]):
+            arrived.release()
+        probed.append(Path(source).name)
+        if state["fail_first"] and len(probed) == 1:
+            raise NotVirtualizable(f"granule {source}: probe failed (forced)", path=source)
+        return probe(source, manifest, dataset, registry)
+
+    monkeypatch.setattr(_source, "_layout_signature", arriving)
+    monkeypatch.setattr(_source, "_probe_first_tile", held_probe)
+    return state, probed
+
+
+def _plan_at_once(paths: list[Path]) -> list[object]:
+    """Each file's reference plan, all made at once on threads (as an actor plans a batch)."""
+    prefixes = (locate(str(paths[0]), None).url.rsplit("/", 1)[0] + "/",)
+
+    def plan(path: Path) -> object:
+        try:
+            return plan_references(None, "c", {"data": path}, prefixes=prefixes)
+        except NotVirtualizable as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=len(paths)) as pool:
+        return list(pool.map(plan, paths))
+
+
+def test_granules_planned_at_once_wait_for_one_probe_of_their_layout(fresh_probes, tmp_path):
+    """Four plans of one new layout at once: one decodes its first tile against GDAL's reading, the others wait
+    for it and skip theirs. Forced: the probe starts only once all four plans have reached it, so without the
+    wait each would probe its own file."""
+    state, probed = fresh_probes
+    paths = [write_tiff(tmp_path / f"{'p' * (n + 1)}.tif", driver="COG", compress="deflate") for n in range(4)]
+    state["ready"] = len(paths)
+    plans = _plan_at_once(paths)
+    assert not [plan for plan in plans if isinstance(plan, Exception)]
+    assert len(probed) == 1, probed
+    # Once probed, the layout is known: a later plan of it does not probe.
+    state["ready"] = 1
+    _plan_at_once([write_tiff(tmp_path / "later.tif", driver="COG", compress="deflate")])
+    assert len(probed) == 1, probed
+
+
+def test_when_the_one_probe_fails_the_waiting_plans_probe_their_own_files(fresh_probes, tmp_path):
+    """The file probed first may be the bad one (forced: its probe fails): its granule is refused, and every plan
+    that waited for it probes a file of its own rather than take a layout that never passed."""
+    state, probed = fresh_probes
+    paths = [write_tiff(tmp_path / f"{'q' * (n + 1)}.tif", driver="COG", compress="deflate") for n in range(3)]
+    state["ready"], state["fail_first"] = len(paths), True
+    plans = _plan_at_once(paths)
+    refused = [path.name for path, plan in zip(paths, plans, strict=True) if isinstance(plan, NotVirtualizable)]
+    assert refused == probed[:1], (refused, probed)
+    # The layout passes on another file's probe (the later waiters may take that one's, or probe theirs too).
+    assert len(probed) >= 2 and len(set(probed)) == len(probed), probed
+    assert len(_source._PROBED_LAYOUTS) == 1
