@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -123,14 +124,19 @@ def plan_source(
         except Exception as exc:  # noqa: BLE001 - what GDAL makes of the file decides how it is reported
             manifest, failure = None, exc
         signature = _layout_signature(manifest) if manifest is not None else None
-        if signature is not None and head is not None and _passed(signature) and signature in _HEADER_LAYOUTS:
-            described = _described_from_head(source, head)
-            if described is not None:
-                return _checked_source(key, source, place, described, manifest, failure, probe=None)
-        with _opened(source, place) as dataset:
-            described = _describe(source, dataset)
-            probe = functools.partial(_probe, source, dataset=dataset, registry=place.registry, head=head)
-            return _checked_source(key, source, place, described, manifest, failure, probe=probe)
+        with _layout_turn(signature) as probing:
+            if not probing and head is not None and signature in _HEADER_LAYOUTS:
+                described = _described_from_head(source, head)
+                if described is not None:
+                    return _checked_source(key, source, place, described, manifest, failure, probe=None)
+            with _opened(source, place) as dataset:
+                described = _describe(source, dataset)
+                probe = None
+                if probing and signature is not None:
+                    probe = functools.partial(
+                        _probe, source, signature, dataset=dataset, registry=place.registry, head=head
+                    )
+                return _checked_source(key, source, place, described, manifest, failure, probe=probe)
 
 
 @dataclass(frozen=True)
@@ -307,17 +313,51 @@ def _layout_signature(manifest: ManifestArray) -> str:
     return json.dumps(decoding, sort_keys=True, default=str)
 
 
-def _passed(signature: str) -> bool:
-    """Whether the layout passed its probe in this process; while another thread probes it, after that probe."""
-    with _PROBING_LOCK:
-        running = _PROBING.get(signature)
-    if running is not None:
-        running.wait(timeout=_PROBE_WAIT_SECONDS)
-    return signature in _PROBED_LAYOUTS
+@contextlib.contextmanager
+def _layout_turn(signature: str | None) -> Iterator[bool]:
+    """Whether this plan is to probe its layout (True) or the layout passed already (False).
+
+    Once a layout has decoded equal in this process, granules of the same
+    layout skip the probe: an archive's granules share it, and the probe
+    costs about as much as the rest of the plan. Plans of a layout made at
+    once (a batch plans several granules together; a Ray actor's first
+    batch is all of new layouts) wait while one holds the layout's turn and
+    probes; then they skip their probes and, where it passed with the
+    header, GDAL's open of their files too. If it does not pass (its own file
+    may be the corrupt one), the next waiting plan takes the turn and probes
+    its own file. A plan that waited :data:`_PROBE_WAIT_SECONDS` probes
+    without the turn.
+    """
+    if signature is None:  # no references: nothing to probe (the plan is refused)
+        yield False
+        return
+    deadline = time.monotonic() + _PROBE_WAIT_SECONDS
+    while True:
+        with _PROBING_LOCK:
+            if signature in _PROBED_LAYOUTS:
+                claimed = None
+                break
+            running = _PROBING.get(signature)
+            if running is None:
+                claimed = _PROBING[signature] = threading.Event()
+                break
+        if not running.wait(timeout=max(0.0, deadline - time.monotonic())):
+            yield True
+            return
+    if claimed is None:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with _PROBING_LOCK:
+            _PROBING.pop(signature, None)
+        claimed.set()
 
 
 def _probe(
     source: str,
+    signature: str,
     manifest: ManifestArray,
     described: _Described,
     *,
@@ -325,45 +365,17 @@ def _probe(
     registry: ObjectStoreRegistry,
     head: bytes | None,
 ) -> None:
-    """Decode the first tile through the references and compare it with GDAL's reading of the same pixels.
-
-    Once a layout has decoded equal in this process, granules of the same
-    layout skip the probe: an archive's granules share it, and the probe
-    costs about as much as the rest of the plan. Plans of a layout made at
-    once (a batch plans several granules together, the first batch of a
-    Ray actor all of a new layout) wait for one probe; if it does not pass
-    (its own file may be the corrupt one), each probes its own file. With
-    the file's ``head``, the probe also checks that GDAL describes the
-    header alone as it describes the file: then later remote granules of
-    the layout are described from their headers.
-    """
-    signature = _layout_signature(manifest)
+    """Decode the first tile through the references and compare it with GDAL's reading of the same pixels; once
+    it passes, the layout is known (:func:`_layout_turn`). With the file's ``head``, also check that GDAL
+    describes the header alone as it describes the file: then later remote granules of the layout are described
+    from their headers."""
+    _probe_first_tile(source, manifest, dataset, registry)
+    from_head = _described_from_head(source, head) if head is not None else None
     with _PROBING_LOCK:
-        if signature in _PROBED_LAYOUTS:
-            return
-        running = _PROBING.get(signature)
-        if running is None:
-            running = _PROBING[signature] = threading.Event()
-            mine = True
-        else:
-            mine = False
-    if not mine:
-        running.wait(timeout=_PROBE_WAIT_SECONDS)
-        if signature in _PROBED_LAYOUTS:
-            return
-    try:
-        _probe_first_tile(source, manifest, dataset, registry)
-        from_head = _described_from_head(source, head) if head is not None else None
-        with _PROBING_LOCK:
-            if from_head is not None and from_head.same_as(described) and len(_HEADER_LAYOUTS) < _PROBED_LAYOUTS_MAX:
-                _HEADER_LAYOUTS.add(signature)
-            if len(_PROBED_LAYOUTS) < _PROBED_LAYOUTS_MAX:
-                _PROBED_LAYOUTS.add(signature)
-    finally:
-        if mine:
-            with _PROBING_LOCK:
-                _PROBING.pop(signature, None)
-            running.set()
+        if from_head is not None and from_head.same_as(described) and len(_HEADER_LAYOUTS) < _PROBED_LAYOUTS_MAX:
+            _HEADER_LAYOUTS.add(signature)
+        if len(_PROBED_LAYOUTS) < _PROBED_LAYOUTS_MAX:
+            _PROBED_LAYOUTS.add(signature)
 
 
 def _probe_first_tile(

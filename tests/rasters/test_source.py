@@ -8,6 +8,8 @@ description (coordinates, attributes, shape) with GDAL's reading of the file.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,38 @@ def test_later_remote_files_of_a_probed_layout_are_described_from_their_headers(
     # GDAL opened the first object only (for its probe); the other three were described from their headers.
     assert fresh_plans == ["cog0.tif"]
     assert len(_source._HEADER_LAYOUTS) == 1
+
+
+def test_remote_files_of_a_new_layout_planned_at_once_open_one_of_them_with_gdal(
+    fresh_plans, tmp_path, moto_server, monkeypatch
+):
+    """An actor's first batch: four plans of a new layout at once. One opens its object with GDAL and probes;
+    the others wait for it and are described from their headers. Forced: GDAL's open starts only once all four
+    plans know their layout, so without the wait each would open its object."""
+    urls = _upload(moto_server, _files(tmp_path, "batch", 4))
+    known = threading.Semaphore(0)
+    signature = _source._layout_signature
+
+    def counted_signature(manifest):
+        known.release()
+        return signature(manifest)
+
+    counted_open = _source._opened
+
+    def open_once_all_know(source, place):
+        for _ in urls:
+            assert known.acquire(timeout=60), "the plans did not all read their layouts"
+        for _ in urls:
+            known.release()
+        return counted_open(source, place)
+
+    monkeypatch.setattr(_source, "_layout_signature", counted_signature)
+    monkeypatch.setattr(_source, "_opened", open_once_all_know)
+    with ThreadPoolExecutor(max_workers=len(urls)) as pool:
+        plans = list(pool.map(lambda url: _plan(moto_server, url), urls))
+    assert len(fresh_plans) == 1, fresh_plans
+    for url, planned in zip(urls, plans, strict=True):
+        _assert_described_as_gdal_reads_the_file(moto_server, url, planned)
 
 
 def test_a_layout_whose_header_alone_reads_otherwise_is_opened_whole_every_time(
