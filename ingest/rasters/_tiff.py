@@ -363,8 +363,11 @@ def first_image_references(place: Place, head: bytes | None = None) -> ManifestA
     try:
         image = read_first_image(read, place.size)
         shape, chunks, offsets, lengths = image.tile_index()
-    except Exception as exc:  # noqa: BLE001 - anything this parser cannot read is left to virtual-tiff
+    except Exception as exc:  # anything this parser cannot read is left to virtual-tiff
         log.debug("%s: first image left to virtual-tiff (%s)", place.url, exc)
+        if image is not None and image.samples > 1 and not image.planes_separate:
+            # No reference can decode interleaved samples (the plan refuses them): virtual-tiff's parse is not asked.
+            raise
         image = None
     if image is not None:
         template = _known_layout(image.layout)

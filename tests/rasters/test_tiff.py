@@ -190,6 +190,16 @@ def fresh_layouts(monkeypatch):
     return calls
 
 
+def test_a_pixel_interleaved_file_is_refused_without_virtual_tiffs_parse(fresh_layouts, tmp_path):
+    """Its samples cannot be decoded from references whatever the layout: the header says so, and the plan refuses
+    it (the granule is copied) without having virtual-tiff parse the whole file first."""
+    path = write_tiff(tmp_path / "pixel.tif", compress="deflate", interleave="pixel")
+    prefixes = (locate(str(path), None).url.rsplit("/", 1)[0] + "/",)
+    with pytest.raises(NotVirtualizable, match="pixel-interleaved"):
+        plan_references(None, "c", {"data": path}, prefixes=prefixes)
+    assert fresh_layouts == []
+
+
 def _referenced_equal_to_the_source(repo: Repository, item_id: str, path: Path) -> None:
     expected = rioxarray.open_rasterio(path, mask_and_scale=False).values
     np.testing.assert_array_equal(repo.view().item_arrays("c", item_id)["data"].values, expected)
