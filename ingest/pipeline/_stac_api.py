@@ -235,10 +235,16 @@ def strip_links(document: dict[str, Any], structural: frozenset[str]) -> dict[st
 
 
 def _item_from_api(item: dict[str, Any]) -> dict[str, Any]:
-    item = strip_links(item, _ITEM_STRUCTURAL)
+    """A page's item without the links the API writes about it, nor a floe source's arrays asset.
+
+    Changed in place, not copied: the page was decoded for this search alone.
+    """
+    links = item.get("links")
+    if isinstance(links, list) and links:
+        item["links"] = [link for link in links if not (isinstance(link, dict) and link.get("rel") in _ITEM_STRUCTURAL)]
     assets = item.get("assets")
     if isinstance(assets, dict) and ARRAYS_ASSET in assets:
-        item = {**item, "assets": {key: value for key, value in assets.items() if key != ARRAYS_ASSET}}
+        item["assets"] = {key: value for key, value in assets.items() if key != ARRAYS_ASSET}
     return item
 
 

@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -32,6 +32,7 @@ import shapely
 from ingest.stac._json import loads_json
 from ingest.stac._spatial import HILBERT, clustered
 from ingest.stac._validate import parse_datetime
+from ingest.stac._wkb import simple_wkb
 
 OVERFLOW = "floe:overflow"
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -61,7 +62,15 @@ class _Overflow:
             payload["properties"] = self.properties
         if self.absent:
             payload["absent"] = self.absent
-        return json.dumps(payload, separators=(",", ":"), allow_nan=True) if payload else None
+        if not payload:
+            return None
+        try:
+            text = orjson.dumps(payload)
+        except (orjson.JSONEncodeError, TypeError):  # an integer beyond 64 bits: the standard library writes it
+            text = b"null"
+        if b"null" not in text:  # orjson writes NaN and infinities as null; the standard library keeps them
+            return text.decode()
+        return json.dumps(payload, separators=(",", ":"), allow_nan=True)
 
 
 def normalize_type(data_type: pa.DataType) -> pa.DataType:
@@ -88,12 +97,16 @@ def normalize_type(data_type: pa.DataType) -> pa.DataType:
     return data_type
 
 
+_NO_OFFSET = timedelta(0)
+
+
 def render_datetime(value: datetime) -> str:
     """The canonical RFC 3339 text floe writes for a timestamp."""
-    value = value.astimezone(UTC)
-    if value.microsecond:
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if value.utcoffset() != _NO_OFFSET:  # UTC (pyarrow's ZoneInfo too) is written as it is
+        value = value.astimezone(UTC)
+    # isoformat writes what strftime("%Y-%m-%dT%H:%M:%S[.%f]") would (six digits of fraction, or none), three
+    # times faster, and pads a year below 1000 to four digits as RFC 3339 wants; only "+00:00" becomes "Z".
+    return value.isoformat()[:-6] + "Z"
 
 
 def strip_nulls(value: Any) -> Any:
@@ -105,8 +118,30 @@ def strip_nulls(value: Any) -> Any:
     return value
 
 
+_SIMPLE_TYPES = {frozenset((str,)): pa.string(), frozenset((float,)): pa.float64(), frozenset((bool,)): pa.bool_()}
+_NUMBERS = frozenset((int, float))
+
+
 def _scalar_type(values: list[Any]) -> pa.DataType | None:
     """The Arrow type for a column of non-null JSON scalars, or None if they do not share one."""
+    # Decoded JSON holds exactly these types: one pass in C tells most columns apart.
+    types = frozenset(map(type, values))
+    simple = _SIMPLE_TYPES.get(types)
+    if simple is not None:
+        return simple
+    if int in types and types <= _NUMBERS:
+        integers = [value for value in values if type(value) is int]
+        low, high = min(integers), max(integers)
+        if low < _INT64_MIN or high > _INT64_MAX:
+            return None
+        if float not in types:
+            return pa.int64()
+        return pa.float64() if max(-low, high) <= _DOUBLE_EXACT else None
+    return _scalar_type_of_any(values)
+
+
+def _scalar_type_of_any(values: list[Any]) -> pa.DataType | None:
+    """:func:`_scalar_type` for values of any Python types (subclasses of str, int and float included)."""
     kinds = set()
     beyond_double = False  # an integer a double cannot hold exactly: never widened to float64
     for value in values:
@@ -189,6 +224,25 @@ def _property_column_ok(name: str) -> bool:
 
 
 def _geometry_to_wkb(geometries: list[dict[str, Any]], overflows: list[_Overflow]) -> list[bytes]:
+    """Each geometry as ISO WKB. Simple ones are written directly (exact by construction, see
+    :mod:`ingest.stac._wkb`); GEOS converts the rest, and keeps in the overflow any that would not read back."""
+    wkb: list[bytes] = []
+    others: list[int] = []
+    for row, geometry in enumerate(geometries):
+        simple = simple_wkb(geometry)
+        if simple is None:
+            others.append(row)
+            wkb.append(b"")
+        else:
+            wkb.append(simple[0])
+    if others:
+        converted = _geos_wkb([geometries[row] for row in others], [overflows[row] for row in others])
+        for row, value in zip(others, converted, strict=True):
+            wkb[row] = value
+    return wkb
+
+
+def _geos_wkb(geometries: list[dict[str, Any]], overflows: list[_Overflow]) -> list[bytes]:
     try:
         # GEOS parses GeoJSON text in one vectorized call, much faster than shapely.geometry.shape per item.
         shapes = shapely.from_geojson([orjson.dumps(geometry) for geometry in geometries])
@@ -203,13 +257,14 @@ def _geometry_to_wkb(geometries: list[dict[str, Any]], overflows: list[_Overflow
 
 
 def _bbox_rows(items: list[dict[str, Any]], wkb: list[bytes], overflows: list[_Overflow]) -> pa.Array:
-    bounds = shapely.bounds(shapely.from_wkb(wkb))
+    unboxed = [row for row, item in enumerate(items) if item.get("bbox") is None]
+    derived = dict(zip(unboxed, shapely.bounds(shapely.from_wkb([wkb[row] for row in unboxed])), strict=True))
     rows = []
     for row, item in enumerate(items):
         bbox = item.get("bbox")
         if bbox is None:
             overflows[row].absent.append("bbox")
-            xmin, ymin, xmax, ymax = (float(v) for v in bounds[row])
+            xmin, ymin, xmax, ymax = (float(v) for v in derived[row])
         elif len(bbox) == 6:
             overflows[row].top["bbox"] = bbox
             xmin, ymin, _, xmax, ymax, _ = (float(v) for v in bbox)
