@@ -20,6 +20,7 @@ from ingest.stac._assets import (
     with_arrays_asset,
     without_arrays_asset,
 )
+from ingest.stac._columns import strip_nulls
 from ingest.stac._geometry import GEOMETRY_TYPES, TOLERANCE, coordinates_problem, refused_geometries
 from ingest.stac._json import loads_json
 from ingest.stac._rows import (
@@ -32,7 +33,6 @@ from ingest.stac._rows import (
     overflow_keys,
     paused_collection,
     render_datetime,
-    strip_nulls,
 )
 from ingest.stac._spatial import HILBERT, clustered, hilbert_index, spatial_order
 from ingest.stac._text import one_line, shorten, shown

@@ -30,8 +30,7 @@ from ingest.export import (
     safe_name,
 )
 from ingest.pipeline import ingest_items
-from ingest.stac import parse_datetime
-from ingest.stac._rows import strip_nulls
+from ingest.stac import parse_datetime, strip_nulls
 from tests.conftest import load_real_items, make_item
 from tests.export.conftest import generated_items, schema_map, write_ndjson
 

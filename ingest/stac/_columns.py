@@ -1,0 +1,127 @@
+"""Which Arrow type a column of decoded JSON values takes, if one holds every value exactly.
+
+A column is typed only when its values come back as they went in: scalars of
+one kind (integers widen to doubles beside floats, unless a double cannot
+hold one), and objects or lists whose Arrow struct/list form decodes back to
+them once the nulls Arrow fills in for missing keys are dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: Every integer up to 2**53 in magnitude is exactly a double; beyond it, integers mixed with floats overflow.
+_DOUBLE_EXACT = 2**53
+
+
+def strip_nulls(value: Any) -> Any:
+    """Drop ``None``-valued keys from objects, recursively: how typed structs decode."""
+    if isinstance(value, dict):
+        return {key: strip_nulls(inner) for key, inner in value.items() if inner is not None}
+    if isinstance(value, list):
+        return [strip_nulls(inner) for inner in value]
+    return value
+
+
+_SIMPLE_TYPES = {frozenset((str,)): pa.string(), frozenset((float,)): pa.float64(), frozenset((bool,)): pa.bool_()}
+_NUMBERS = frozenset((int, float))
+
+
+def _scalar_type(values: list[Any]) -> pa.DataType | None:
+    """The Arrow type for a column of non-null JSON scalars, or None if they do not share one."""
+    # Decoded JSON holds exactly these types: one pass in C tells most columns apart.
+    types = frozenset(map(type, values))
+    simple = _SIMPLE_TYPES.get(types)
+    if simple is not None:
+        return simple
+    if int in types and types <= _NUMBERS:
+        integers = [value for value in values if type(value) is int]
+        low, high = min(integers), max(integers)
+        if low < _INT64_MIN or high > _INT64_MAX:
+            return None
+        if float not in types:
+            return pa.int64()
+        return pa.float64() if max(-low, high) <= _DOUBLE_EXACT else None
+    return _scalar_type_of_any(values)
+
+
+def _scalar_type_of_any(values: list[Any]) -> pa.DataType | None:
+    """:func:`_scalar_type` for values of any Python types (subclasses of str, int and float included)."""
+    kinds = set()
+    beyond_double = False  # an integer a double cannot hold exactly: never widened to float64
+    for value in values:
+        if isinstance(value, bool):
+            kinds.add("bool")
+        elif isinstance(value, int):
+            if not _INT64_MIN <= value <= _INT64_MAX:
+                return None
+            beyond_double = beyond_double or abs(value) > _DOUBLE_EXACT
+            kinds.add("int")
+        elif isinstance(value, float):
+            kinds.add("float")
+        elif isinstance(value, str):
+            kinds.add("str")
+        else:
+            kinds.add("nested")
+        if len(kinds) > 2:
+            return None
+    if kinds == {"str"}:
+        return pa.string()
+    if kinds == {"bool"}:
+        return pa.bool_()
+    if kinds == {"int"}:
+        return pa.int64()
+    if kinds == {"float"} or (kinds == {"int", "float"} and not beyond_double):
+        return pa.float64()
+    return None
+
+
+MAX_TYPED_DEPTH = 32
+"""Values nested deeper than this are kept in the overflow as JSON: Parquet refuses schemas 100 levels deep
+(a list takes three), and no real property nests that far."""
+
+
+def _storable(data_type: pa.DataType, depth: int = 0) -> bool:
+    """Whether a nested Arrow type can live in Parquet and Iceberg unambiguously."""
+    if depth > MAX_TYPED_DEPTH:
+        return False
+    if pa.types.is_null(data_type):
+        return False
+    if pa.types.is_struct(data_type):
+        if data_type.num_fields == 0:
+            return False
+        names = [data_type.field(i).name for i in range(data_type.num_fields)]
+        if len(set(names)) != len(names) or any("." in name or not name for name in names):
+            return False
+        return all(_storable(data_type.field(i).type, depth + 1) for i in range(data_type.num_fields))
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        return _storable(data_type.value_type, depth + 1)
+    return not (pa.types.is_map(data_type) or pa.types.is_union(data_type) or pa.types.is_dictionary(data_type))
+
+
+def _nested_array(values: list[Any]) -> pa.Array | None:
+    """Type a column of objects/lists if (and only if) it decodes back exactly."""
+    try:
+        array = pa.array(values)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        return None
+    if not _storable(array.type):
+        return None
+    if [strip_nulls(value) for value in array.to_pylist()] != values:
+        return None
+    return array
+
+
+def column_array(values: list[Any]) -> pa.Array | None:
+    present = [value for value in values if value is not None]
+    if not present:
+        return None
+    scalar = _scalar_type(present)
+    if scalar is not None:
+        return pa.array(values, type=scalar)
+    if all(isinstance(value, dict | list) for value in present):
+        return _nested_array(values)
+    return None
