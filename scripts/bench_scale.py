@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import itertools
 import os
 import re
 import resource
@@ -351,11 +352,13 @@ def canary_work() -> int:
 
 class Canary:
     """Times :func:`canary_work` every ``every`` seconds on a thread while the body of a ``with`` runs (this
-    process only waits for floe's child then, so the thread has a core of the machine's two to itself)."""
+    process only waits for floe's child then, so the thread has a core of the machine's two to itself), and
+    reads the resident memory of this process's children (floe's CLI) at the same moments."""
 
     def __init__(self, every: float = 5.0) -> None:
         self.every = every
         self.samples: list[tuple[dt.datetime, float]] = []
+        self.memory: list[tuple[dt.datetime, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="canary", daemon=True)
 
@@ -368,10 +371,24 @@ class Canary:
         self._thread.join()
 
     def _run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
         while not self._stop.wait(self.every):
             started = time.perf_counter()
             canary_work()
-            self.samples.append((dt.datetime.now(dt.UTC), time.perf_counter() - started))
+            now = dt.datetime.now(dt.UTC)
+            self.samples.append((now, time.perf_counter() - started))
+            resident = 0
+            for child in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):  # a child that ended meanwhile
+                    resident += child.memory_info().rss
+            self.memory.append((now, resident))
+
+    def peak_memory(self, span: tuple[dt.datetime, dt.datetime]) -> int | None:
+        """The most resident memory of the children seen within ``span``, in bytes (None: no sample)."""
+        inside = [resident for at, resident in self.memory if span[0] <= at <= span[1]]
+        return max(inside) if inside else None
 
     def median_ms(self, span: tuple[dt.datetime, dt.datetime]) -> float | None:
         """The median time of the canary's runs that ended within ``span``, in ms (None: no run did)."""
@@ -393,6 +410,8 @@ class BatchRates:
     first_span: tuple[dt.datetime, dt.datetime] = (dt.datetime.min.replace(tzinfo=dt.UTC),) * 2
     last_span: tuple[dt.datetime, dt.datetime] = (dt.datetime.min.replace(tzinfo=dt.UTC),) * 2
     """From the commit before a tenth's first batch to its last batch's commit."""
+    tenths: list[tuple[float, tuple[dt.datetime, dt.datetime]]] = field(default_factory=list)
+    """Every tenth's items/s and span, in order (the batches cut into ten runs as equal as they divide)."""
 
 
 def floe_commits(root: Path) -> list[Commit]:
@@ -422,6 +441,8 @@ def batch_rates(commits: list[Commit]) -> BatchRates:
         return commits[chosen[0] - 1].written_at, commits[chosen[-1]].written_at
 
     tenth = max(1, len(positions) // 10)
+    parts = min(10, len(positions))
+    cuts = [round(number * len(positions) / parts) for number in range(parts + 1)]
     first, last = positions[0], positions[-1]
     compactions = [
         number
@@ -440,6 +461,7 @@ def batch_rates(commits: list[Commit]) -> BatchRates:
         ),
         first_span=span(positions[:tenth]),
         last_span=span(positions[-tenth:]),
+        tenths=[(rate(positions[start:end]), span(positions[start:end])) for start, end in itertools.pairwise(cuts)],
     )
 
 
@@ -778,6 +800,15 @@ def print_report(
         print(
             f"| floe's last/first tenth over the machine's speed last/first | - | - "
             f"| {rates.last_tenth / rates.first_tenth / machine:.2f}x |"
+        )
+    print("\n### floe's load by tenth of its batches\n")
+    print("| tenth | items/s | canary, median ms (lower: a faster machine) | floe CLI resident memory, peak |")
+    print("|---|---|---|---|")
+    for number, (rate, span) in enumerate(rates.tenths, 1):
+        ms, peak = canary.median_ms(span), canary.peak_memory(span)
+        print(
+            f"| {number} | {rate:,.0f} | {'-' if ms is None else f'{ms:.1f}'} "
+            f"| {'-' if peak is None else f'{peak / 2**30:.2f} GiB'} |"
         )
     print("\n### floe's items table at main\n")
     print(
