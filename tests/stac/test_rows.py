@@ -204,3 +204,31 @@ def test_a_large_integer_after_a_float_column_comes_back_exactly(tmp_path):
     back = {item["id"]: item["properties"]["n"] for item in repo.view().items()}
     assert back == {"a": 0.5, "b": 2**53 + 1, "c": 7.0}
     assert isinstance(back["b"], int)
+
+
+def test_rows_become_items_without_cyclic_collections_while_a_chunk_is_built():
+    """Reading rows pauses the cyclic collector per chunk, as writing them does: its collections walked every
+    live object on each burst of allocations and took more than half of the time."""
+    import gc
+
+    from tests.conftest import make_item
+
+    items = [make_item(f"i{number}") for number in range(1000)]
+    for number, item in enumerate(items):
+        item["assets"] = {"data": {"href": f"s3://b/{number}.tif", "roles": ["data"]}}
+    table = items_to_arrow(items)
+    collections = []
+
+    def count(phase: str, _info: dict) -> None:
+        if phase == "start":
+            collections.append(phase)
+
+    gc.callbacks.append(count)
+    try:
+        back = list(arrow_to_items(table))
+    finally:
+        gc.callbacks.remove(count)
+    assert len(back) == 1000
+    assert gc.isenabled()
+    # 1,000 rows build tens of thousands of containers: unpaused, that is dozens of collections.
+    assert len(collections) <= 2
