@@ -232,3 +232,29 @@ def test_rows_become_items_without_cyclic_collections_while_a_chunk_is_built():
     assert gc.isenabled()
     # 1,000 rows build tens of thousands of containers: unpaused, that is dozens of collections.
     assert len(collections) <= 2
+
+
+def test_non_finite_numbers_in_the_overflow_come_back():
+    """orjson writes the overflow unless it would turn a NaN or an infinity into null."""
+    import math
+
+    from tests.conftest import make_item
+
+    items = [
+        make_item("nan", x=float("nan"), y=float("inf")),
+        make_item("text", x="a", y="b"),  # the column mixes types: both values go to the overflow
+    ]
+    back = {item["id"]: item for item in arrow_to_items(items_to_arrow(items))}
+    assert math.isnan(back["nan"]["properties"]["x"])
+    assert back["nan"]["properties"]["y"] == float("inf")
+    assert back["text"]["properties"] == items[1]["properties"]
+
+
+def test_a_year_before_1000_is_typed_and_comes_back_as_written():
+    from tests.conftest import make_item
+
+    item = validate_item(make_item("old", when="0999-01-05T00:00:00Z"))
+    table = items_to_arrow([item])
+    # The canonical rendering is the text itself: nothing about the datetime is kept aside.
+    assert "datetime" not in (table.column(OVERFLOW)[0].as_py() or "")
+    assert next(arrow_to_items(table)) == item
