@@ -27,7 +27,9 @@ Run:  .venv/bin/python scripts/bench_remote.py        (100,000 items; 64 scenes 
    ``--raster-runs`` rounds (rioxarray, copy, ``--virtual``, each into a
    fresh repository, GDAL's cache of remote reads emptied before rioxarray's
    turn): a round takes seconds, so the table gives medians and each round's
-   ratio.
+   ratio. ``--layout fixed`` copies into the fixed layout, whose copy stores
+   the COGs' compressed tiles as they are (floe's default, tiled, decodes and
+   re-encodes them).
 
 3. **``--virtual``** references the same scenes in place: scenes/s against
    the remote copy (target: at least 10x at scene size).
@@ -220,7 +222,7 @@ class _S3Archive:
 
 
 def bench_rasters(
-    workdir: Path, scenes: int, size: int, delay_ms: float, workers: int, grids: int, runs: int
+    workdir: Path, scenes: int, size: int, delay_ms: float, workers: int, grids: int, runs: int, layout: str | None
 ) -> dict[str, Any]:
     """Remote copy against rioxarray one object after another, and ``--virtual`` against remote copy: ``runs``
     rounds (rioxarray, copy, virtual in each), each into a fresh repository; the median of each and of the
@@ -230,7 +232,7 @@ def bench_rasters(
     for run in range(runs):
         folder = workdir / f"round-{run}"
         folder.mkdir()
-        rounds.append(_raster_round(archive, folder, workers, scenes))
+        rounds.append(_raster_round(archive, folder, workers, scenes, layout))
         log(
             f"round {run + 1}: rioxarray {rounds[-1]['baseline_s']:.1f} s ({rounds[-1]['baseline_busy']:.0%} of the "
             f"CPUs busy), copy {rounds[-1]['copy_s']:.1f} s ({rounds[-1]['copy_busy']:.0%}), "
@@ -280,8 +282,11 @@ def _forget_gdal_reads() -> None:
     ctypes.CDLL(str(libraries[0])).VSICurlClearCache()
 
 
-def _raster_round(archive: _S3Archive, workdir: Path, workers: int, scenes: int) -> dict[str, float]:
-    """One round: rioxarray one object after another into Icechunk, then floe's remote copy, then ``--virtual``."""
+def _raster_round(
+    archive: _S3Archive, workdir: Path, workers: int, scenes: int, layout: str | None
+) -> dict[str, float]:
+    """One round: rioxarray one object after another into Icechunk, then floe's remote copy, then ``--virtual``
+    (``layout``: the repositories' ``[arrays] layout``; None: floe's default)."""
     import icechunk
     import rasterio
     import ray
@@ -311,7 +316,10 @@ def _raster_round(archive: _S3Archive, workdir: Path, workers: int, scenes: int)
         # earlier actors were killed wait for new workers: about 1.7 s here.)
         ray.shutdown()
         start_ray(workers)
-        floe = Repository.create(workdir / f"floe-{mode}", Settings(s3=archive.s3))
+        settings = Settings(s3=archive.s3)
+        if layout is not None:
+            settings.arrays.layout = layout  # type: ignore[assignment]
+        floe = Repository.create(workdir / f"floe-{mode}", settings)
         time.sleep(2)  # the workers Ray starts with the cluster finish importing floe
         ticks = _cpu_ticks()
         started = time.perf_counter()
@@ -412,6 +420,12 @@ def main() -> None:
     parser.add_argument("--grids", type=int, default=4, help="tiles the scenes are on (scene n on tile n %% grids)")
     parser.add_argument("--delay-ms", type=float, default=20.0)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--layout",
+        choices=("tiled", "fixed"),
+        default=None,
+        help="floe's [arrays] layout for the copies (default: floe's own, tiled; fixed copies COG tiles undecoded)",
+    )
     parser.add_argument("--skip-api", action="store_true", help="part 2 only")
     parser.add_argument("--skip-rasters", action="store_true", help="part 1 only")
     arguments = parser.parse_args()
@@ -436,6 +450,7 @@ def main() -> None:
                         arguments.workers,
                         arguments.grids,
                         arguments.raster_runs,
+                        arguments.layout,
                     ),
                 )
             )
@@ -444,7 +459,7 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     print(
         f"## bench_remote: {arguments.items:,} items; scenes on {arguments.grids} tiles; "
-        f"{arguments.delay_ms:g} ms a request\n"
+        f"{arguments.delay_ms:g} ms a request; arrays layout {arguments.layout or 'default'}\n"
     )
     print("| what | floe | baseline | ratio |")
     print("|---|---|---|---|")
