@@ -458,7 +458,8 @@ def main() -> None:
         PROCESSES.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
     print(
-        f"## bench_remote: {arguments.items:,} items; scenes on {arguments.grids} tiles; "
+        f"## bench_remote: {'no API part' if arguments.skip_api else f'{arguments.items:,} items'}; "
+        f"scenes on {arguments.grids} tiles; "
         f"{arguments.delay_ms:g} ms a request; arrays layout {arguments.layout or 'default'}\n"
     )
     print("| what | floe | baseline | ratio |")
