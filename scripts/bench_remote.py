@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -221,8 +221,11 @@ class _S3Archive:
         )
 
 
+Layout = Literal["tiled", "fixed"]
+
+
 def bench_rasters(
-    workdir: Path, scenes: int, size: int, delay_ms: float, workers: int, grids: int, runs: int, layout: str | None
+    workdir: Path, scenes: int, size: int, delay_ms: float, workers: int, grids: int, runs: int, layout: Layout | None
 ) -> dict[str, Any]:
     """Remote copy against rioxarray one object after another, and ``--virtual`` against remote copy: ``runs``
     rounds (rioxarray, copy, virtual in each), each into a fresh repository; the median of each and of the
@@ -244,11 +247,7 @@ def bench_rasters(
         "scenes": scenes,
         "megabytes": archive.pixel_bytes / 1e6,
         "file_megabytes": archive.file_bytes / 1e6,
-        "baseline_s": statistics.median(entry["baseline_s"] for entry in rounds),
-        "copy_s": statistics.median(entry["copy_s"] for entry in rounds),
-        "virtual_s": statistics.median(entry["virtual_s"] for entry in rounds),
-        "baseline_busy": statistics.median(entry["baseline_busy"] for entry in rounds),
-        "copy_busy": statistics.median(entry["copy_busy"] for entry in rounds),
+        **{key: statistics.median(entry[key] for entry in rounds) for key in rounds[0]},
         "copy_ratios": [entry["baseline_s"] / entry["copy_s"] for entry in rounds],
         "virtual_ratios": [entry["copy_s"] / entry["virtual_s"] for entry in rounds],
         **headers,
@@ -283,7 +282,7 @@ def _forget_gdal_reads() -> None:
 
 
 def _raster_round(
-    archive: _S3Archive, workdir: Path, workers: int, scenes: int, layout: str | None
+    archive: _S3Archive, workdir: Path, workers: int, scenes: int, layout: Layout | None
 ) -> dict[str, float]:
     """One round: rioxarray one object after another into Icechunk, then floe's remote copy, then ``--virtual``
     (``layout``: the repositories' ``[arrays] layout``; None: floe's default)."""
@@ -293,6 +292,7 @@ def _raster_round(
     import rioxarray
 
     from ingest import Repository, Settings
+    from ingest.config import ArraysSettings
     from ingest.pipeline import SourceOptions, ingest_with_ray, start_ray
     from ingest.remote import gdal_options, gdal_path
 
@@ -316,10 +316,8 @@ def _raster_round(
         # earlier actors were killed wait for new workers: about 1.7 s here.)
         ray.shutdown()
         start_ray(workers)
-        settings = Settings(s3=archive.s3)
-        if layout is not None:
-            settings.arrays.layout = layout  # type: ignore[assignment]
-        floe = Repository.create(workdir / f"floe-{mode}", settings)
+        arrays = ArraysSettings() if layout is None else ArraysSettings(layout=layout)
+        floe = Repository.create(workdir / f"floe-{mode}", Settings(s3=archive.s3, arrays=arrays))
         time.sleep(2)  # the workers Ray starts with the cluster finish importing floe
         ticks = _cpu_ticks()
         started = time.perf_counter()
