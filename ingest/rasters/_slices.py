@@ -141,19 +141,25 @@ async def write_slices(store: Store, plan: GranulePlan, *, item_id: str, datetim
     """Write every piece of ``plan`` (slots and array names assigned) and its slots' coordinates.
 
     Only the chunks a piece overlaps are written, and of those only the ones
-    holding something besides the fill value; each is written whole (zarr
-    then never reads it first). Returns the number of pixel chunks written.
+    holding something besides the fill value; each is written whole, encoded
+    here as the array's codecs would and stored directly. (zarr's ``setitem``
+    compared every chunk with a chunk of the fill value it allocated, again,
+    and handed each encode to a thread: a fifth of a tiled copy's writing
+    time.) Returns the number of pixel chunks written.
     """
     writes: list[Any] = [write_slot_coordinates(store, plan, item_id=item_id, datetime_us=datetime_us)]
+    prototype = default_buffer_prototype()
     chunks = 0
     for asset in plan.assets:
         for piece in asset.pieces:
             stack = plan.stacks[piece.stack]
-            array = _array(
-                store, f"{piece.stack}/{piece.array}", asset.kind.metadata(stack, capacity=piece.slot + 1, chunk=chunk)
-            )
-            for selection, block in _piece_chunks(asset, piece, stack.grid, chunk):
-                writes.append(array.setitem((piece.slot, *selection), block))
+            metadata = asset.kind.metadata(stack, capacity=piece.slot + 1, chunk=chunk)
+            codec = _zstd(metadata, "bytes")
+            little = asset.pixels.dtype.newbyteorder("<")
+            for (band, row, column), block in _piece_chunks(asset, piece, stack.grid, chunk):
+                key = metadata.encode_chunk_key((piece.slot, band, row, column))
+                body = codec.encode(np.ascontiguousarray(block, dtype=little))
+                writes.append(store.set(f"{piece.stack}/{piece.array}/{key}", prototype.buffer.from_bytes(body)))
                 chunks += 1
     await asyncio.gather(*writes)
     return chunks
@@ -187,22 +193,19 @@ def slot_coordinate_chunks(item_id: str, datetime_us: int) -> tuple[Buffer, Buff
     return prototype.buffer.from_bytes(bytes(item)), prototype.buffer.from_bytes(bytes(when))
 
 
-def _array(store: Store, path: str, metadata: ArrayV3Metadata) -> AsyncArray[Any]:
-    """A handle on an array whose document is known (no read of its zarr.json)."""
-    return AsyncArray(metadata=metadata, store_path=StorePath(store, path))
-
-
 def _piece_chunks(
     asset: AssetPlan, piece: Piece, grid: Grid, chunk: int
-) -> list[tuple[tuple[int, slice, slice], np.ndarray]]:
-    """Each chunk (band, rows, columns) a piece overlaps, with the whole chunk's pixels.
+) -> list[tuple[tuple[int, int, int], np.ndarray]]:
+    """Each chunk a piece overlaps, as its (band, row, column) in the chunk grid and the whole chunk's pixels.
 
-    A chunk is the fill value where the piece does not cover it; a chunk that
-    is the fill value everywhere is left out.
+    A chunk is the fill value where the piece does not cover it (past the
+    grid's edge too, as zarr pads an edge chunk); a chunk that is the fill
+    value everywhere is left out.
     """
     row, column, height, width = piece.window
     at_row, at_column = piece.at
     fill = asset.kind.fill_value
+    chunk_height, chunk_width = min(chunk, grid.height), min(chunk, grid.width)
     out = []
     for chunk_row in range(row // chunk, (row + height - 1) // chunk + 1):
         for chunk_column in range(column // chunk, (column + width - 1) // chunk + 1):
@@ -214,11 +217,11 @@ def _piece_chunks(
                 :, at_row + r0 - row : at_row + r1 - row, at_column + c0 - column : at_column + c1 - column
             ]
             for band in range(asset.kind.bands):
-                block = np.full((bottom - top, right - left), fill, dtype=asset.pixels.dtype)
+                block = np.full((chunk_height, chunk_width), fill, dtype=asset.pixels.dtype)
                 block[r0 - top : r1 - top, c0 - left : c1 - left] = source[band]
                 if _all_fill(block, fill):
                     continue
-                out.append(((band, slice(top, bottom), slice(left, right)), block))
+                out.append(((band, chunk_row, chunk_column), block))
     return out
 
 

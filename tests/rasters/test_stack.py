@@ -361,3 +361,61 @@ def test_slot_coordinates_encoded_by_hand_read_back_through_zarr(item_id):
     assert zarr.open_array(store, path=ITEM, mode="r")[5] == item_id
     assert zarr.open_array(store, path=DATETIME, mode="r")[5] == -1_234_567_890_123
     assert zarr.open_array(store, path=DATETIME, mode="r")[4] == 0
+
+
+def _pixel_chunks(store: MemoryStore) -> dict[str, bytes]:
+    """Stored pixel chunks (``.../c/...`` keys of the ``data`` arrays), as bytes."""
+
+    async def collect() -> dict[str, bytes]:
+        found = {}
+        async for key in store.list():
+            if "/data/c/" in key:
+                found[key] = (await store.get(key, default_buffer_prototype())).to_bytes()
+        return found
+
+    return sync(collect())
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fill", "layout"),
+    [("uint8", None, "tiled"), (">u2", 0, "fixed"), ("int16", -9999, "tiled"), ("float32", None, "fixed")],
+)
+def test_pixel_chunks_encoded_by_hand_are_what_zarr_writes(dtype, fill, layout):
+    """A copy encodes its chunks itself instead of through zarr's setitem: every chunk, the edge chunks a fixed
+    grid pads and the ones a tiled piece shares with the fill value, byte for byte as zarr writes the same pixels
+    (big-endian pixels and a NaN fill included), and no chunk zarr would leave out."""
+    from ingest.rasters._slices import write_slices
+
+    rng = np.random.default_rng(7)
+    pixels = rng.integers(0, 200, size=(2, 37, 41)).astype(dtype)
+    if dtype == "float32":
+        pixels[:, :, 20:] = np.nan  # the fill (no _FillValue): chunks right of column 20 hold nothing else
+    elif fill is not None:
+        pixels[1] = fill  # band 1 holds nothing but the fill value
+    dataset = raster_dataset(pixels, origin=(500_080.0, 4_200_000.0))
+    if fill is not None:
+        dataset["data"].attrs["_FillValue"] = np.dtype(dtype).type(fill)
+    plan = plan_granule("c", {"data": dataset}, layout=layout, tile=64, chunk=16)
+    for piece in plan.assets[0].pieces:
+        piece.slot, piece.array = 3, "data"
+
+    ours = MemoryStore()
+    sync(write_slices(ours, plan, item_id="g", datetime_us=0, chunk=16))
+    theirs = MemoryStore()
+    asset = plan.assets[0]
+    for piece in asset.pieces:
+        metadata = asset.kind.metadata(plan.stacks[piece.stack], capacity=4, chunk=16)
+        sync(
+            theirs.set(
+                f"{piece.stack}/data/zarr.json", metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"]
+            )
+        )
+        row, column, height, width = piece.window
+        at_row, at_column = piece.at
+        array = zarr.open_array(theirs, path=f"{piece.stack}/data", mode="r+")
+        array[3, :, row : row + height, column : column + width] = pixels[
+            :, at_row : at_row + height, at_column : at_column + width
+        ]
+
+    expected = _pixel_chunks(theirs)
+    assert expected and _pixel_chunks(ours) == expected
