@@ -19,7 +19,7 @@ from zarr.storage import MemoryStore
 from ingest import Repository, Settings
 from ingest.config import ArraysSettings
 from ingest.pipeline import stage_arrays
-from ingest.rasters import Grid, Kind, Lattice, array_name, plan_granule
+from ingest.rasters import Grid, Kind, Lattice, array_name, plan_granule, write_slices
 from ingest.rasters._slices import _DATETIME_META, _ITEM_META, slot_coordinate_chunks
 from ingest.stac import DATETIME, ITEM, STACKS, arrays_asset, read_arrays_asset, with_arrays_asset
 from tests.conftest import make_item, raster_dataset, stage_raster
@@ -384,8 +384,6 @@ def test_pixel_chunks_encoded_by_hand_are_what_zarr_writes(dtype, fill, layout):
     """A copy encodes its chunks itself instead of through zarr's setitem: every chunk, the edge chunks a fixed
     grid pads and the ones a tiled piece shares with the fill value, byte for byte as zarr writes the same pixels
     (big-endian pixels and a NaN fill included), and no chunk zarr would leave out."""
-    from ingest.rasters._slices import write_slices
-
     rng = np.random.default_rng(7)
     pixels = rng.integers(0, 200, size=(2, 37, 41)).astype(dtype)
     if dtype == "float32":
