@@ -11,7 +11,7 @@ put these steps together through a writer.
 """
 
 from ingest.rasters._copy import InvalidRaster, read_assets, read_granule
-from ingest.rasters._slices import name_arrays, stage_nodes, write_slices
+from ingest.rasters._slices import StoredArray, name_arrays, stage_nodes, write_slices
 from ingest.rasters._stack import (
     GranulePlan,
     Grid,
@@ -39,6 +39,7 @@ __all__ = [
     "NotVirtualizable",
     "ReferencePlan",
     "Stack",
+    "StoredArray",
     "TileCopy",
     "array_name",
     "container_prefixes",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +38,7 @@ from zarr.core.sync import sync
 from zarr.dtype import parse_data_type
 from zarr.storage import StorePath
 
+from ingest.errors import UnsupportedLayout
 from ingest.rasters._copy import GRID_MAPPING
 from ingest.rasters._stack import CODECS, AssetPlan, GranulePlan, Grid, Kind, Stack, array_name
 from ingest.stac import DATETIME, ITEM, SLOT, Piece
@@ -156,7 +158,11 @@ async def write_slices(store: Store, plan: GranulePlan, *, item_id: str, datetim
             metadata = asset.kind.metadata(stack, capacity=piece.slot + 1, chunk=chunk)
             codec = _zstd(metadata, "bytes")
             little = asset.pixels.dtype.newbyteorder("<")
-            for (band, row, column), block in _piece_chunks(asset, piece, stack.grid, chunk):
+            # An array made before `arrays.chunk` changed keeps its chunks: a block of another size under its
+            # keys would be read back as other pixels.
+            new = (min(chunk, stack.grid.height), min(chunk, stack.grid.width))
+            shape = plan.chunks.get((piece.stack, piece.array), new)
+            for (band, row, column), block in _piece_chunks(asset, piece, stack.grid, shape):
                 key = metadata.encode_chunk_key((piece.slot, band, row, column))
                 body = codec.encode(np.ascontiguousarray(block, dtype=little))
                 writes.append(store.set(f"{piece.stack}/{piece.array}/{key}", prototype.buffer.from_bytes(body)))
@@ -194,9 +200,10 @@ def slot_coordinate_chunks(item_id: str, datetime_us: int) -> tuple[Buffer, Buff
 
 
 def _piece_chunks(
-    asset: AssetPlan, piece: Piece, grid: Grid, chunk: int
+    asset: AssetPlan, piece: Piece, grid: Grid, shape: tuple[int, int]
 ) -> list[tuple[tuple[int, int, int], np.ndarray]]:
-    """Each chunk a piece overlaps, as its (band, row, column) in the chunk grid and the whole chunk's pixels.
+    """Each chunk (``shape``: height, width) a piece overlaps, as its (band, row, column) in the chunk grid and
+    the whole chunk's pixels.
 
     A chunk is the fill value where the piece does not cover it (past the
     grid's edge too, as zarr pads an edge chunk); a chunk that is the fill
@@ -205,12 +212,12 @@ def _piece_chunks(
     row, column, height, width = piece.window
     at_row, at_column = piece.at
     fill = asset.kind.fill_value
-    chunk_height, chunk_width = min(chunk, grid.height), min(chunk, grid.width)
+    chunk_height, chunk_width = shape
     out = []
-    for chunk_row in range(row // chunk, (row + height - 1) // chunk + 1):
-        for chunk_column in range(column // chunk, (column + width - 1) // chunk + 1):
-            top, left = chunk_row * chunk, chunk_column * chunk
-            bottom, right = min(top + chunk, grid.height), min(left + chunk, grid.width)
+    for chunk_row in range(row // chunk_height, (row + height - 1) // chunk_height + 1):
+        for chunk_column in range(column // chunk_width, (column + width - 1) // chunk_width + 1):
+            top, left = chunk_row * chunk_height, chunk_column * chunk_width
+            bottom, right = min(top + chunk_height, grid.height), min(left + chunk_width, grid.width)
             r0, c0 = max(row, top), max(column, left)
             r1, c1 = min(row + height, bottom), min(column + width, right)
             source = asset.pixels[
@@ -278,37 +285,67 @@ def _exists(store: Store, path: str) -> bool:
     return bool(sync(store.exists(f"{path}/{ZARR_JSON}")))
 
 
-def _kinds_in(store: Store, stack: str) -> dict[str, str]:
-    """Array name -> kind signature of the pixel arrays of an existing stack."""
+@dataclass(frozen=True)
+class StoredArray:
+    """What a writer needs to know of a pixel array that exists in a stack."""
+
+    signature: str
+    """Its kind's signature (``floe:kind``)."""
+    size: tuple[int, int]
+    """(height, width) of each slice: the stack's grid."""
+    chunk: tuple[int, int]
+    """(height, width) of its chunks."""
+
+
+def _kinds_in(store: Store, stack: str) -> dict[str, StoredArray]:
+    """Array name -> what is known of it, for the pixel arrays of an existing stack."""
     group = zarr.open_group(store, path=stack, mode="r")
-    return {name: str(array.attrs["floe:kind"]) for name, array in group.arrays() if "floe:kind" in array.attrs}
+    return {
+        name: StoredArray(
+            str(array.attrs["floe:kind"]),
+            (int(array.shape[-2]), int(array.shape[-1])),
+            (int(array.chunks[-2]), int(array.chunks[-1])),
+        )
+        for name, array in group.arrays()
+        if "floe:kind" in array.attrs
+    }
 
 
 def name_arrays(
-    store: Store, plan: GranulePlan, known: dict[str, dict[str, str]] | None = None
+    store: Store, plan: GranulePlan, known: dict[str, dict[str, StoredArray]] | None = None
 ) -> list[tuple[Stack, str, Kind]]:
     """Give each piece of ``plan`` its array's name in its stack; return the arrays that do not exist yet.
 
     A missing stack counts as holding no array (every kind is then missing).
-    ``known`` (stack path -> array name -> kind signature) keeps what was
+    ``known`` (stack path -> array name -> what is known of it) keeps what was
     read for the next plans of one writer: a stack's arrays are only ever
     added, so a stack whose every wanted name is known is not read again
     (listing a stack's arrays was a third of a remote copy's writing time);
-    one with a name not known is.
+    one with a name not known is. An array that exists lends ``plan`` its
+    chunk shape (``plan.chunks``).
+
+    Raises:
+        UnsupportedLayout: an existing array's slices are not the size of the
+            stack's grid as the plan sees it: the repository's stacks were cut
+            with another ``arrays.tile`` (writing would misplace every pixel).
     """
     missing: list[tuple[Stack, str, Kind]] = []
     # By asset key and signature: two assets of one kind (same dtype, bands, attributes) are two arrays.
     names: dict[tuple[str, str, str], str] = {}
     for path, kinds in plan.kinds.items():
         cached = known.get(path) if known is not None else None
-        if cached is None or any(array_name(kind, cached) not in cached for kind in kinds):
+        if cached is None or any(array_name(kind, _signatures(cached)) not in cached for kind in kinds):
             cached = _kinds_in(store, path) if _exists(store, path) else {}
             if known is not None:
                 known[path] = cached
-        existing = dict(cached)
+        existing = _signatures(cached)
         for kind in kinds:
             name = array_name(kind, existing)
             names[(path, kind.key, kind.signature)] = name
+            stored = cached.get(name)
+            if stored is not None:
+                _check_size(plan.stacks[path], name, stored)
+                plan.chunks[(path, name)] = stored.chunk
             if name not in existing:
                 existing[name] = kind.signature
                 missing.append((plan.stacks[path], name, kind))
@@ -316,6 +353,21 @@ def name_arrays(
         for piece in asset.pieces:
             piece.array = names[(piece.stack, asset.kind.key, asset.kind.signature)]
     return missing
+
+
+def _signatures(stored: dict[str, StoredArray]) -> dict[str, str]:
+    return {name: array.signature for name, array in stored.items()}
+
+
+def _check_size(stack: Stack, name: str, stored: StoredArray) -> None:
+    grid = stack.grid
+    if stored.size != (grid.height, grid.width):
+        height, width = stored.size
+        raise UnsupportedLayout(
+            f"array {stack.path}/{name} holds slices of {height} x {width} pixels where this floe's settings cut "
+            f"its stack {grid.height} x {grid.width}: the repository was written with another `arrays.tile` "
+            f"(set FLOE_ARRAYS__TILE={height} to add granules to it)"
+        )
 
 
 def stage_nodes(store: Store, plan: GranulePlan, *, capacity: int, chunk: int) -> str | None:

@@ -279,6 +279,9 @@ class GranulePlan:
     stacks: dict[str, Stack]
     kinds: dict[str, list[Kind]]
     """Stack path -> the kinds this granule writes there."""
+    chunks: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    """(stack path, array name) -> (height, width) of the chunks of an array that exists already, as its own
+    metadata says (``name_arrays`` reads it): slices are written in those, whatever ``arrays.chunk`` says now."""
 
     def stack_paths(self) -> list[str]:
         return sorted(self.stacks)

@@ -49,7 +49,7 @@ from ingest.repository._groups import ensure_groups
 from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
-from ingest.stac import ARRAYS_LAYOUT, LAYOUT_ATTR, SLOT, STACKS, check_name, shown
+from ingest.stac import ARRAYS_LAYOUT, LAYOUT_ATTR, SLOT, STACKS, TILING_ATTR, check_name, shown
 from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,8 @@ class Repository:
             repo = icechunk.Repository.create(storage, config=stack_config(settings.arrays.manifest_split))
         self = cls(location, settings, repo)
         session = repo.writable_session("main")
-        zarr.open_group(session.store, mode="a", attributes={LAYOUT_ATTR: ARRAYS_LAYOUT})
+        tiling = {"tile": settings.arrays.tile, "chunk": settings.arrays.chunk}
+        zarr.open_group(session.store, mode="a", attributes={LAYOUT_ATTR: ARRAYS_LAYOUT, TILING_ATTR: tiling})
         initial = _InitialTable(self.catalog, location.join(TABLES_DIR, ITEMS_TABLE_DIR))
         snapshot_id = commit_change(self, session, "main", "floe: initialize repository", initial).snapshot_id
         if settings.branch != "main":
@@ -254,6 +255,7 @@ class Repository:
         except icechunk.IcechunkError:
             return  # no main branch: nothing written by floe's first commit to look at
         root = zarr.open_group(session.store, mode="r")
+        self._keep_tiling(root.attrs.get(TILING_ATTR))
         layout = root.attrs.get(LAYOUT_ATTR, 1)
         if layout == 1 and not _item_groups(root):
             return  # an earlier floe's repository of metadata only: no array in it is laid out otherwise
@@ -265,6 +267,27 @@ class Repository:
                 "them into a new repository",
                 layout=layout if isinstance(layout, int) else None,
             )
+
+    def _keep_tiling(self, recorded: object) -> None:
+        """Write with the ``tile`` and ``chunk`` the repository was created with, not the settings' (a stack cut
+        otherwise would misplace pixels); say so when the settings ask for others. A repository created before
+        floe recorded them has none: its arrays lend writers their own chunks, and a stack of another tile size
+        is refused (``ingest.rasters.name_arrays``)."""
+        if not isinstance(recorded, Mapping):
+            return
+        arrays = self.settings.arrays
+        kept = {key: int(recorded[key]) for key in ("tile", "chunk") if isinstance(recorded.get(key), int)}
+        changed = {key: value for key, value in kept.items() if getattr(arrays, key) != value}
+        if not changed:
+            return
+        log.warning(
+            "the repository at %s was created with arrays %s; writing with those, not the settings' %s "
+            "(they apply to new repositories)",
+            self.location.url,
+            ", ".join(f"{key} {value}" for key, value in changed.items()),
+            ", ".join(f"{key} {getattr(arrays, key)}" for key in changed),
+        )
+        self.settings = self.settings.model_copy(update={"arrays": arrays.model_copy(update=changed)})
 
     def check_rooted(self) -> None:
         """Raise ``RepositoryMoved`` if the table metadata names another root than this one.

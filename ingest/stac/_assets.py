@@ -43,6 +43,9 @@ ARRAYS_LAYOUT = 2
 """The array layout this version of floe writes and reads (1: one group per item, before stacks)."""
 LAYOUT_ATTR = "floe:arrays-layout"
 """The root group's attribute recording the array layout of a repository."""
+TILING_ATTR = "floe:arrays-tiling"
+"""The root group's attribute recording the ``tile`` and ``chunk`` (pixels) a repository's stacks were cut with
+when it was created: they hold for its whole life, whatever the settings of a later run say."""
 STACKS = "stacks"
 """A collection's stacks live under ``<collection>/stacks/``."""
 SLOT = "slot"
