@@ -16,6 +16,7 @@ Searching is the engine's (``_search``); how floe's errors answer is
 trimming of items ``_fields``'s.
 """
 
+import json
 from typing import Any, cast
 from urllib.parse import quote, urlencode
 
@@ -68,7 +69,12 @@ class _JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
+        try:
+            return orjson.dumps(content)
+        except TypeError:
+            # An integer beyond 64 bits (floe keeps them exactly): orjson refuses it, and one such item made its
+            # whole page an error 500. The standard library writes it (as floe's exports do).
+            return json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class _GeoJSON(_JSON):

@@ -38,7 +38,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
 from ingest.errors import InvalidSource
 from ingest.pipeline._sources import SourcedItem
 from ingest.repository import SOURCE_CURSORS
-from ingest.stac import ARRAYS_ASSET, parse_datetime
+from ingest.stac import ARRAYS_ASSET, loads_json, parse_datetime
 
 log = logging.getLogger(__name__)
 
@@ -249,8 +249,14 @@ def _item_from_api(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _session_io() -> Any:
+    """pystac-client's HTTP reader with retries, decoding with floe's parser (``loads_json``: orjson where exact,
+    5 us an item of a page instead of the standard parser's 10, BENCHMARKS.md)."""
     from pystac_client.stac_api_io import StacApiIO
     from urllib3.util.retry import Retry
+
+    class ExactFastIO(StacApiIO):
+        def json_loads(self, txt: str, *_: Any, **__: Any) -> Any:
+            return loads_json(txt)
 
     retry = Retry(
         total=RETRIES,
@@ -260,7 +266,7 @@ def _session_io() -> Any:
         respect_retry_after_header=True,
         raise_on_status=False,  # the last answer reaches pystac-client, which names its status
     )
-    return StacApiIO(max_retries=retry, timeout=TIMEOUT)
+    return ExactFastIO(max_retries=retry, timeout=TIMEOUT)
 
 
 def _reason(error: Exception) -> str:

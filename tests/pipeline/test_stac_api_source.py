@@ -97,6 +97,29 @@ def test_a_search_of_one_floe_ingests_into_another_equal(served, tmp_path):
     assert stored == original
 
 
+def test_pages_are_read_by_floes_exact_parser(served, tmp_path, monkeypatch):
+    # Pages go through loads_json (orjson where that is exact, twice as fast as the standard parser): an integer
+    # beyond 64 bits, which orjson alone reads as a float, arrives exact.
+    from ingest.pipeline import _stac_api
+    from ingest.stac import loads_json
+
+    source, server = served
+    _ingest_file(source, tmp_path / "big.ndjson", [_item(40, count=2**70 + 1)])
+    parsed: list[int] = []
+
+    def counted(text):
+        parsed.append(len(text))
+        return loads_json(text)
+
+    monkeypatch.setattr(_stac_api, "loads_json", counted)
+    target = Repository.create(tmp_path / "b")
+    report = ingest_items(target, [server.url], options=_options(collections=("c",)))
+
+    assert not report.rejected and report.items_read == 31
+    assert _items(target)[("c", "item-040")]["properties"]["count"] == 2**70 + 1
+    assert len(parsed) >= 31 // PAGE + 1  # every page (and the landing page, the collection)
+
+
 def test_a_search_url_brings_its_own_parameters(served, tmp_path):
     source, server = served
     target = Repository.create(tmp_path / "b")
