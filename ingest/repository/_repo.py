@@ -29,7 +29,6 @@ from ingest.errors import (
     RepositoryExists,
     RepositoryMoved,
     RepositoryNotFound,
-    UnsupportedLayout,
 )
 from ingest.repository._append import ManifestCache
 from ingest.repository._catalog import PointerCatalog
@@ -46,10 +45,11 @@ from ingest.repository._commit import (
 )
 from ingest.repository._containers import allow_sources, container_access, with_stored_config
 from ingest.repository._groups import ensure_groups
+from ingest.repository._layout import check_layout, kept_tiling, root_attributes
 from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
-from ingest.stac import ARRAYS_LAYOUT, LAYOUT_ATTR, SLOT, STACKS, TILING_ATTR, check_name, shown
+from ingest.stac import SLOT, check_name, shown
 from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
@@ -102,16 +102,6 @@ class LogEntry:
         if not self.extra:
             del document["extra"]
         return document
-
-
-def _item_groups(root: zarr.Group) -> list[str]:
-    """Groups of an earlier floe's layout 1 (``<collection>/<item>``): any group under a collection's but stacks."""
-    return [
-        f"{collection}/{name}"
-        for collection, group in root.groups()
-        for name, _child in group.groups()
-        if name != STACKS
-    ][:5]
 
 
 def stack_config(split: int) -> icechunk.RepositoryConfig:
@@ -176,8 +166,7 @@ class Repository:
             repo = icechunk.Repository.create(storage, config=stack_config(settings.arrays.manifest_split))
         self = cls(location, settings, repo)
         session = repo.writable_session("main")
-        tiling = {"tile": settings.arrays.tile, "chunk": settings.arrays.chunk}
-        zarr.open_group(session.store, mode="a", attributes={LAYOUT_ATTR: ARRAYS_LAYOUT, TILING_ATTR: tiling})
+        zarr.open_group(session.store, mode="a", attributes=root_attributes(settings))
         initial = _InitialTable(self.catalog, location.join(TABLES_DIR, ITEMS_TABLE_DIR))
         snapshot_id = commit_change(self, session, "main", "floe: initialize repository", initial).snapshot_id
         if settings.branch != "main":
@@ -249,45 +238,15 @@ class Repository:
         return self.table_at(self.icechunk.lookup_branch(self.sentinel_branch())).location().rstrip("/")
 
     def check_layout(self) -> None:
-        """Refuse a repository whose arrays an earlier floe laid out otherwise (read at ``main``'s tip)."""
+        """Refuse a repository whose arrays an earlier floe laid out otherwise, and write with the tiling it was
+        created with (both read at ``main``'s tip; see ``_layout.py``)."""
         try:
             session = self.icechunk.readonly_session(branch="main")
         except icechunk.IcechunkError:
             return  # no main branch: nothing written by floe's first commit to look at
         root = zarr.open_group(session.store, mode="r")
-        self._keep_tiling(root.attrs.get(TILING_ATTR))
-        layout = root.attrs.get(LAYOUT_ATTR, 1)
-        if layout == 1 and not _item_groups(root):
-            return  # an earlier floe's repository of metadata only: no array in it is laid out otherwise
-        if layout != ARRAYS_LAYOUT:
-            raise UnsupportedLayout(
-                f"the repository at {self.location.url} keeps its arrays in layout {layout} "
-                f"(one Zarr group per item), and this floe reads layout {ARRAYS_LAYOUT} only (granules stacked "
-                "by grid). Open it with the floe that wrote it, or export its items (`floe export`) and ingest "
-                "them into a new repository",
-                layout=layout if isinstance(layout, int) else None,
-            )
-
-    def _keep_tiling(self, recorded: object) -> None:
-        """Write with the ``tile`` and ``chunk`` the repository was created with, not the settings' (a stack cut
-        otherwise would misplace pixels); say so when the settings ask for others. A repository created before
-        floe recorded them has none: its arrays lend writers their own chunks, and a stack of another tile size
-        is refused (``ingest.rasters.name_arrays``)."""
-        if not isinstance(recorded, Mapping):
-            return
-        arrays = self.settings.arrays
-        kept = {key: int(recorded[key]) for key in ("tile", "chunk") if isinstance(recorded.get(key), int)}
-        changed = {key: value for key, value in kept.items() if getattr(arrays, key) != value}
-        if not changed:
-            return
-        log.warning(
-            "the repository at %s was created with arrays %s; writing with those, not the settings' %s "
-            "(they apply to new repositories)",
-            self.location.url,
-            ", ".join(f"{key} {value}" for key, value in changed.items()),
-            ", ".join(f"{key} {getattr(arrays, key)}" for key in changed),
-        )
-        self.settings = self.settings.model_copy(update={"arrays": arrays.model_copy(update=changed)})
+        self.settings = kept_tiling(root, self.settings, self.location.url)
+        check_layout(root, self.location.url)
 
     def check_rooted(self) -> None:
         """Raise ``RepositoryMoved`` if the table metadata names another root than this one.

@@ -27,7 +27,6 @@ from ingest.stac import Piece, arrow_to_items, check_name, item_as_dict, moved_s
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
-    from ingest.rasters import StoredArray
     from ingest.repository._repo import Repository
 
 log = logging.getLogger(__name__)
@@ -81,8 +80,9 @@ class Writer:
         self._slots = Slots()
         self._plan: ItemsPlan | None = None
         self._stored: dict[tuple[str, str], dict[str, Any]] = {}
-        self.stack_arrays: dict[str, dict[str, StoredArray]] = {}
-        """Stack path -> array name -> what is known of it, as this writer's plans last read them (their cache)."""
+        self.stack_arrays: dict[str, dict[str, Any]] = {}
+        """Stack path -> array name -> what is known of it (``ingest.rasters.StoredArray``), as this writer's plans
+        last read them (their cache)."""
         self._early_moves: dict[tuple[str, str], Moves] = {}
         """Key -> (stack, slot first given) -> slot now, for items whose slices moved before they were added
         (staged, then a catch-up, then added: their assets name the slots first given)."""

@@ -62,7 +62,7 @@ def test_a_repository_records_its_tiling_and_later_runs_write_with_it(tmp_path, 
     created = Repository.create(tmp_path / "repo", Settings(arrays=ArraysSettings(tile=64, chunk=16)))
     first = stage_and_commit(created, "first", pixels(1), CORNER)
 
-    with caplog.at_level(logging.WARNING, logger="ingest.repository._repo"):
+    with caplog.at_level(logging.WARNING, logger="ingest.repository._layout"):
         later = Repository.open(tmp_path / "repo", Settings(arrays=ArraysSettings(tile=128, chunk=32)))
     assert (later.settings.arrays.tile, later.settings.arrays.chunk) == (64, 16)
     assert "tile 64, chunk 16" in caplog.text and "tile 128, chunk 32" in caplog.text
