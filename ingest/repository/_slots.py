@@ -144,7 +144,7 @@ class Slots:
                 continue
             new = {old: tip_next + index for index, old in enumerate(slots)}
             for array in slot_arrays(session, stack):
-                session.reindex_array(f"/{stack}/{array}", _forward(new))
+                session.reindex_array(f"/{stack}/{array}", _forward(new), _backward(new))
             moves.update({(stack, old): slot for old, slot in new.items()})
             self.vacated |= {(stack, old) for old in slots}
             self.vacated -= {(stack, slot) for slot in new.values()}
@@ -163,6 +163,23 @@ def _forward(new: dict[int, int]) -> Any:
         return None if slot is None else [slot, *index[1:]]
 
     return forward
+
+
+def _backward(new: dict[int, int]) -> Any:
+    """The inverse of :func:`_forward`, so that Icechunk clears each slot a slice left: without it a moved chunk
+    stays at its old slot too (``reindex_array`` keeps a position nothing moves into), and where no other writer
+    wrote that slot (one a deletion had freed) the rebase kept the copy: the item held two slots."""
+    old_of = {slot: old for old, slot in new.items()}
+
+    def backward(coordinates: Iterable[int]) -> list[int] | None:
+        index = list(coordinates)
+        if index[0] in old_of:
+            return [old_of[index[0]], *index[1:]]
+        if index[0] in new:
+            return None  # left, and nothing moves in: cleared
+        return index
+
+    return backward
 
 
 #: How often a writer looks at the tip again when commits keep landing while it rebases.
