@@ -334,11 +334,12 @@ def name_arrays(
     names: dict[tuple[str, str, str], str] = {}
     for path, kinds in plan.kinds.items():
         cached = known.get(path) if known is not None else None
-        if cached is None or any(array_name(kind, _signatures(cached)) not in cached for kind in kinds):
+        existing = _signatures(cached) if cached is not None else {}
+        if cached is None or any(array_name(kind, existing) not in cached for kind in kinds):
             cached = _kinds_in(store, path) if _exists(store, path) else {}
+            existing = _signatures(cached)
             if known is not None:
                 known[path] = cached
-        existing = _signatures(cached)
         for kind in kinds:
             name = array_name(kind, existing)
             names[(path, kind.key, kind.signature)] = name
