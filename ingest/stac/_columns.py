@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -28,6 +29,7 @@ def strip_nulls(value: Any) -> Any:
 
 _SIMPLE_TYPES = {frozenset((str,)): pa.string(), frozenset((float,)): pa.float64(), frozenset((bool,)): pa.bool_()}
 _NUMBERS = frozenset((int, float))
+_CONTAINERS = frozenset((dict, list))
 
 
 def _scalar_type(values: list[Any]) -> pa.DataType | None:
@@ -37,6 +39,8 @@ def _scalar_type(values: list[Any]) -> pa.DataType | None:
     simple = _SIMPLE_TYPES.get(types)
     if simple is not None:
         return simple
+    if types <= _CONTAINERS:  # objects and lists: no scalar type
+        return None
     if int in types and types <= _NUMBERS:
         integers = [value for value in values if type(value) is int]
         low, high = min(integers), max(integers)
@@ -102,6 +106,45 @@ def _storable(data_type: pa.DataType, depth: int = 0) -> bool:
     return not (pa.types.is_map(data_type) or pa.types.is_union(data_type) or pa.types.is_dictionary(data_type))
 
 
+# What ``pa.array`` infers for objects and lists can differ from its input in four ways only: explicit nulls (and
+# NaN) vanish, booleans beside doubles become 1.0 and 0.0, integers beside doubles widen (exactly up to 2**53, 16
+# digits), and keys come back in another order (which JSON objects do not keep). Values whose JSON text holds no
+# ``null``, ``true``, ``false`` nor 16 digits in a row cannot meet the first three, so they need no read-back.
+_DIGITS_TO_ZERO = bytes(0 if 0x30 <= byte <= 0x39 else 1 for byte in range(256))
+_SIXTEEN_DIGITS = bytes(16)
+
+
+def _plain(values: list[Any]) -> tuple[bool, bool]:
+    """Whether the (non-null) ``values`` hold nothing ``pa.array`` could change (see above), and whether they
+    hold booleans: a few C-speed scans of their JSON text, against reading the whole column back."""
+    try:
+        text = orjson.dumps(values)
+    except (orjson.JSONEncodeError, TypeError):
+        return False, True
+    booleans = b"true" in text or b"false" in text
+    plain = not booleans and b"null" not in text and _SIXTEEN_DIGITS not in text.translate(_DIGITS_TO_ZERO)
+    return plain, booleans
+
+
+def _same(original: Any, decoded: Any) -> bool:
+    """``original == decoded`` with booleans apart from numbers (True == 1.0 in Python; not in JSON)."""
+    if isinstance(original, bool) or isinstance(decoded, bool):
+        return type(original) is type(decoded) and original == decoded
+    if isinstance(original, dict):
+        return (
+            isinstance(decoded, dict)
+            and original.keys() == decoded.keys()
+            and all(_same(value, decoded[key]) for key, value in original.items())
+        )
+    if isinstance(original, list):
+        return (
+            isinstance(decoded, list)
+            and len(original) == len(decoded)
+            and all(_same(value, other) for value, other in zip(original, decoded, strict=True))
+        )
+    return bool(original == decoded)
+
+
 def _nested_array(values: list[Any]) -> pa.Array | None:
     """Type a column of objects/lists if (and only if) it decodes back exactly."""
     try:
@@ -110,7 +153,12 @@ def _nested_array(values: list[Any]) -> pa.Array | None:
         return None
     if not _storable(array.type):
         return None
-    if [strip_nulls(value) for value in array.to_pylist()] != values:
+    present = [value for value in values if value is not None]
+    plain, booleans = _plain(present)
+    if plain:
+        return array
+    decoded = [strip_nulls(value) for value in array.to_pylist() if value is not None]
+    if decoded != present or (booleans and not _same(present, decoded)):
         return None
     return array
 

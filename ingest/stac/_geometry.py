@@ -26,6 +26,7 @@ import orjson
 import shapely
 
 from ingest.stac._text import one_line, shown
+from ingest.stac._vector import one_ring_positions
 from ingest.stac._wkb import simple_wkb
 
 TOLERANCE = 0.01
@@ -169,14 +170,18 @@ def refused_geometries(items: list[dict[str, Any]]) -> list[int]:
     if not items:
         return []
     suspect = np.zeros(len(items), dtype=bool)
-    walked = [simple_wkb(item["geometry"]) for item in items]
-    simple = [index for index, found in enumerate(walked) if found is not None]
-    others = [index for index, found in enumerate(walked) if found is None]
     bounds = np.full((len(items), 4), np.nan)
-    if simple:
-        _check_simple(simple, [found for found in walked if found is not None], suspect, bounds)
-    if others and not _check_parsed(items, others, suspect, bounds):
-        return list(range(len(items)))
+    polygons = one_ring_positions([item["geometry"] for item in items])
+    if polygons is not None:  # every one a plain footprint: checked for the whole batch in numpy
+        _check_positions(np.arange(len(items)), *polygons, suspect, bounds)
+    else:
+        walked = [simple_wkb(item["geometry"]) for item in items]
+        simple = [index for index, found in enumerate(walked) if found is not None]
+        others = [index for index, found in enumerate(walked) if found is None]
+        if simple:
+            _check_simple(simple, [found for found in walked if found is not None], suspect, bounds)
+        if others and not _check_parsed(items, others, suspect, bounds):
+            return list(range(len(items)))
     with_bbox = [index for index, item in enumerate(items) if "bbox" in item]
     if with_bbox:
         sides = np.array([_sides(items[index]["bbox"]) for index in with_bbox], dtype=np.float64).reshape(-1, 4)
@@ -203,13 +208,23 @@ def _check_simple(
         lengths.append(len(flat))
         positions.append(len(flat) // dimensions)
     value_starts = np.cumsum([0, *lengths[:-1]])
-    starts = np.cumsum([0, *positions[:-1]])
-    x, y = np.array(xs, dtype=np.float64), np.array(ys, dtype=np.float64)
     finite = np.logical_and.reduceat(np.isfinite(np.array(values, dtype=np.float64)), value_starts)
+    chosen = np.asarray(indexes)
+    suspect[chosen[~finite]] = True
+    xy = np.column_stack([np.array(xs, dtype=np.float64), np.array(ys, dtype=np.float64)])
+    _check_positions(chosen, xy, np.array(positions), suspect, bounds)
+
+
+def _check_positions(
+    chosen: np.ndarray, xy: np.ndarray, counts: np.ndarray, suspect: np.ndarray, bounds: np.ndarray
+) -> None:
+    """Mark the geometries ``chosen`` (``counts`` positions each, in order in ``xy``) with a coordinate out of
+    range (a non-finite one included); fill their bounds."""
+    starts = np.cumsum([0, *counts[:-1]])
+    x, y = xy[:, 0], xy[:, 1]
     with np.errstate(invalid="ignore"):
         inside = (np.abs(x) <= _LONGITUDE) & (np.abs(y) <= _LATITUDE)
-        chosen = np.asarray(indexes)
-        suspect[chosen[~(finite & np.logical_and.reduceat(inside, starts))]] = True
+        suspect[chosen[~np.logical_and.reduceat(inside, starts)]] = True
         bounds[chosen] = np.column_stack(
             [
                 np.minimum.reduceat(x, starts),

@@ -33,6 +33,7 @@ from ingest.stac._columns import column_array, strip_nulls
 from ingest.stac._json import loads_json
 from ingest.stac._spatial import HILBERT, clustered
 from ingest.stac._validate import parse_datetime
+from ingest.stac._vector import ABSENT, canonical_times, one_ring_polygons_wkb, plain_bboxes
 from ingest.stac._wkb import simple_wkb
 
 OVERFLOW = "floe:overflow"
@@ -163,6 +164,10 @@ def _bbox_rows(items: list[dict[str, Any]], wkb: list[bytes], overflows: list[_O
 
 
 def _time_column(items: list[dict[str, Any]], key: str, overflows: list[_Overflow]) -> pa.Array:
+    # A null datetime (an item with a range) is stored as null, with nothing in the overflow.
+    uniform = canonical_times([item["properties"].get(key, ABSENT) for item in items], null_is_absent=key == "datetime")
+    if uniform is not None:
+        return uniform
     values: list[datetime | None] = []
     for row, item in enumerate(items):
         properties = item["properties"]
@@ -226,19 +231,25 @@ def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
     columns["stac_extensions"] = _extensions_column(items, overflows)
     columns["id"] = pa.array([item["id"] for item in items], type=pa.string())
     columns["collection"] = pa.array([item["collection"] for item in items], type=pa.string())
-    wkb = _geometry_to_wkb([item["geometry"] for item in items], overflows)
-    columns["geometry"] = pa.array(wkb, type=pa.binary())
-    columns["bbox"] = _bbox_rows(items, wkb, overflows)
+    geometries = [item["geometry"] for item in items]
+    polygons = one_ring_polygons_wkb(geometries)
+    wkb = _geometry_to_wkb(geometries, overflows) if polygons is None else None
+    columns["geometry"] = polygons if polygons is not None else pa.array(wkb, type=pa.binary())
+    bboxes = plain_bboxes([item.get("bbox") for item in items], BBOX_TYPE)
+    if bboxes is None:
+        bboxes = _bbox_rows(items, wkb if wkb is not None else columns["geometry"].to_pylist(), overflows)
+    columns["bbox"] = bboxes
     for key in TIME_COLUMNS:
         columns[key] = _time_column(items, key, overflows)
     # Foreign top-level members go to the overflow as they are (even one named like a column: properties fill those).
     for row, item in enumerate(items):
-        for key, value in item.items():
-            if key not in _TOP_MEMBERS:
-                overflows[row].top[key] = value
+        if not _TOP_MEMBERS.issuperset(item):
+            for key, value in item.items():
+                if key not in _TOP_MEMBERS:
+                    overflows[row].top[key] = value
     # Nested members and properties: typed where lossless, else per-row overflow.
     for key, values in _candidate_columns(items, overflows).items():
-        typed = _typed_or_overflow(items, key, values, untyped, overflows)
+        typed = _typed_or_overflow(key, values, untyped, overflows)
         if typed is not None:
             columns[key] = typed
     columns[OVERFLOW] = pa.array([overflow.to_json() for overflow in overflows], type=pa.string())
@@ -270,7 +281,11 @@ def _extensions_column(items: list[dict[str, Any]], overflows: list[_Overflow]) 
 
 
 def _candidate_columns(items: list[dict[str, Any]], overflows: list[_Overflow]) -> dict[str, list[Any]]:
-    """Column name -> one value per row (None where absent) of every nested member and property to type."""
+    """Column name -> one value per row (None where absent) of every nested member and property to type.
+
+    Values with no typed form (explicit nulls, empty objects) and properties whose name cannot be a column go to
+    the overflow here, in the one pass over the rows.
+    """
     candidates: dict[str, list[Any]] = {}
     count = len(items)
 
@@ -284,37 +299,29 @@ def _candidate_columns(items: list[dict[str, Any]], overflows: list[_Overflow]) 
     for row, item in enumerate(items):
         for key in NESTED_TOP:
             if key in item:
-                column(key)[row] = item[key]
+                value = item[key]
+                if value is None or (type(value) is dict and not value):
+                    overflows[row].top[key] = value
+                else:
+                    column(key)[row] = value
         for key, value in item["properties"].items():
             if key in TIME_COLUMNS:
                 continue
-            if not _property_column_ok(key):
+            if value is None or (type(value) is dict and not value) or not _property_column_ok(key):
                 overflows[row].properties[key] = value
                 continue
             column(key)[row] = value
     return candidates
 
 
-def _typed_or_overflow(
-    items: list[dict[str, Any]], key: str, values: list[Any], untyped: set[str], overflows: list[_Overflow]
-) -> pa.Array | None:
+def _typed_or_overflow(key: str, values: list[Any], untyped: set[str], overflows: list[_Overflow]) -> pa.Array | None:
     """The column of ``key`` if its values type losslessly, else None with every present value in the overflow."""
-    is_property = key not in NESTED_TOP
-    present_rows = []
-    for row, value in enumerate(values):
-        container = items[row]["properties"] if is_property else items[row]
-        if key not in container:
-            continue
-        # Explicit nulls and empty objects have no typed form.
-        if value is None or value == {}:
-            (overflows[row].properties if is_property else overflows[row].top)[key] = value
-            values[row] = None
-        else:
-            present_rows.append(row)
     typed = None if key in untyped else column_array(values)
     if typed is None:
-        for row in present_rows:
-            (overflows[row].properties if is_property else overflows[row].top)[key] = values[row]
+        nested = key in NESTED_TOP
+        for row, value in enumerate(values):
+            if value is not None:
+                (overflows[row].top if nested else overflows[row].properties)[key] = value
     return typed
 
 

@@ -94,8 +94,11 @@ def parse_datetime(value: str) -> datetime:
     text = value.strip()
     if text.endswith(("z", "Z")):
         text = text[:-1] + "+00:00"
-    text = _FRACTION.sub(r"\1", text)
+    if "." in text:  # more than six digits of fraction are cut to microseconds
+        text = _FRACTION.sub(r"\1", text)
     parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is UTC:  # "Z" and "+00:00": already as wanted
+        return parsed
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
@@ -137,8 +140,16 @@ def _checked_names(item: dict[str, Any], default_collection: str | None) -> dict
         if default_collection is None:
             raise ValueError("item has no collection (give one with --collection)")
         item = {**item, "collection": default_collection}
-    check_name(item["collection"], "collection")
+    collection = item["collection"]
+    if type(collection) is not str or collection not in _GOOD_COLLECTIONS:
+        check_name(collection, "collection")
+        if len(_GOOD_COLLECTIONS) < 4096:  # an archive has a few collections; every item names one
+            _GOOD_COLLECTIONS.add(collection)
     return item
+
+
+_GOOD_COLLECTIONS: set[str] = set()
+"""Collection ids :func:`check_name` has accepted (a pure check of the string), so each is checked once."""
 
 
 def _check_geometry(item: dict[str, Any], *, parse: bool) -> None:
