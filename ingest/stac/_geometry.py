@@ -102,7 +102,7 @@ def bbox_problem(bbox: Any) -> str | None:
     if not isinstance(bbox, list) or len(bbox) not in (4, 6):
         return f"bbox must be a list of 4 or 6 numbers, got {shown(bbox)}"
     for number in bbox:
-        if not _is_number(number):
+        if type(number) is not float and not _is_number(number):  # (a float needs no more than its type)
             return f"bbox holds a non-number {shown(number)}"
         if not math.isfinite(number):
             return f"bbox value {number!r} is not a finite number"

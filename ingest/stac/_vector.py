@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -73,14 +72,8 @@ def one_ring_positions(geometries: list[Any]) -> tuple[np.ndarray, np.ndarray] |
             return None
         rings.append(ring)
     try:
-        # Booleans would become 1.0 and 0.0 here: none may be among the numbers.
-        text = orjson.dumps(rings)
-    except (orjson.JSONEncodeError, TypeError):
-        return None
-    if b"true" in text or b"false" in text:
-        return None
-    try:
-        # Integers a double cannot hold exactly are refused by Arrow; strings and objects too.
+        # Integers a double cannot hold exactly are refused by Arrow; strings and objects too. A boolean becomes
+        # 1.0 or 0.0, as GEOS's path makes it (validation refuses booleans among coordinates).
         positions = pa.array(rings, _RING_LISTS)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
         return None
@@ -103,6 +96,9 @@ def one_ring_positions(geometries: list[Any]) -> tuple[np.ndarray, np.ndarray] |
     return xy, counts
 
 
+_LISTS = frozenset((list,))
+
+
 def _only_ring(geometry: Any) -> list[Any] | None:
     """The ring of a ``{"type": "Polygon", "coordinates": [ring]}`` whose positions are lists, else None."""
     if type(geometry) is not dict or len(geometry) != 2 or geometry.get("type") != "Polygon":
@@ -112,7 +108,7 @@ def _only_ring(geometry: Any) -> list[Any] | None:
         return None
     ring = coordinates[0]
     # Lists only, as JSON gives them: GEOS's path keeps a geometry of tuples aside, as one it cannot give back.
-    if type(ring) is not list or not all(type(position) is list for position in ring):
+    if type(ring) is not list or not _LISTS.issuperset(map(type, ring)):
         return None
     return ring
 
