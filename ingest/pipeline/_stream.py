@@ -37,7 +37,7 @@ from ingest.pipeline._sources import SourcedItem, SourceOptions, read_items
 from ingest.pipeline._stac_api import is_api_url
 from ingest.remote import is_remote
 from ingest.repository import Repository
-from ingest.stac import item_as_dict, refused_geometries, shorten, validate_item
+from ingest.stac import item_as_dict, plainly_valid, refused_geometries, shorten, validate_item
 
 VALIDATION_CHUNK = 2048
 """Items validated together (their geometries parsed in one vectorized call)."""
@@ -204,18 +204,22 @@ def _validated(
 ) -> list[tuple[SourcedItem, dict[str, object] | InvalidInput]]:
     """Each pending item validated (or the error that refuses it); geometries parsed in one call."""
     checked: list[tuple[SourcedItem, dict[str, object] | InvalidInput]] = []
-    for sourced in pending:
+    items = [item_as_dict(sourced.item) for sourced in pending]
+    for sourced, item, plain in zip(pending, items, plainly_valid(items), strict=True):
+        if plain:
+            checked.append((sourced, item))
+            continue
         try:
-            item = validate_item(
-                item_as_dict(sourced.item),
-                source=sourced.source,
-                default_collection=default_collection,
-                check_geometry=False,
+            checked.append(
+                (
+                    sourced,
+                    validate_item(
+                        item, source=sourced.source, default_collection=default_collection, check_geometry=False
+                    ),
+                )
             )
         except InvalidInput as error:
             checked.append((sourced, error))
-        else:
-            checked.append((sourced, item))
     valid = [index for index, (_, outcome) in enumerate(checked) if isinstance(outcome, dict)]
     for position in refused_geometries([checked[index][1] for index in valid]):  # type: ignore[misc]
         sourced, _ = checked[valid[position]]

@@ -37,7 +37,14 @@ from ingest.stac._rows import (
 )
 from ingest.stac._spatial import HILBERT, clustered, hilbert_index, spatial_order
 from ingest.stac._text import one_line, shorten, shown
-from ingest.stac._validate import check_name, check_timestamp, item_as_dict, parse_datetime, validate_item
+from ingest.stac._validate import (
+    check_name,
+    check_timestamp,
+    item_as_dict,
+    parse_datetime,
+    plainly_valid,
+    validate_item,
+)
 
 __all__ = [
     "ARRAYS_ASSET",
@@ -75,6 +82,7 @@ __all__ = [
     "overflow_keys",
     "parse_datetime",
     "paused_collection",
+    "plainly_valid",
     "read_arrays_asset",
     "refused_geometries",
     "render_datetime",

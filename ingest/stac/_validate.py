@@ -143,9 +143,19 @@ def _checked_names(item: dict[str, Any], default_collection: str | None) -> dict
     collection = item["collection"]
     if type(collection) is not str or collection not in _GOOD_COLLECTIONS:
         check_name(collection, "collection")
-        if len(_GOOD_COLLECTIONS) < 4096:  # an archive has a few collections; every item names one
-            _GOOD_COLLECTIONS.add(collection)
+        if type(collection) is str:
+            _accept_collection(collection)
     return item
+
+
+def _accept_collection(collection: str) -> None:
+    """Remember ``collection`` if check_name accepts it (an archive has a few collections; every item names one)."""
+    try:
+        check_name(collection, "collection")
+    except ValueError:
+        return
+    if len(_GOOD_COLLECTIONS) < 4096:
+        _GOOD_COLLECTIONS.add(collection)
 
 
 _GOOD_COLLECTIONS: set[str] = set()
@@ -258,3 +268,71 @@ def _check_unicode(text: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError(f"the item holds text that is not valid Unicode (a lone surrogate) in {shown(text)}") from None
+
+
+# A name check_name accepts with no more to look at: no control character, path separator, percent sign or lone
+# surrogate anywhere, no whitespace at either end, and not starting with "." or "__" (its length is checked apart).
+_NAME_CHARACTER = r"[^\x00-\x1f\x7f/\\%\ud800-\udfff]"
+_NAME_END = r"[^\x00-\x1f\x7f/\\%\ud800-\udfff\s]"
+_PLAIN_NAME = re.compile(rf"(?!\.|__)(?:{_NAME_END}|{_NAME_END}{_NAME_CHARACTER}*{_NAME_END})")
+_MEMBER_TYPES = {"assets": dict, "links": list}
+
+
+def plainly_valid(items: list[Any]) -> list[bool]:
+    """For each item, True when :func:`validate_item` (``check_geometry=False``) certainly accepts it as it is:
+    the shape of the items of most batches, checked for the batch at once where that is cheaper (timestamps
+    already in floe's canonical form, one serialization for the nesting check). False says nothing: the caller
+    validates that item alone, which names its problem."""
+    from ingest.stac._vector import canonical_times
+
+    for collection in {item.get("collection") for item in items if type(item) is dict} - _GOOD_COLLECTIONS:
+        if type(collection) is str:
+            _accept_collection(collection)
+    plain = [_plain_shape(item) for item in items]
+    shaped = [item for item, ok in zip(items, plain, strict=True) if ok]
+    if not shaped:
+        return plain
+    texts = [item["properties"]["datetime"] for item in shaped]
+    if canonical_times(texts) is None:
+        good_times = [bool(_RFC3339.fullmatch(text)) and _parses(text) for text in texts]
+    else:
+        good_times = [True] * len(shaped)
+    try:
+        orjson.dumps(shaped)  # orjson stops at its depth limit (the nesting check), and at what is not JSON
+    except (orjson.JSONEncodeError, TypeError):
+        return [False] * len(items)
+    verdicts = iter(good_times)
+    return [ok and next(verdicts) for ok in plain]
+
+
+def _parses(text: str) -> bool:
+    try:
+        parse_datetime(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _plain_shape(item: Any) -> bool:
+    """The checks of :func:`validate_item` but the timestamp's and the nesting's, for an item of the usual shape
+    (a collection already accepted, a datetime and no range); False for anything else."""
+    if type(item) is not dict or item.get("type") != "Feature":
+        return False
+    item_id = item.get("id")
+    if type(item_id) is not str or len(item_id) > MAX_NAME_LENGTH or not _PLAIN_NAME.fullmatch(item_id):
+        return False
+    collection = item.get("collection")
+    if type(collection) is not str or collection not in _GOOD_COLLECTIONS:
+        return False
+    geometry = item.get("geometry")
+    if type(geometry) is not dict or type(geometry.get("type")) is not str:
+        return False
+    properties = item.get("properties")
+    if type(properties) is not dict or type(properties.get("datetime")) is not str:
+        return False
+    if "start_datetime" in properties or "end_datetime" in properties:
+        return False
+    for member, kind in _MEMBER_TYPES.items():
+        if member in item and type(item[member]) is not kind:
+            return False
+    return "bbox" not in item or bbox_problem(item["bbox"]) is None

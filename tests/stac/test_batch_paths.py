@@ -274,3 +274,82 @@ def test_footprints_checked_a_batch_at_once_find_the_same_suspects(monkeypatch):
     assert all(geometry_problem(batch[index]) for index in (1, 2, 3))
     monkeypatch.setattr(_geometry, "one_ring_positions", lambda geometries: None)
     assert refused_geometries(batch) == suspects
+
+
+NAMES = st.one_of(
+    st.text(max_size=12),
+    st.text(alphabet=st.sampled_from(list("ab._-% /\\\t\u00a0\u2003\x00\x7f")), max_size=6),
+    st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,20}", fullmatch=True),
+)
+
+
+@st.composite
+def items_to_check(draw) -> dict[str, Any]:
+    """Items mostly valid, each sometimes wrong in one of the ways validate_item looks for."""
+    item = draw(uniform_items())
+    item["id"] = draw(NAMES) if draw(st.integers(0, 3)) == 0 else item["id"]
+    change = draw(st.integers(0, 12))
+    if change == 1:
+        item["type"] = "feature"
+    elif change == 2:
+        item["collection"] = draw(st.sampled_from([None, "", "../up", 7, " c1"]))
+    elif change == 3:
+        item["geometry"] = draw(st.sampled_from([None, {}, {"type": 1}, []]))
+    elif change == 4:
+        item["properties"] = draw(st.sampled_from([None, {}, {"datetime": None}, []]))
+    elif change == 5:
+        item["assets"] = []
+    elif change == 6:
+        item["links"] = {}
+    elif change == 7:
+        nested: Any = "deep"
+        for _ in range(300):
+            nested = [nested]
+        item["properties"]["deep"] = nested
+    elif change == 8:
+        item["properties"]["text"] = "\ud800"
+    elif change == 9:
+        item["properties"]["start_datetime"], item["properties"]["end_datetime"] = CANONICAL[1], CANONICAL[0]
+    elif change == 10:
+        item["bbox"] = draw(st.sampled_from([[0, 0, 1], [0, 1, 1, 0], "box", [0, 0, 200, 1]]))
+    elif change == 11:
+        item["properties"]["datetime"] = draw(st.sampled_from(OTHER_TIMES))
+    return item
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(items_to_check(), min_size=1, max_size=6))
+def test_items_passed_a_batch_at_once_are_those_validate_item_accepts_as_they_are(batch):
+    from ingest.errors import InvalidItem
+    from ingest.stac import plainly_valid, validate_item
+
+    verdicts = plainly_valid(batch)
+    assert len(verdicts) == len(batch)
+    for item, plain in zip(batch, verdicts, strict=True):
+        if plain:
+            assert validate_item(item, check_geometry=False) is item  # accepted, and not copied
+        else:
+            try:
+                validate_item(item, check_geometry=False)
+            except InvalidItem:
+                pass
+
+
+def test_a_plain_batch_is_passed_at_once():
+    from ingest.stac import plainly_valid
+
+    batch = plain_batch()
+    assert plainly_valid(batch) == [True] * len(batch)
+    batch[1]["properties"]["datetime"] = "2024-01-05T10:20:30.5Z"  # valid, not canonical: checked alone, and passes
+    batch[2]["id"] = "100%"  # valid, with a percent sign: checked alone
+    assert plainly_valid(batch) == [True, True, False]
+    batch[1]["properties"]["datetime"] = "2024-02-30T00:00:00Z"
+    assert plainly_valid(batch) == [True, False, False]
+
+
+@given(NAMES)
+def test_a_plain_name_is_one_check_name_accepts(name):
+    from ingest.stac._validate import _PLAIN_NAME, check_name
+
+    if len(name) <= 255 and _PLAIN_NAME.fullmatch(name):
+        assert check_name(name, "id") == name
