@@ -114,13 +114,14 @@ def _plan_steps(writer: Writer, granules: list[Granule], remote: _Remote) -> tup
     steps: list[_Step] = []
     skipped = 0
     # A re-run asks each remote raster whether it changed: the questions go out together, not one by one.
-    remote.stores.prefetch_heads(
-        path
-        for granule in granules
-        if (granule.item["collection"], granule.item["id"]) in stored
-        for path in granule.rasters.values()
-        if is_remote(path)
-    )
+    if stored:
+        remote.stores.prefetch_heads(
+            path
+            for granule in granules
+            if (granule.item["collection"], granule.item["id"]) in stored
+            for path in granule.rasters.values()
+            if is_remote(path)
+        )
     for granule in granules:
         item = granule.item
         previous = stored.get((item["collection"], item["id"]))

@@ -219,6 +219,7 @@ ODD_ONES: dict[str, tuple[str, Any]] = {
     "open ring": ("ring", [[0, 0], [1, 0], [1, 1], [0, 1]]),
     "ring of three": ("ring", [[0, 0], [1, 1], [0, 0]]),
     "3D ring": ("ring", [[0, 0, 1], [1, 0, 1], [1, 1, 1], [0, 0, 1]]),
+    "2D and 3D positions": ("ring", [[0, 0, 0], [0, 0], [0, 0], [0, 0]]),
     "tuple positions": ("ring", [(0, 0), (1, 0), (1, 1), (0, 0)]),
     **{f"bbox with {value!r}": ("bbox", [0, value, 1, 1]) for value in ODD_NUMBERS.elements},
     "bbox of six": ("bbox", [0, 0, 0, 1, 1, 1]),
@@ -283,56 +284,56 @@ NAMES = st.one_of(
 )
 
 
+def _deep(levels: int) -> Any:
+    nested: Any = "deep"
+    for _ in range(levels):
+        nested = [nested]
+    return nested
+
+
+WRONG: list[tuple[str, Any]] = [
+    ("type", st.just("feature")),
+    ("collection", st.sampled_from([None, "", "../up", 7, " c1"])),
+    ("geometry", st.sampled_from([None, {}, {"type": 1}, []])),
+    ("properties", st.sampled_from([None, {}, {"datetime": None}, []])),
+    ("assets", st.just([])),
+    ("links", st.just({})),
+    ("bbox", st.sampled_from([[0, 0, 1], [0, 1, 1, 0], "box", [0, 0, 200, 1]])),
+    ("properties.deep", st.just(_deep(300))),
+    ("properties.text", st.just("\ud800")),
+    ("properties.datetime", st.sampled_from(OTHER_TIMES)),
+    ("properties.start_datetime", st.just(CANONICAL[1])),  # after the end below
+]
+
+
 @st.composite
 def items_to_check(draw) -> dict[str, Any]:
     """Items mostly valid, each sometimes wrong in one of the ways validate_item looks for."""
     item = draw(uniform_items())
     item["id"] = draw(NAMES) if draw(st.integers(0, 3)) == 0 else item["id"]
-    change = draw(st.integers(0, 12))
-    if change == 1:
-        item["type"] = "feature"
-    elif change == 2:
-        item["collection"] = draw(st.sampled_from([None, "", "../up", 7, " c1"]))
-    elif change == 3:
-        item["geometry"] = draw(st.sampled_from([None, {}, {"type": 1}, []]))
-    elif change == 4:
-        item["properties"] = draw(st.sampled_from([None, {}, {"datetime": None}, []]))
-    elif change == 5:
-        item["assets"] = []
-    elif change == 6:
-        item["links"] = {}
-    elif change == 7:
-        nested: Any = "deep"
-        for _ in range(300):
-            nested = [nested]
-        item["properties"]["deep"] = nested
-    elif change == 8:
-        item["properties"]["text"] = "\ud800"
-    elif change == 9:
-        item["properties"]["start_datetime"], item["properties"]["end_datetime"] = CANONICAL[1], CANONICAL[0]
-    elif change == 10:
-        item["bbox"] = draw(st.sampled_from([[0, 0, 1], [0, 1, 1, 0], "box", [0, 0, 200, 1]]))
-    elif change == 11:
-        item["properties"]["datetime"] = draw(st.sampled_from(OTHER_TIMES))
+    change = draw(st.integers(0, 2 * len(WRONG)))
+    if change < len(WRONG):
+        where, values = WRONG[change]
+        if where.startswith("properties."):
+            key = where.split(".", 1)[1]
+            item["properties"][key] = draw(values)
+            if key == "start_datetime":
+                item["properties"]["end_datetime"] = CANONICAL[0]
+        else:
+            item[where] = draw(values)
     return item
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(items_to_check(), min_size=1, max_size=6))
 def test_items_passed_a_batch_at_once_are_those_validate_item_accepts_as_they_are(batch):
-    from ingest.errors import InvalidItem
     from ingest.stac import plainly_valid, validate_item
 
     verdicts = plainly_valid(batch)
     assert len(verdicts) == len(batch)
     for item, plain in zip(batch, verdicts, strict=True):
-        if plain:
+        if plain:  # (an item not passed is validated alone: its verdict is validate_item's own)
             assert validate_item(item, check_geometry=False) is item  # accepted, and not copied
-        else:
-            try:
-                validate_item(item, check_geometry=False)
-            except InvalidItem:
-                pass
 
 
 def test_a_plain_batch_is_passed_at_once():
