@@ -43,6 +43,19 @@ def converted(batch: list[dict[str, Any]]) -> pa.Table | str:
         return type(error).__name__
 
 
+def assert_both_paths_agree(batch: list[dict[str, Any]]) -> None:
+    """items_to_arrow gives the same table (or fails alike) with the batch paths and row by row."""
+    fast = converted(batch)
+    with row_by_row():
+        slow = converted(batch)
+    if isinstance(slow, str) or isinstance(fast, str):
+        assert fast == slow
+    else:
+        assert fast.schema == slow.schema
+        for name in slow.column_names:  # (NaN equal to NaN, which Arrow's equals does not allow)
+            assert same_json(slow.column(name).to_pylist(), fast.column(name).to_pylist()), name
+
+
 def same_json(original: Any, back: Any) -> bool:
     """Equal as JSON: booleans apart from numbers (Python's True == 1.0), integers equal to their doubles
     (the one widening floe allows), NaN equal to NaN."""
@@ -162,15 +175,7 @@ def uniform_items(draw) -> dict[str, Any]:
 @given(st.lists(uniform_items(), min_size=1, max_size=8))
 def test_batch_paths_give_the_row_by_row_table(batch):
     batch = list({(item["collection"], item["id"]): item for item in batch}.values())
-    fast = converted(batch)
-    with row_by_row():
-        slow = converted(batch)
-    if isinstance(slow, str) or isinstance(fast, str):
-        assert fast == slow
-    else:
-        assert fast.schema == slow.schema
-        for name in slow.column_names:  # (NaN equal to NaN, which Arrow's equals does not allow)
-            assert same_json(slow.column(name).to_pylist(), fast.column(name).to_pylist()), name
+    assert_both_paths_agree(batch)
 
 
 def test_a_uniform_batch_takes_the_batch_paths():
@@ -246,15 +251,7 @@ def test_one_odd_item_in_a_plain_batch_converts_as_row_by_row(odd):
             item["bbox"] = value
     else:
         item["properties"][where] = value
-    fast = converted(batch)
-    with row_by_row():
-        slow = converted(batch)
-    if isinstance(slow, str) or isinstance(fast, str):
-        assert fast == slow
-    else:
-        assert fast.schema == slow.schema
-        for name in slow.column_names:
-            assert same_json(slow.column(name).to_pylist(), fast.column(name).to_pylist()), name
+    assert_both_paths_agree(batch)
 
 
 def test_footprints_checked_a_batch_at_once_find_the_same_suspects(monkeypatch):
