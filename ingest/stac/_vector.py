@@ -12,7 +12,6 @@ which path ran.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -57,10 +56,7 @@ def canonical_times(texts: list[Any], *, null_is_absent: bool = False) -> pa.Arr
     return times
 
 
-_POSITIONS = pa.list_(pa.float64())
-_PAIRS = frozenset((2,))
-_FLOATS = frozenset((float,))
-_NUMBERS = frozenset((float, int, bool))
+_RING_LISTS = pa.list_(pa.list_(pa.float64()))
 _POLYGON_HEAD = np.frombuffer(b"\x01\x03\x00\x00\x00\x01\x00\x00\x00", dtype=np.uint8)
 """ISO WKB of a 2D polygon with one ring, little-endian: byte order, type 3, one ring (its count follows)."""
 
@@ -77,25 +73,23 @@ def one_ring_positions(geometries: list[Any]) -> tuple[np.ndarray, np.ndarray] |
         rings.append(ring)
     if not rings:
         return None
-    counts = np.fromiter(map(len, rings), dtype=np.int64, count=len(rings))
+    try:
+        # Integers a double cannot hold exactly are refused by Arrow; strings and objects too. A boolean becomes
+        # 1.0 or 0.0, as GEOS's path makes it (validation refuses booleans among coordinates).
+        positions = pa.array(rings, _RING_LISTS)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, ValueError):
+        return None
+    points = positions.flatten()
+    if positions.null_count or points.null_count:
+        return None
+    counts = pc.list_value_length(positions).to_numpy(zero_copy_only=False)
     if len(counts) and counts.min() < 4:
         return None
-    positions = list(chain.from_iterable(rings))
-    if not _PAIRS.issuperset(map(len, positions)):
+    sizes = pc.list_value_length(points).to_numpy(zero_copy_only=False)
+    numbers = points.flatten()
+    if numbers.null_count or (len(sizes) and (sizes.min() != 2 or sizes.max() != 2)):
         return None
-    kinds = set(map(type, chain.from_iterable(positions)))
-    if kinds == _FLOATS:  # the usual case, exact as it is: read straight into an array
-        xy = np.fromiter(chain.from_iterable(positions), dtype=np.float64, count=2 * len(positions)).reshape(-1, 2)
-    elif kinds <= _NUMBERS:
-        # Integers a double cannot hold exactly are refused by Arrow. A boolean becomes 1.0 or 0.0, as on GEOS's
-        # path (validation refuses booleans among coordinates).
-        try:
-            numbers = pa.array(positions, _POSITIONS).flatten()
-        except (pa.ArrowInvalid, OverflowError):
-            return None
-        xy = numbers.to_numpy(zero_copy_only=False).reshape(-1, 2)
-    else:  # strings, nulls, lists: not numbers
-        return None
+    xy = numbers.to_numpy(zero_copy_only=False).reshape(-1, 2)
     if not np.isfinite(xy).all():
         return None
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))
