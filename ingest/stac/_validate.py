@@ -283,7 +283,6 @@ def plainly_valid(items: list[Any]) -> list[bool]:
     the shape of the items of most batches, checked for the batch at once where that is cheaper (timestamps
     already in floe's canonical form, one serialization for the nesting check). False says nothing: the caller
     validates that item alone, which names its problem."""
-    from ingest.stac._vector import canonical_times
 
     for collection in {item.get("collection") for item in items if type(item) is dict} - _GOOD_COLLECTIONS:
         if type(collection) is str:
@@ -292,30 +291,52 @@ def plainly_valid(items: list[Any]) -> list[bool]:
     shaped = [item for item, ok in zip(items, plain, strict=True) if ok]
     if not shaped:
         return plain
-    texts = [item["properties"]["datetime"] for item in shaped]
-    if canonical_times(texts) is None:
-        good_times = [bool(_RFC3339.fullmatch(text)) and _parses(text) for text in texts]
-    else:
-        good_times = [True] * len(shaped)
+    good = [True] * len(shaped)
+    times = {key: _times_of(shaped, key, good) for key in ("datetime", "start_datetime", "end_datetime")}
+    for index, (start, end) in enumerate(zip(times["start_datetime"], times["end_datetime"], strict=True)):
+        if start is not None and end is not None and start > end:
+            good[index] = False
     try:
         orjson.dumps(shaped)  # orjson stops at its depth limit (the nesting check), and at what is not JSON
     except (orjson.JSONEncodeError, TypeError):
         return [False] * len(items)
-    verdicts = iter(good_times)
+    verdicts = iter(good)
     return [ok and next(verdicts) for ok in plain]
 
 
-def _parses(text: str) -> bool:
+def _times_of(items: list[dict[str, Any]], key: str, good: list[bool]) -> list[datetime | None]:
+    """Each item's ``key`` parsed (None where it has none); an item whose text is not an RFC 3339 time is marked
+    not good. Canonical texts are parsed for the batch at once, others one by one as validate_item does."""
+    from ingest.stac._vector import canonical_times
+
+    texts = [item["properties"].get(key) for item in items]
+    if all(text is None for text in texts):
+        return texts
+    parsed = canonical_times(texts, null_is_absent=True)
+    if parsed is not None:
+        return parsed.to_pylist()
+    values: list[datetime | None] = []
+    for index, text in enumerate(texts):
+        value = None
+        if text is not None:
+            if _RFC3339.fullmatch(text):
+                value = _parsed_or_none(text)
+            if value is None:
+                good[index] = False
+        values.append(value)
+    return values
+
+
+def _parsed_or_none(text: str) -> datetime | None:
     try:
-        parse_datetime(text)
+        return parse_datetime(text)
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _plain_shape(item: Any) -> bool:
-    """The checks of :func:`validate_item` but the timestamp's and the nesting's, for an item of the usual shape
-    (a collection already accepted, a datetime and no range); False for anything else."""
+    """The checks of :func:`validate_item` but the timestamps' and the nesting's, for an item of the usual shape
+    (a collection already accepted; a datetime, or a range of two); False for anything else."""
     if type(item) is not dict or item.get("type") != "Feature":
         return False
     item_id = item.get("id")
@@ -328,9 +349,12 @@ def _plain_shape(item: Any) -> bool:
     if type(geometry) is not dict or type(geometry.get("type")) is not str:
         return False
     properties = item.get("properties")
-    if type(properties) is not dict or type(properties.get("datetime")) is not str:
+    if type(properties) is not dict or "datetime" not in properties:
         return False
-    if "start_datetime" in properties or "end_datetime" in properties:
+    when, start, end = properties["datetime"], properties.get("start_datetime"), properties.get("end_datetime")
+    if not (type(when) is str or (when is None and type(start) is str and type(end) is str)):
+        return False
+    if not (start is None or type(start) is str) or not (end is None or type(end) is str):
         return False
     for member, kind in _MEMBER_TYPES.items():
         if member in item and type(item[member]) is not kind:

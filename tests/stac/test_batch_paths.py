@@ -115,6 +115,9 @@ OTHER_TIMES = [
     "2024-02-30T00:00:00Z",
     "2024-01-05T24:00:00Z",
     "yesterday",
+    "",
+    "2024-01-05",
+    "2024-01-05T10:20:30",
 ]
 ODD_NUMBERS = st.sampled_from([2**53, 2**53 + 1, True, False, float("nan"), float("inf"), -0.0, "1", None, 7])
 
@@ -300,6 +303,7 @@ WRONG: list[tuple[str, Any]] = [
     ("properties.text", st.just("\ud800")),
     ("properties.datetime", st.sampled_from(OTHER_TIMES)),
     ("properties.start_datetime", st.just(CANONICAL[1])),  # after the end below
+    ("properties.end_datetime", st.sampled_from([None, 7, *OTHER_TIMES])),  # sometimes with a null datetime
 ]
 
 
@@ -316,6 +320,10 @@ def items_to_check(draw) -> dict[str, Any]:
             item["properties"][key] = draw(values)
             if key == "start_datetime":
                 item["properties"]["end_datetime"] = CANONICAL[0]
+            if key == "end_datetime":
+                item["properties"]["start_datetime"] = CANONICAL[0]
+                if draw(st.booleans()):
+                    item["properties"]["datetime"] = None
         else:
             item[where] = draw(values)
     return item
@@ -342,6 +350,13 @@ def test_a_plain_batch_is_passed_at_once():
     batch[2]["id"] = "100%"  # valid, with a percent sign: checked alone
     assert plainly_valid(batch) == [True, True, False]
     batch[1]["properties"]["datetime"] = "2024-02-30T00:00:00Z"
+    assert plainly_valid(batch) == [True, False, False]
+    # A range with a null datetime passes at once; one that ends before it starts, or on a number, does not.
+    batch = plain_batch()
+    for item, end in zip(batch, (CANONICAL[1], CANONICAL[0], 7), strict=True):
+        item["properties"].update(datetime=None, start_datetime=CANONICAL[0], end_datetime=end)
+    batch[1]["properties"]["start_datetime"] = CANONICAL[1]
+    batch[2]["properties"]["datetime"] = CANONICAL[0]
     assert plainly_valid(batch) == [True, False, False]
 
 
