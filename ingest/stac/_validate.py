@@ -11,6 +11,7 @@ offending value on one line, cut to 80 characters with its full length.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -142,19 +143,13 @@ def _checked_names(item: dict[str, Any], default_collection: str | None) -> dict
         item = {**item, "collection": default_collection}
     collection = item["collection"]
     if type(collection) is not str or collection not in _GOOD_COLLECTIONS:
-        check_name(collection, "collection")
-        if type(collection) is str:
-            _accept_collection(collection)
+        _remember_collection(check_name(collection, "collection"))
     return item
 
 
-def _accept_collection(collection: str) -> None:
-    """Remember ``collection`` if check_name accepts it (an archive has a few collections; every item names one)."""
-    try:
-        check_name(collection, "collection")
-    except ValueError:
-        return
-    if len(_GOOD_COLLECTIONS) < 4096:
+def _remember_collection(collection: str) -> None:
+    """Keep a collection id check_name accepted (an archive has a few collections; every item names one)."""
+    if type(collection) is str and len(_GOOD_COLLECTIONS) < 4096:
         _GOOD_COLLECTIONS.add(collection)
 
 
@@ -286,7 +281,8 @@ def plainly_valid(items: list[Any]) -> list[bool]:
 
     for collection in {item.get("collection") for item in items if type(item) is dict} - _GOOD_COLLECTIONS:
         if type(collection) is str:
-            _accept_collection(collection)
+            with contextlib.suppress(ValueError):  # a bad one is refused by name when its items are checked alone
+                _remember_collection(check_name(collection, "collection"))
     plain = [_plain_shape(item) for item in items]
     shaped = [item for item, ok in zip(items, plain, strict=True) if ok]
     if not shaped:
@@ -319,19 +315,12 @@ def _times_of(items: list[dict[str, Any]], key: str, good: list[bool]) -> list[d
     for index, text in enumerate(texts):
         value = None
         if text is not None:
-            if _RFC3339.fullmatch(text):
-                value = _parsed_or_none(text)
-            if value is None:
+            try:
+                value = check_timestamp(text, key)
+            except ValueError:
                 good[index] = False
         values.append(value)
     return values
-
-
-def _parsed_or_none(text: str) -> datetime | None:
-    try:
-        return parse_datetime(text)
-    except ValueError:
-        return None
 
 
 def _plain_shape(item: Any) -> bool:
