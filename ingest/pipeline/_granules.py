@@ -21,9 +21,12 @@ RASTER_MEDIA_PREFIXES = ("image/tiff", "image/geotiff", "image/vnd.stac.geotiff"
 RASTER_SUFFIXES = (".tif", ".tiff")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Granule:
-    """What a worker needs to ingest one item: the item, its source label, and asset key -> raster path or URL."""
+    """What a worker needs to ingest one item: the item, its source label, and asset key -> raster path or URL.
+
+    Made for every item, so not frozen (as :class:`~ingest.pipeline._sources.SourcedItem`).
+    """
 
     item: dict[str, Any]
     source: str

@@ -17,11 +17,15 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
+import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest.errors import InvalidItem
 from ingest.stac._geometry import bbox_problem, geometry_problem
 from ingest.stac._text import shorten, shown
+from ingest.stac._vector import TIMESTAMP, canonical_times
 
 MAX_NAME_LENGTH = 255
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -289,8 +293,9 @@ def plainly_valid(items: list[Any]) -> list[bool]:
         return plain
     good = [True] * len(shaped)
     times = {key: _times_of(shaped, key, good) for key in ("datetime", "start_datetime", "end_datetime")}
-    for index, (start, end) in enumerate(zip(times["start_datetime"], times["end_datetime"], strict=True)):
-        if start is not None and end is not None and start > end:
+    starts, ends = times["start_datetime"], times["end_datetime"]
+    if starts is not None and ends is not None:
+        for index in np.flatnonzero(pc.fill_null(pc.greater(starts, ends), False).to_numpy(zero_copy_only=False)):
             good[index] = False
     try:
         orjson.dumps(shaped)  # orjson stops at its depth limit (the nesting check), and at what is not JSON
@@ -300,17 +305,16 @@ def plainly_valid(items: list[Any]) -> list[bool]:
     return [ok and next(verdicts) for ok in plain]
 
 
-def _times_of(items: list[dict[str, Any]], key: str, good: list[bool]) -> list[datetime | None]:
-    """Each item's ``key`` parsed (None where it has none); an item whose text is not an RFC 3339 time is marked
-    not good. Canonical texts are parsed for the batch at once, others one by one as validate_item does."""
-    from ingest.stac._vector import canonical_times
-
+def _times_of(items: list[dict[str, Any]], key: str, good: list[bool]) -> pa.Array | None:
+    """Each item's ``key`` as a timestamp column (null where it has none; None when no item has one); an item
+    whose text is not an RFC 3339 time is marked not good. Canonical texts are parsed for the batch at once,
+    others one by one as validate_item does."""
     texts = [item["properties"].get(key) for item in items]
     if all(text is None for text in texts):
-        return texts
+        return None
     parsed = canonical_times(texts, null_is_absent=True)
     if parsed is not None:
-        return parsed.to_pylist()
+        return parsed
     values: list[datetime | None] = []
     for index, text in enumerate(texts):
         value = None
@@ -320,7 +324,7 @@ def _times_of(items: list[dict[str, Any]], key: str, good: list[bool]) -> list[d
             except ValueError:
                 good[index] = False
         values.append(value)
-    return values
+    return pa.array(values, TIMESTAMP)
 
 
 def _plain_shape(item: Any) -> bool:
