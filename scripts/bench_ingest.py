@@ -118,7 +118,8 @@ def direct_write_rasters(root: Path, granules: list[tuple[str, str, Path]]) -> f
     session = repo.writable_session("main")
     for number, (collection, item_id, raster) in enumerate(granules, start=1):
         zarr.open_group(session.store, path=collection, mode="a")
-        data = rioxarray.open_rasterio(raster).load()
+        with rioxarray.open_rasterio(raster) as source:
+            data = source.load()
         data.to_dataset(name="data").to_zarr(
             session.store, group=f"{collection}/{item_id}", zarr_format=3, consolidated=False, mode="w"
         )

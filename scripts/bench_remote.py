@@ -185,7 +185,6 @@ class _S3Archive:
 
     def __init__(self, workdir: Path, scenes: int, size: int, delay_ms: float, grids: int) -> None:
         import boto3
-        import rioxarray
 
         from ingest.config import S3Settings
 
@@ -209,7 +208,7 @@ class _S3Archive:
             client.upload_file(str(path), self.bucket, f"scenes/{path.name}")
         self.prefix = f"s3://{self.bucket}/scenes/"
         self.urls = [self.prefix + path.name for path in self.cogs]
-        self.pixel_bytes = sum(int(rioxarray.open_rasterio(path).nbytes) for path in self.cogs)
+        self.pixel_bytes = sum(_pixel_bytes(path) for path in self.cogs)
         self.file_bytes = sum(path.stat().st_size for path in self.cogs)
         self.s3 = S3Settings(
             endpoint_url=f"http://127.0.0.1:{proxy}",
@@ -219,6 +218,13 @@ class _S3Archive:
             allow_http=True,
             force_path_style=True,
         )
+
+
+def _pixel_bytes(path: Path) -> int:
+    import rioxarray
+
+    with rioxarray.open_rasterio(path) as data:
+        return int(data.nbytes)
 
 
 Layout = Literal["tiled", "fixed"]
@@ -306,7 +312,10 @@ def _raster_round(
     options = {key: value for key, value in gdal_options(archive.s3).items() if "ACCESS_KEY" not in key}
     with rasterio.Env(**options):
         for number, url in enumerate(archive.urls):
-            data = rioxarray.open_rasterio(gdal_path(url)).load()
+            # Closed as it is read: a file rioxarray leaves open is closed at interpreter exit, which printed an
+            # empty "Error in sys.excepthook" for each.
+            with rioxarray.open_rasterio(gdal_path(url)) as source:
+                data = source.load()
             data.to_dataset(name="data").to_zarr(session.store, group=f"g{number}", mode="w", consolidated=False)
     session.commit("baseline")
     timings = {"baseline_s": time.perf_counter() - started, "baseline_busy": _busy_since(ticks)}
