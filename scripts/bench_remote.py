@@ -9,7 +9,9 @@ Run:  .venv/bin/python scripts/bench_remote.py        (100,000 items; 64 scenes 
    pystac-client (``items_as_dicts``, ``--page-size`` a page); floe ingests
    the same search (``ingest_items`` with a STAC API source, the defaults:
    pages fetched ahead on a thread while batches commit) into a fresh
-   repository. Alternating, ``--runs`` each; the median items/s and the ratio
+   repository, then again with ``ingest_with_ray`` (``floe ingest``'s default,
+   ``--workers 2``: the driver commits batches of items alone itself, no Ray
+   started). Alternating, ``--runs`` each; the median items/s and the ratios
    floe/pystac-client (target: at least 0.8x).
 2. **Remote copy.** For each ``--scene-size`` (px a side), as many scene
    COGs as ``--scenes`` says (3-band uint16, 512-px deflate tiles, scene
@@ -126,12 +128,12 @@ def bench_api(workdir: Path, count: int, page_size: int, runs: int) -> dict[str,
     from pystac_client import Client
 
     from ingest import Repository, Settings
-    from ingest.pipeline import SearchParameters, SourceOptions, ingest_items
+    from ingest.pipeline import SearchParameters, SourceOptions, ingest_items, ingest_with_ray
 
     _items, items_path, _collections, collection_files = write_data(workdir, count)
     root, _rate = load_floe(workdir, items_path, collection_files, count)
     url = serve_floe(workdir, root)
-    baseline, ours = [], []
+    baseline, ours, defaults = [], [], []
     for run in range(runs):
         started = time.perf_counter()
         listed = list(Client.open(url).search(collections=list(COLLECTIONS), limit=page_size).items_as_dicts())
@@ -148,8 +150,24 @@ def bench_api(workdir: Path, count: int, page_size: int, runs: int) -> dict[str,
         if report.rows_added != count or report.rejected:
             raise RuntimeError(f"floe ingested {report.rows_added} of {count} ({len(report.rejected)} rejected)")
         shutil.rmtree(target)
-        log(f"run {run + 1}: pystac-client {baseline[-1]:,.0f} items/s, floe ingest {ours[-1]:,.0f} items/s")
-    return {"baseline": statistics.median(baseline), "floe": statistics.median(ours)}
+        # What `floe ingest URL` runs by default (--workers 2): the Ray pipeline, whose driver commits batches of
+        # items alone itself (Ray is started only for rasters).
+        repository = Repository.create(target, Settings())
+        started = time.perf_counter()
+        report = ingest_with_ray(repository, [url], workers=2, options=options)
+        defaults.append(report.rows_added / (time.perf_counter() - started))
+        if report.rows_added != count or report.rejected:
+            raise RuntimeError(f"floe (Ray) ingested {report.rows_added} of {count} ({len(report.rejected)} rejected)")
+        shutil.rmtree(target)
+        log(
+            f"run {run + 1}: pystac-client {baseline[-1]:,.0f} items/s, floe ingest {ours[-1]:,.0f} items/s "
+            f"(in-process), {defaults[-1]:,.0f} items/s (Ray pipeline, the CLI's default)"
+        )
+    return {
+        "baseline": statistics.median(baseline),
+        "floe": statistics.median(ours),
+        "defaults": statistics.median(defaults),
+    }
 
 
 # -- 2. COGs on S3 behind a round trip ------------------------------------------------------------------------
@@ -475,6 +493,11 @@ def main() -> None:
         print(
             f"| STAC API search -> repository, items/s (page {arguments.page_size}) | {api['floe']:,.0f} "
             f"| {api['baseline']:,.0f} (pystac-client into a list) | {api['floe'] / api['baseline']:.2f}x |"
+        )
+        print(
+            f"| the same, through `floe ingest`'s default Ray pipeline (--workers 2), items/s | "
+            f"{api['defaults']:,.0f} | {api['baseline']:,.0f} (pystac-client into a list) | "
+            f"{api['defaults'] / api['baseline']:.2f}x |"
         )
     for size, rasters in sets:
         scenes, megabytes = rasters["scenes"], rasters["megabytes"]
