@@ -130,7 +130,10 @@ def bench_api(workdir: Path, count: int, page_size: int, runs: int) -> dict[str,
     from ingest import Repository, Settings
     from ingest.pipeline import SearchParameters, SourceOptions, ingest_items, ingest_with_ray
 
-    _items, items_path, _collections, collection_files = write_data(workdir, count)
+    # The generated items are not kept alive through the comparison: neither side needs them.
+    written = write_data(workdir, count)
+    items_path, collection_files = written[1], written[3]
+    del written
     root, _rate = load_floe(workdir, items_path, collection_files, count)
     url = serve_floe(workdir, root)
     baseline, ours, defaults = [], [], []
