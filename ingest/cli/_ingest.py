@@ -128,7 +128,10 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             "--workers",
             "-w",
             min=0,
-            help="Ray actors copying granules and committing batches (0: no Ray, metadata only).",
+            help=(
+                "Ray actors copying granules and committing batches (0: no Ray, metadata only). Batches of items "
+                "without rasters are committed by this process; Ray starts with the first batch that has some."
+            ),
         ),
     ] = 2,
     ray_address: Annotated[
