@@ -10,8 +10,10 @@ arrays and row land in the same commit or not at all.
 A batch of items without rasters (metadata only: a STAC API search without
 ``--remote-assets``, items whose assets are elsewhere) is committed by the
 driver itself, beside the actors' commits: sending its items to an actor
-cost more than committing them (the driver pickled each for Ray), and Ray
-is started, or joined, only when the first batch with rasters arrives. A
+cost more than committing them (the driver pickled each for Ray), and a
+local Ray is started only when the first batch with rasters arrives (a
+cluster named with ``--ray-address`` is joined at once, so a wrong address
+fails before anything is committed). A
 100,000-item search through ``floe ingest``'s defaults took 20.3 s with
 every batch sent to an actor and 8.9 s with ``--workers 0`` (BENCHMARKS.md).
 """
@@ -154,6 +156,8 @@ def ingest_with_ray(
     pool = _ActorPool(
         repository, branch, workers, ray_address, report, progress, AutoCompactor(repository, branch, report)
     )
+    if ray_address:
+        pool.start()  # a cluster named on purpose is joined first: an address that cannot be joined fails at once
     known_collections: set[str] = set()
     scope = SourceScope()
     options = options if options is not None else SourceOptions()
@@ -225,7 +229,8 @@ def _allow_virtual_sources(repository: Repository, sources: list[str | Path]) ->
 class _ActorPool:
     """``workers`` GranuleWriter actors, each given one batch at a time; outcomes go to the run's report.
 
-    Ray is started (or ``ray_address`` joined) and the actors made when the first batch is submitted.
+    Ray is started and the actors made when the first batch is submitted (a ``ray_address`` is joined at
+    once: ``ingest_with_ray`` starts the pool before reading anything).
     """
 
     def __init__(  # noqa: PLR0917
@@ -250,7 +255,8 @@ class _ActorPool:
         self.compactor = compactor
         self.started_ray = False
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Start Ray (or join ``ray_address``) and make the actors."""
         import ray
 
         self.started_ray = start_ray(self.workers, self.ray_address)
@@ -267,7 +273,7 @@ class _ActorPool:
         one writer within a run (``routed_batches``).
         """
         if not self.actors:
-            self._start()
+            self.start()
         wanted = self.actors[lane % len(self.actors)] if lane is not None else None
         while not self.idle or (wanted is not None and wanted not in self.idle):
             self._collect_one()

@@ -147,13 +147,13 @@ def _counting_starts(monkeypatch) -> list[bool]:
     from ingest.pipeline import _ray
 
     starts: list[bool] = []
-    original = _ray._ActorPool._start
+    original = _ray._ActorPool.start
 
     def start(pool) -> None:
         starts.append(True)
         original(pool)
 
-    monkeypatch.setattr(_ray._ActorPool, "_start", start)
+    monkeypatch.setattr(_ray._ActorPool, "start", start)
     return starts
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from ingest import Repository
 from ingest.sample import make_archive
 from tests._fresh import last_json_line
+from tests.conftest import REAL_ITEMS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,6 +68,22 @@ def test_ingest_joins_an_existing_cluster(tmp_path):
         assert refused.returncode == 1
         assert f"the Ray cluster at {address} requires token authentication" in refused.stderr
         assert "Traceback" not in refused.stderr
+        # Items alone need no actor, but a cluster named on purpose is joined before anything is read: the
+        # same refusal, and nothing committed.
+        alone_root = tmp_path / "alone"
+        alone_command = [sys.executable, "-m", "ingest.cli", "--root", str(alone_root), "ingest", str(REAL_ITEMS)]
+        alone = subprocess.run(
+            [*alone_command, "--workers", "2", "--ray-address", address],
+            capture_output=True,
+            text=True,
+            env={**env, "RAY_gcs_rpc_server_connect_timeout_s": "3", "RAY_AUTH_MODE": "disabled"},
+            cwd=REPO_ROOT,
+            timeout=300,
+            check=False,
+        )
+        assert alone.returncode == 1, alone.stderr
+        assert f"the Ray cluster at {address} requires token authentication" in alone.stderr
+        assert list(Repository.open(str(alone_root)).view().items()) == []
         done = ingest(RAY_AUTH_MODE="token")
         assert done.returncode == 0, done.stderr
         owner.stdin.write("\n")
