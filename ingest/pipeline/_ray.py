@@ -10,12 +10,12 @@ arrays and row land in the same commit or not at all.
 A batch of items without rasters (metadata only: a STAC API search without
 ``--remote-assets``, items whose assets are elsewhere) is committed by the
 driver itself, beside the actors' commits: sending its items to an actor
-cost more than committing them (the driver pickled each for Ray), and a
-local Ray is started only when the first batch with rasters arrives (a
-cluster named with ``--ray-address`` is joined at once, so a wrong address
-fails before anything is committed). A
-100,000-item search through ``floe ingest``'s defaults took 20.3 s with
-every batch sent to an actor and 8.9 s with ``--workers 0`` (BENCHMARKS.md).
+cost more than committing them (the driver pickled each for Ray). A local
+Ray is started only when the first batch with rasters arrives; a cluster
+named with ``--ray-address`` is joined at once, so a wrong address fails
+before anything is committed. A 100,000-item search through ``floe
+ingest``'s defaults took 20.3 s with every batch sent to an actor and 8.9 s
+with ``--workers 0`` (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -156,8 +156,6 @@ def ingest_with_ray(
     pool = _ActorPool(
         repository, branch, workers, ray_address, report, progress, AutoCompactor(repository, branch, report)
     )
-    if ray_address:
-        pool.start()  # a cluster named on purpose is joined first: an address that cannot be joined fails at once
     known_collections: set[str] = set()
     scope = SourceScope()
     options = options if options is not None else SourceOptions()
@@ -173,6 +171,8 @@ def ingest_with_ray(
         options=options,
     )
     try:
+        if ray_address:
+            pool.start()  # a cluster named on purpose is joined first: an address that cannot be joined fails at once
         with rare_collections() as collect:
             batches = with_last(routed_batches(granules, workers, batch_size, raster_bytes, virtual=virtual))
             number = 0
@@ -184,10 +184,6 @@ def ingest_with_ray(
                     repository.ensure_groups(sorted(collections), branch=branch)
                     known_collections |= collections
                 metadata = cursor_metadata(options.searches) if last else None
-                if not (last and (prune or metadata)) and not any(granule.rasters for granule in batch):
-                    # Items alone: committed here, beside whatever the actors are committing (see the module's notes).
-                    pool.collect(commit_batch(repository, branch, batch, f"{message} (batch {number})"))
-                    continue
                 if last and (prune or metadata):
                     # Deletions are planned, and cursors recorded, once every other batch has landed.
                     pool.drain()
@@ -203,8 +199,11 @@ def ingest_with_ray(
                             metadata=metadata,
                         )
                     )
-                    continue
-                pool.submit(batch, f"{message} (batch {number})", virtual, lane=lane)
+                elif any(granule.rasters for granule in batch):
+                    pool.submit(batch, f"{message} (batch {number})", virtual, lane=lane)
+                else:
+                    # Items alone: committed here, beside whatever the actors are committing (see the module's notes).
+                    pool.collect(commit_batch(repository, branch, batch, f"{message} (batch {number})"))
             pool.drain()
             if prune and number == 0 and (delete := prune_keys(repository, branch, scope, report)):
                 pool.collect(commit_batch(repository, branch, [], f"{message} (prune)", delete=delete))
