@@ -1,23 +1,57 @@
-"""floe: an Earth-observation archive's rasters (Icechunk) and STAC items (Iceberg) in one versioned store."""
+"""floe: an Earth-observation archive's rasters (Icechunk) and STAC items (Iceberg) in one versioned store.
 
-from ingest.config import Settings, load_settings
-from ingest.errors import (
-    CommitConflict,
-    ConflictRetriesExhausted,
-    CorruptRepository,
-    FloeError,
-    InvalidItem,
-    InvalidRaster,
-    InvalidRefName,
-    InvalidSource,
-    RefExists,
-    RefNotFound,
-    RepositoryExists,
-    RepositoryNotFound,
-    UnsupportedLayout,
-    WriterClosed,
-)
-from ingest.repository import CommitResult, LogEntry, Ref, Repository, View, Writer
+The names below load when first used (``ingest._lazy``): importing one module of floe does not import them all.
+"""
+
+from typing import TYPE_CHECKING
+
+from ingest._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ingest.api import open_search
+    from ingest.config import Settings, load_settings
+    from ingest.errors import (
+        CommitConflict,
+        ConflictRetriesExhausted,
+        CorruptRepository,
+        FloeError,
+        InvalidItem,
+        InvalidRaster,
+        InvalidRefName,
+        InvalidSource,
+        RefExists,
+        RefNotFound,
+        RepositoryExists,
+        RepositoryNotFound,
+        UnsupportedLayout,
+        WriterClosed,
+    )
+    from ingest.repository import CommitResult, LogEntry, Ref, Repository, View, Writer
+
+_HOMES = {
+    **dict.fromkeys(("Settings", "load_settings"), "ingest.config"),
+    **dict.fromkeys(
+        (
+            "CommitConflict",
+            "ConflictRetriesExhausted",
+            "CorruptRepository",
+            "FloeError",
+            "InvalidItem",
+            "InvalidRaster",
+            "InvalidRefName",
+            "InvalidSource",
+            "RefExists",
+            "RefNotFound",
+            "RepositoryExists",
+            "RepositoryNotFound",
+            "UnsupportedLayout",
+            "WriterClosed",
+        ),
+        "ingest.errors",
+    ),
+    **dict.fromkeys(("CommitResult", "LogEntry", "Ref", "Repository", "View", "Writer"), "ingest.repository"),
+    "open_search": "ingest.api",
+}
 
 __all__ = [
     "CommitConflict",
@@ -45,11 +79,4 @@ __all__ = [
     "open_search",
 ]
 
-
-def __getattr__(name: str) -> object:
-    # The search engine (and what it imports) loads only when a search is opened.
-    if name == "open_search":
-        from ingest.api import open_search
-
-        return open_search
-    raise AttributeError(name)
+__getattr__ = lazy_names(__name__, globals(), _HOMES)

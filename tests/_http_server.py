@@ -18,6 +18,10 @@ For tests that must see *how* a client reads, a few paths are special:
 - ``/__signed__/<file>?sig=<SIGNATURE>``: the file, only when the query carries the signature (403
   otherwise), as a presigned or SAS URL.
 
+A folder with an ``index.json`` answers with it, and ``POST`` answers as ``GET`` (its body ignored), so a folder
+of JSON documents is a static STAC API: its landing page, its collections and its search's pages, whose ``next``
+links name the files of the pages after them.
+
 The test fixture starts it as a subprocess, waits until ``/__stats__``
 answers, and stops it with ``os.kill(pid, SIGTERM)``.
 """
@@ -73,6 +77,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._answer(head=False)
 
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer(head=False)
+
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: a test reads ``/__stats__``, not a log."""
 
@@ -117,6 +125,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _file(self, path: str, *, head: bool, gated: bool) -> None:
         target = (self.server.folder / path.lstrip("/")).resolve()
+        if target.is_dir():
+            target = target / "index.json"
         if not target.is_relative_to(self.server.folder) or not target.is_file():
             self._small(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain", head)
             return

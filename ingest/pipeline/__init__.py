@@ -1,13 +1,33 @@
-"""Getting items into a repository: sources, granules, batch ingestion in-process or with Ray actors."""
+"""Getting items into a repository: sources, granules, batch ingestion in-process or with Ray actors.
 
-from ingest.pipeline._arrays import georeferenced, stage_arrays
-from ingest.pipeline._granules import Granule, granule_from_item
-from ingest.pipeline._ingest import ingest_items
-from ingest.pipeline._ray import ingest_with_ray, start_ray
-from ingest.pipeline._report import IngestReport, Rejection
-from ingest.pipeline._sources import SourcedItem, SourceOptions, read_items
-from ingest.pipeline._stac_api import ApiSearch, SearchParameters, is_api_url, parse_since
-from ingest.pipeline._stream import granule_stream
+The names below load when first used (``ingest._lazy``): the STAC API page reader, a process of its own, imports
+``ingest.pipeline._page_worker`` without the repository, zarr or Ray.
+"""
+
+from typing import TYPE_CHECKING
+
+from ingest._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from ingest.pipeline._arrays import georeferenced, stage_arrays
+    from ingest.pipeline._granules import Granule, granule_from_item
+    from ingest.pipeline._ingest import ingest_items
+    from ingest.pipeline._ray import ingest_with_ray, start_ray
+    from ingest.pipeline._report import IngestReport, Rejection
+    from ingest.pipeline._sources import SourcedItem, SourceOptions, read_items
+    from ingest.pipeline._stac_api import ApiSearch, SearchParameters, is_api_url, parse_since
+    from ingest.pipeline._stream import granule_stream
+
+_HOMES = {
+    **dict.fromkeys(("georeferenced", "stage_arrays"), "ingest.pipeline._arrays"),
+    **dict.fromkeys(("Granule", "granule_from_item"), "ingest.pipeline._granules"),
+    "ingest_items": "ingest.pipeline._ingest",
+    **dict.fromkeys(("ingest_with_ray", "start_ray"), "ingest.pipeline._ray"),
+    **dict.fromkeys(("IngestReport", "Rejection"), "ingest.pipeline._report"),
+    **dict.fromkeys(("SourcedItem", "SourceOptions", "read_items"), "ingest.pipeline._sources"),
+    **dict.fromkeys(("ApiSearch", "SearchParameters", "is_api_url", "parse_since"), "ingest.pipeline._stac_api"),
+    "granule_stream": "ingest.pipeline._stream",
+}
 
 __all__ = [
     "ApiSearch",
@@ -28,3 +48,5 @@ __all__ = [
     "stage_arrays",
     "start_ray",
 ]
+
+__getattr__ = lazy_names(__name__, globals(), _HOMES)

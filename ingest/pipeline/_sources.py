@@ -56,6 +56,8 @@ class SourcedItem:
     """The file the item was read from (relative asset hrefs resolve against its folder)."""
     collection: dict[str, Any] | None = None
     """A STAC Collection found in the source (to be stored with the repository), instead of an item."""
+    checked: bool = False
+    """``validate_item`` accepts the item as it is: checked already (by a STAC API search's page reader)."""
 
 
 def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:

@@ -28,17 +28,20 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSource
+from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, PageRequest, SearchPages, prefetched
 from ingest.pipeline._sources import SourcedItem
-from ingest.repository import SOURCE_CURSORS
 from ingest.stac import ARRAYS_ASSET, loads_json, parse_datetime
+
+if TYPE_CHECKING:
+    from ingest.pipeline._page_worker import ReaderPage
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +56,6 @@ RETRIES = 6
 
 TIMEOUT = (10.0, 60.0)
 """Seconds to connect, and to wait for a page."""
-
-PAGES_AHEAD = 4
-"""Pages fetched on a background thread while the ingest commits the ones before (network and commits overlap)."""
 
 _ITEM_STRUCTURAL = frozenset(("self", "root", "parent", "collection"))
 _COLLECTION_STRUCTURAL = frozenset(
@@ -170,6 +170,13 @@ class ApiSearch:
             cursor = min(cursor, self.newest_updated)
         return cursor.isoformat().replace("+00:00", "Z")
 
+    def note_page(self, noted: int, without_updated: int, newest_updated: datetime | None) -> None:
+        """What the page reader counted of a page, as :meth:`note_updated` would have."""
+        self.items += noted
+        self.without_updated += without_updated
+        if newest_updated is not None and (self.newest_updated is None or newest_updated > self.newest_updated):
+            self.newest_updated = newest_updated
+
     def note_updated(self, item: Mapping[str, Any]) -> None:
         self.items += 1
         properties = item.get("properties")
@@ -219,6 +226,8 @@ def _filter_json_text(text: str) -> str:
 
 def cursor_metadata(searches: list[ApiSearch]) -> dict[str, Any] | None:
     """The commit metadata that records the cursors of ``searches`` (None when none can vouch for one)."""
+    from ingest.repository import SOURCE_CURSORS  # here: the page reader's process imports this module alone
+
     cursors = {search.key: cursor for search in searches if (cursor := search.cursor()) is not None}
     return {SOURCE_CURSORS: cursors} if cursors else None
 
@@ -303,6 +312,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
         else:
             search.note = f"{search.root} cannot filter by updated (no CQL2 filter): the whole search is read again"
             log.warning(search.note)
+    pages: SearchPages | None = None
     try:
         item_search = client.search(
             collections=list(parameters.collections) or None,
@@ -312,34 +322,78 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
             filter_lang="cql2-json" if query_filter else None,
             limit=parameters.page_size,
         )
+        first = PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters())
+        pages = SearchPages(io, search.root, first)
         label = f"{search.root}/search"
         seen: set[str] = set()
         number = 0
-        for page in prefetched(item_search.pages_as_dicts(), PAGES_AHEAD):
-            for raw in page.get("features") or []:
-                number += 1
-                source = f"{label}#{number}"
-                if not isinstance(raw, dict):
-                    yield SourcedItem(source, item=raw)  # validation says why it is not an item
-                    continue
-                search.note_updated(raw)
-                collection_id = raw.get("collection")
-                if isinstance(collection_id, str) and collection_id not in seen:
-                    seen.add(collection_id)
-                    collection = _fetch_collection(io, search.root, collection_id)
-                    if collection is not None:
-                        yield SourcedItem(f"{search.root}/collections/{quote(collection_id)}", collection=collection)
-                yield SourcedItem(source, item=_item_from_api(raw))
+        decoded = SENT_PAGES_AHEAD // PAGES_AHEAD  # a decoded page weighs as much as this many sent ones
+        for page in prefetched(iter(pages), SENT_PAGES_AHEAD, lambda page: decoded if isinstance(page, dict) else 1):
+            if isinstance(page, dict):
+                number = yield from _own_page(page, io, search, seen, label, number=number)
+            else:  # read, stripped and checked by the page reader
+                number = yield from _reader_page(page.load(), search, seen, label, number)
     except Exception as error:  # noqa: BLE001 - a page that cannot be read ends the search, reported
         reason = f"search failed after {search.items} items ({_reason(error)})"
         yield SourcedItem(f"{search.root}/search", error=InvalidSource(reason))
         return
+    finally:
+        if pages is not None:
+            pages.close()
     search.complete = True
+
+
+def _own_page(
+    page: dict[str, Any], io: Any, search: ApiSearch, seen: set[str], label: str, *, number: int
+) -> Generator[SourcedItem, None, int]:
+    """The items of a page read here (numbered on from ``number``; returns the last number), each collection
+    first seen here fetched and yielded before its first item."""
+    for raw in page.get("features") or []:
+        number += 1
+        source = f"{label}#{number}"
+        if not isinstance(raw, dict):
+            yield SourcedItem(source, item=raw)  # validation says why it is not an item
+            continue
+        search.note_updated(raw)
+        collection_id = raw.get("collection")
+        if isinstance(collection_id, str) and collection_id not in seen:
+            seen.add(collection_id)
+            collection = _fetch_collection(io, search.root, collection_id)
+            if collection is not None:
+                yield SourcedItem(_collection_url(search.root, collection_id), collection=collection)
+        yield SourcedItem(source, item=_item_from_api(raw))
+    return number
+
+
+def _reader_page(
+    page: ReaderPage, search: ApiSearch, seen: set[str], label: str, number: int
+) -> Generator[SourcedItem, None, int]:
+    """The items of a page the page reader sent, as :func:`_own_page` yields them (the reader fetched the
+    collections it saw first; one this search has yielded already is not yielded again)."""
+    for warning in page.warnings:
+        log.warning("%s", warning)
+    search.note_page(page.noted, page.without_updated, page.newest_updated)
+    marks = iter(page.collections)
+    mark = next(marks, None)
+    for index, (item, checked) in enumerate(zip(page.items, page.checked, strict=True)):
+        while mark is not None and mark[0] == index:
+            _, collection_id, collection = mark
+            if collection_id not in seen:
+                seen.add(collection_id)
+                if collection is not None:
+                    yield SourcedItem(_collection_url(search.root, collection_id), collection=collection)
+            mark = next(marks, None)
+        yield SourcedItem(f"{label}#{number + index + 1}", item=item, checked=checked)
+    return number + len(page.items)
+
+
+def _collection_url(root: str, collection_id: str) -> str:
+    return f"{root}/collections/{quote(collection_id, safe='')}"
 
 
 def _fetch_collection(io: Any, root: str, collection_id: str) -> dict[str, Any] | None:
     """The collection's document from the API, without its API links; None (logged) when it cannot be read."""
-    url = f"{root}/collections/{quote(collection_id, safe='')}"
+    url = _collection_url(root, collection_id)
     try:
         document = io.read_json(url)
     except Exception as error:  # noqa: BLE001 - the items still ingest without their collection's document
@@ -352,49 +406,3 @@ def _fetch_collection(io: Any, root: str, collection_id: str) -> dict[str, Any] 
 
 def _rfc3339(when: datetime) -> str:
     return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def prefetched[T](source: Iterator[T], depth: int) -> Iterator[T]:
-    """``source``'s values, produced up to ``depth`` ahead on a background thread; its exception is re-raised here.
-
-    The thread stops when the consumer does (a closed generator): it never
-    blocks for longer than a tenth of a second on a full queue.
-    """
-    import queue
-    import threading
-
-    done = object()
-    values: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def offer(entry: tuple[Any, BaseException | None]) -> bool:
-        """Queue ``entry``; False once the consumer has stopped."""
-        while not stop.is_set():
-            try:
-                values.put(entry, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for value in source:
-                if not offer((value, None)):
-                    return
-            offer((done, None))
-        except BaseException as error:  # noqa: BLE001 - handed to the consumer, which raises it
-            offer((done, error))
-
-    thread = threading.Thread(target=produce, name="floe-pages", daemon=True)
-    thread.start()
-    try:
-        while True:
-            value, error = values.get()
-            if value is done:
-                if error is not None:
-                    raise error
-                return
-            yield value
-    finally:
-        stop.set()

@@ -202,11 +202,20 @@ def _store_collection(repository: Repository, sourced: SourcedItem, report: Inge
 def _validated(
     pending: list[SourcedItem], default_collection: str | None
 ) -> list[tuple[SourcedItem, dict[str, object] | InvalidInput]]:
-    """Each pending item validated (or the error that refuses it); geometries parsed in one call."""
+    """Each pending item validated (or the error that refuses it); geometries parsed in one call. An item
+    checked already (``SourcedItem.checked``: by a search's page reader, in its own process) is not checked
+    again."""
     checked: list[tuple[SourcedItem, dict[str, object] | InvalidInput]] = []
-    items = [item_as_dict(sourced.item) for sourced in pending]
-    for sourced, item, plain in zip(pending, items, plainly_valid(items), strict=True):
-        if plain:
+    todo = [sourced for sourced in pending if not sourced.checked]
+    verdicts = iter(plainly_valid([item_as_dict(sourced.item) for sourced in todo]) if todo else ())
+    suspects: list[int] = []  # of checked: the items whose geometry is still to be checked
+    for sourced in pending:
+        item = item_as_dict(sourced.item)
+        if sourced.checked:
+            checked.append((sourced, item))
+            continue
+        if next(verdicts):
+            suspects.append(len(checked))
             checked.append((sourced, item))
             continue
         try:
@@ -218,15 +227,15 @@ def _validated(
                     ),
                 )
             )
+            suspects.append(len(checked) - 1)
         except InvalidInput as error:
             checked.append((sourced, error))
-    valid = [index for index, (_, outcome) in enumerate(checked) if isinstance(outcome, dict)]
-    for position in refused_geometries([checked[index][1] for index in valid]):  # type: ignore[misc]
-        sourced, _ = checked[valid[position]]
+    for position in refused_geometries([checked[index][1] for index in suspects]):  # type: ignore[misc]
+        sourced, _ = checked[suspects[position]]
         try:  # the item-by-item parse names the problem
             validate_item(item_as_dict(sourced.item), source=sourced.source, default_collection=default_collection)
         except InvalidInput as error:
-            checked[valid[position]] = (sourced, error)
+            checked[suspects[position]] = (sourced, error)
     return checked
 
 

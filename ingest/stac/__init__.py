@@ -23,7 +23,7 @@ from ingest.stac._assets import (
 )
 from ingest.stac._columns import strip_nulls
 from ingest.stac._geometry import GEOMETRY_TYPES, TOLERANCE, coordinates_problem, refused_geometries
-from ingest.stac._json import loads_json
+from ingest.stac._json import loads_json, read_json_noting_parser
 from ingest.stac._rows import (
     OVERFLOW,
     RESERVED,
@@ -84,6 +84,7 @@ __all__ = [
     "paused_collection",
     "plainly_valid",
     "read_arrays_asset",
+    "read_json_noting_parser",
     "refused_geometries",
     "render_datetime",
     "served_arrays_asset",

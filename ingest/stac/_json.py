@@ -18,6 +18,15 @@ _TWENTY_DIGITS = bytes(20)
 def loads_json(text: str | bytes) -> Any:
     """Parse JSON exactly: fast (orjson) where that is exact, the standard parser where it is not.
 
+    See :func:`read_json_noting_parser`.
+    """
+    return read_json_noting_parser(text)[0]
+
+
+def read_json_noting_parser(text: str | bytes) -> tuple[Any, bool]:
+    """:func:`loads_json`'s document, and whether orjson read it: then it holds no NaN, no infinity and no
+    integer beyond 64 bits, and ``orjson.dumps`` writes it back exactly.
+
     Real STAC items hold NaN and Infinity (which floe writes back with
     ``allow_nan``) and integers beyond 64 bits, which orjson refuses or, worse,
     reads as floats (2**70 + 1 becomes 1.1805916207174113e+21); the standard
@@ -28,11 +37,11 @@ def loads_json(text: str | bytes) -> Any:
     raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
     try:
         if _TWENTY_DIGITS in raw.translate(_DIGITS_TO_ZERO):
-            return json.loads(text)
+            return json.loads(text), False
         try:
-            return orjson.loads(text)
+            return orjson.loads(raw), True
         except orjson.JSONDecodeError:
-            return json.loads(text)
+            return json.loads(text), False
     except RecursionError:
         # orjson stops at 1,024 levels and the standard parser at Python's recursion limit: no item nests so deep.
         document = text.decode("utf-8", "replace") if isinstance(text, bytes) else text

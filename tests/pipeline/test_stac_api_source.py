@@ -98,26 +98,28 @@ def test_a_search_of_one_floe_ingests_into_another_equal(served, tmp_path):
 
 
 def test_pages_are_read_by_floes_exact_parser(served, tmp_path, monkeypatch):
-    # Pages go through loads_json (orjson where that is exact, twice as fast as the standard parser): an integer
-    # beyond 64 bits, which orjson alone reads as a float, arrives exact.
-    from ingest.pipeline import _stac_api
-    from ingest.stac import loads_json
+    # Pages go through loads_json's parser (orjson where that is exact, twice as fast as the standard parser): an
+    # integer beyond 64 bits, which orjson alone reads as a float, arrives exact.
+    from ingest.pipeline import _pages
+    from ingest.stac import read_json_noting_parser
 
     source, server = served
     _ingest_file(source, tmp_path / "big.ndjson", [_item(40, count=2**70 + 1)])
-    parsed: list[int] = []
+    parsed: list[bool] = []
 
     def counted(text):
-        parsed.append(len(text))
-        return loads_json(text)
+        document, by_orjson = read_json_noting_parser(text)
+        parsed.append(by_orjson)
+        return document, by_orjson
 
-    monkeypatch.setattr(_stac_api, "loads_json", counted)
+    monkeypatch.setattr(_pages, "read_json_noting_parser", counted)
     target = Repository.create(tmp_path / "b")
     report = ingest_items(target, [server.url], options=_options(collections=("c",)))
 
     assert not report.rejected and report.items_read == 31
     assert _items(target)[("c", "item-040")]["properties"]["count"] == 2**70 + 1
-    assert len(parsed) >= 31 // PAGE + 1  # every page (and the landing page, the collection)
+    assert len(parsed) == 31 // PAGE + 1  # every page
+    assert parsed.count(False) == 1  # the page with the big integer, read by the exact parser
 
 
 def test_a_search_url_brings_its_own_parameters(served, tmp_path):
@@ -266,7 +268,7 @@ def test_prune_is_refused_for_part_of_a_collection(served, tmp_path):
 def test_pages_are_fetched_ahead_in_order_and_stop_with_their_reader():
     import threading
 
-    from ingest.pipeline._stac_api import prefetched
+    from ingest.pipeline._pages import prefetched
 
     assert list(prefetched(iter(range(50)), 3)) == list(range(50))
 
@@ -299,3 +301,32 @@ def test_pages_are_fetched_ahead_in_order_and_stop_with_their_reader():
         threading.Event().wait(0.1)
     assert not any(thread.name == "floe-pages" and thread.is_alive() for thread in threading.enumerate())
     assert len(produced) <= 2 + 2 + 2  # what was read, the queue's depth, and one in hand
+
+
+def test_heavy_pages_count_as_their_weight_ahead():
+    # Decoded pages weigh more than a page reader's bytes: no more than the depth's worth is held ahead.
+    import threading
+
+    from ingest.pipeline._pages import prefetched
+
+    produced: list[str] = []
+    more = threading.Event()
+
+    def pages():
+        for number in range(20):
+            produced.append("heavy" if number < 10 else "light")
+            yield produced[-1]
+        more.set()
+
+    weights = {"heavy": 4, "light": 1}
+    values = prefetched(pages(), 12, weights.__getitem__)
+    assert next(values) == "heavy"
+    for _ in range(100):  # until the producer waits for room: bounded, not timed
+        held = len(produced) - 1
+        threading.Event().wait(0.05)
+        if len(produced) - 1 == held:
+            break
+    # Three heavy ones fill the depth of 12 (and one more is in the producer's hand, waiting for room).
+    assert len(produced) - 1 <= 3 + 1
+    rest = list(values)
+    assert rest == ["heavy"] * 9 + ["light"] * 10 and more.is_set()

@@ -1,0 +1,211 @@
+"""A STAC API search's pages: each page's request, the page thread, and the hand-over to a page reader.
+
+A search is paged as the STAC API item search says: each page's ``next`` link
+(its ``href``, ``method``, ``headers`` and ``body``; a POST body merged into
+the first request's where the link says ``merge``) makes the next request, and
+a page without items, or without a next link, is the last. Pages are read on a
+thread ahead of the ingest (:func:`prefetched`); a large search is handed to a
+page reader, a process of its own (:mod:`ingest.pipeline._page_worker`), at
+the page this module has reached (:class:`SearchPages`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ingest.errors import InvalidSource
+from ingest.stac import read_json_noting_parser
+
+if TYPE_CHECKING:
+    from ingest.pipeline._page_worker import PageReader, SentPage
+
+PAGES_AHEAD = 4
+"""Pages fetched on a background thread while the ingest commits the ones before (network and commits overlap)."""
+
+SENT_PAGES_AHEAD = 12
+"""Pages a page reader may have sent ahead of the ingest (as bytes, a sixth of a decoded page's memory): it keeps
+reading while the ingest writes a batch."""
+
+HANDOFF_ITEMS = 20_000
+"""A search with at least this many items still to read (its ``numberMatched``, or, where the API does not say,
+this many read already) is read on by a page reader of its own (:mod:`ingest.pipeline._page_worker`)."""
+
+HANDOFF_WAITS = False
+"""Wait for the page reader to start before reading the next page (tests: the hand-over happens at the page it
+is asked for); by default pages are read here until the reader is ready."""
+
+
+@dataclass(frozen=True)
+class PageRequest:
+    """One page's request: the search's first, or one its previous page's ``next`` link makes (STAC API item
+    search: a link's ``method``, ``headers`` and ``body``; a POST body is merged into the first request's
+    where the link says ``merge``)."""
+
+    href: str
+    method: str = "GET"
+    headers: dict[str, str] | None = None
+    parameters: dict[str, Any] | None = None
+    first: dict[str, Any] | None = None
+    """The first request's parameters (what a ``merge`` link's body is merged into); None: this is the first."""
+
+    def following(self, page: Mapping[str, Any]) -> PageRequest | None:
+        """The request for the page after ``page``; None when ``page`` is the last (no items, or no next link)."""
+        if not page.get("features"):
+            return None
+        links = page.get("links")
+        link = (
+            next(
+                (link for link in links if isinstance(link, dict) and link.get("rel") == "next"),
+                None,
+            )
+            if isinstance(links, list)
+            else None
+        )
+        if link is None or not isinstance(link.get("href"), str):
+            return None
+        first: dict[str, Any] = (self.parameters or {}) if self.first is None else self.first
+        method = str(link.get("method") or "GET").upper()
+        body: dict[str, Any] = link["body"] if isinstance(link.get("body"), dict) else {}
+        parameters = ({**first, **body} if link.get("merge") else body) if method == "POST" else {}
+        headers = link.get("headers") if isinstance(link.get("headers"), dict) else None
+        return PageRequest(link["href"], method, headers, parameters, first)
+
+
+def read_page(io: Any, request: PageRequest) -> tuple[dict[str, Any], PageRequest | None, bool]:
+    """The page ``request`` asks for, decoded; the request for the page after it; and whether orjson decoded
+    it (:func:`~ingest.stac.read_json_noting_parser`: then orjson writes it back exactly)."""
+    text = io.request(request.href, method=request.method, headers=request.headers, parameters=request.parameters)
+    page, by_orjson = read_json_noting_parser(text)
+    if not isinstance(page, dict):
+        raise InvalidSource(f"{request.href}: a search page is not a JSON object")
+    return page, request.following(page), by_orjson
+
+
+class SearchPages:
+    """A search's pages, read here until the search proves large, then by a page reader of its own.
+
+    Iterated on the page thread (:func:`prefetched`). Pages read here are
+    decoded pages (dicts); the reader's are :class:`~ingest.pipeline._page_worker.SentPage` objects (pages
+    already stripped and checked, loaded by the thread that ingests them). The reader starts once
+    :data:`HANDOFF_ITEMS` remain (or have been read, where the API does not count); while it starts (half a
+    second: a new Python and its imports) pages go on being read here, and it takes over at the next page once
+    it is ready. A reader that cannot start, or stops without saying why, is logged and the search goes on here
+    from the page it had reached; a page the reader could
+    not read (after retries) fails the search as one read here would.
+    """
+
+    def __init__(self, io: Any, root: str, first: PageRequest) -> None:
+        self._io, self._root = io, root
+        self._request: PageRequest | None = first
+        self._reader: PageReader | None = None
+        self._tried = False
+
+    def __iter__(self) -> Iterator[dict[str, Any] | SentPage]:
+        from ingest.pipeline._page_worker import PageReader
+
+        read = 0
+        while self._request is not None:
+            reader = self._reader
+            if reader is not None and reader.ready(wait=HANDOFF_WAITS):
+                self._request = yield from reader.read_from(self._root, self._request)
+                self.close()
+                continue
+            if reader is not None and reader.lost:
+                self.close()
+            page, following, _ = read_page(self._io, self._request)
+            yield page
+            read += len(page.get("features") or ())
+            self._request = following
+            if following is not None and not self._tried and _large(page, read):
+                self._tried = True
+                self._reader = PageReader.start()
+
+    def close(self) -> None:
+        """Stop the page reader, if one runs (the search is done, failed, or no longer wanted)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+
+
+def _large(page: Mapping[str, Any], read: int) -> bool:
+    matched = page.get("numberMatched")
+    if isinstance(matched, int) and not isinstance(matched, bool):
+        return matched - read >= HANDOFF_ITEMS
+    return read >= HANDOFF_ITEMS
+
+
+def prefetched[T](source: Iterator[T], depth: int, weight: Callable[[T], int] | None = None) -> Iterator[T]:
+    """``source``'s values, produced up to ``depth`` ahead on a background thread; its exception is re-raised here.
+
+    With ``weight``, a value counts as it says toward ``depth`` (a value heavier than ``depth`` still passes,
+    alone). The thread stops when the consumer does (a closed generator): it never waits for longer than a tenth
+    of a second for room.
+    """
+    import threading
+
+    ahead = _Ahead(depth)
+    thread = threading.Thread(target=ahead.produce, args=(source, weight), name="floe-pages", daemon=True)
+    thread.start()
+    try:
+        while True:
+            value, error = ahead.take()
+            if value is _DONE:
+                if error is not None:
+                    raise error
+                return
+            yield value
+    finally:
+        ahead.stop.set()
+
+
+_DONE = object()
+
+
+class _Ahead:
+    """:func:`prefetched`'s queue: values and their weights, at most ``depth`` in weight held."""
+
+    def __init__(self, depth: int) -> None:
+        import threading
+        from collections import deque
+
+        self.depth = depth
+        self.values: deque[tuple[Any, BaseException | None, int]] = deque()
+        self.changed = threading.Condition()
+        self.held = 0
+        self.stop = threading.Event()
+
+    def produce(self, source: Iterator[Any], weight: Callable[[Any], int] | None) -> None:
+        try:
+            for value in source:
+                if not self.offer(value, None, weight(value) if weight is not None else 1):
+                    return
+            self.offer(_DONE, None, 0)
+        except BaseException as error:  # noqa: BLE001 - handed to the consumer, which raises it
+            self.offer(_DONE, error, 0)
+        finally:
+            close = getattr(source, "close", None)
+            if callable(close):
+                close()  # a generator's own cleanup runs here, on the thread that ran it
+
+    def offer(self, value: Any, error: BaseException | None, cost: int) -> bool:
+        """Queue ``value`` (or the end, with its error); False once the consumer has stopped."""
+        with self.changed:
+            while self.held and self.held + cost > self.depth and not self.stop.is_set():
+                self.changed.wait(0.1)
+            if self.stop.is_set():
+                return False
+            self.values.append((value, error, cost))
+            self.held += cost
+            self.changed.notify_all()
+        return True
+
+    def take(self) -> tuple[Any, BaseException | None]:
+        with self.changed:
+            while not self.values:
+                self.changed.wait()
+            value, error, cost = self.values.popleft()
+            self.held -= cost
+            self.changed.notify_all()
+        return value, error

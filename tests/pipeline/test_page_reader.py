@@ -1,0 +1,202 @@
+"""A large STAC API search is read by a page reader of its own (a second process) with the same outcome.
+
+The API is a static one (tests/_http_server.py serving a folder of JSON pages on
+127.0.0.1), so pages can hold what no floe would serve: invalid items, a
+duplicate, a feature that is not an object, a page that cannot be read. The
+hand-over is forced (``HANDOFF_ITEMS = 1``, ``HANDOFF_WAITS``: the reader takes
+over at the second page), never left to timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from ingest import Repository
+from ingest.pipeline import SearchParameters, SourceOptions, _page_worker, _pages, _stac_api, ingest_items
+from tests.conftest import make_item, with_square
+
+PAGE = 6
+
+COLLECTION = {
+    "type": "Collection",
+    "stac_version": "1.0.0",
+    "id": "c",
+    "description": "a static API's collection",
+    "license": "CC-BY-4.0",
+    "extent": {
+        "spatial": {"bbox": [[-180, -90, 180, 90]]},
+        "temporal": {"interval": [["2024-01-01T00:00:00Z", None]]},
+    },
+    "links": [],
+}
+
+
+def _features() -> list:
+    """40 features: valid items (each with a structural link; one without ``updated``, one with an integer
+    beyond 64 bits, one with an infinity), and a few that are not: no datetime, a latitude out of range, an id
+    seen before, a number."""
+    features: list = []
+    for number in range(40):
+        item = make_item(f"item-{number:03d}", "c", updated=f"2024-02-01T00:{number:02d}:00Z")
+        item = with_square(item, x=-10 + number % 20, y=number % 10, size=0.5)
+        item["links"] = [{"rel": "self", "href": f"http://elsewhere/items/{number}"}]
+        features.append(item)
+    del features[3]["properties"]["datetime"]
+    features[8]["geometry"]["coordinates"][0][1][1] = 95.0
+    features[9]["bbox"] = [-1, 95, 0, 96]
+    features[14]["id"] = "item-013"
+    features[21] = 42
+    del features[30]["properties"]["updated"]
+    features[25]["properties"]["count"] = 2**70 + 1  # orjson would read a float: its page goes as a pickle
+    features[33]["properties"]["limit"] = float("inf")  # written as Infinity, which orjson refuses
+    return features
+
+
+def _static_api(folder: Path, url: str, name: str, features: list, *, broken_after: int | None = None) -> str:
+    """A STAC API of files under ``folder/name``: its search pages hold ``features``, PAGE a page; with
+    ``broken_after``, that page's next link leads to a 404."""
+    root = folder / name
+    base = f"{url}/{name}"
+    documents = {
+        "index.json": {
+            "type": "Catalog",
+            "id": name,
+            "stac_version": "1.0.0",
+            "description": "static",
+            "conformsTo": ["https://api.stacspec.org/v1.0.0/core", "https://api.stacspec.org/v1.0.0/item-search"],
+            "links": [{"rel": "search", "href": f"{base}/search", "type": "application/geo+json", "method": "POST"}],
+        },
+        "collections/c/index.json": COLLECTION,
+    }
+    pages = [features[start : start + PAGE] for start in range(0, len(features), PAGE)]
+    for number, page in enumerate(pages):
+        links = []
+        if number + 1 < len(pages):
+            following = f"{base}/search/{number + 1}.json"
+            if broken_after == number:
+                following = f"{url}/__status__/404/{name}/missing.json"
+            links.append({"rel": "next", "href": following, "method": "GET"})
+        document = {"type": "FeatureCollection", "features": page, "links": links, "numberMatched": len(features)}
+        documents["search/index.json" if number == 0 else f"search/{number}.json"] = document
+    for path, document in documents.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(json.dumps(document))
+    return base
+
+
+def _ingest(tmp_path: Path, name: str, url: str):
+    repository = Repository.create(tmp_path / name)
+    options = SourceOptions(search=SearchParameters(page_size=PAGE))
+    report = ingest_items(repository, [url], options=options)
+    items = {item["id"]: item for item in repository.view("main").items()}
+    return report, items, options.searches[0]
+
+
+@pytest.fixture
+def reader_pages(monkeypatch):
+    """Forces the hand-over at the second page; counts the pages the reader sent."""
+    sent: list[int] = []
+    read_from = _page_worker.PageReader.read_from
+
+    def counting(self, root, request):
+        pages = read_from(self, root, request)
+        while True:
+            try:
+                page = next(pages)
+            except StopIteration as stop:
+                return stop.value  # where this process reads on from, should the reader have stopped
+            sent.append(len(page.load().items))
+            yield page
+
+    monkeypatch.setattr(_pages, "HANDOFF_ITEMS", 1)
+    monkeypatch.setattr(_pages, "HANDOFF_WAITS", True)
+    monkeypatch.setattr(_page_worker.PageReader, "read_from", counting)
+    return sent
+
+
+def _outcome(report, items, search) -> tuple:
+    rejected = sorted((rejection.source, rejection.item_id, rejection.reason) for rejection in report.rejected)
+    return rejected, items, (search.complete, search.items, search.without_updated, search.newest_updated)
+
+
+def test_the_page_reader_reads_a_search_with_the_outcome_of_this_process(http_server, tmp_path, reader_pages):
+    url = _static_api(http_server.folder, http_server.url, "same", _features())
+    alone = _outcome(*_ingest_with(tmp_path, "alone", url, handoff=False))
+    assert not reader_pages
+    read = _outcome(*_ingest_with(tmp_path, "read", url, handoff=True))
+    assert sum(reader_pages) == 40 - PAGE  # every page but the first came from the reader
+    assert read == alone
+    rejected, items, counts = read
+    assert (f"{url}/search#15", "item-013", f"duplicate id (first seen in {url}/search#14)") in rejected
+    assert len(items) == 40 - 5  # no datetime, two bad geometries, one duplicate, one number
+    assert not any(link.get("rel") == "self" for item in items.values() for link in item.get("links", []))
+    assert counts[0] is True and counts[2] == 1
+    assert items["item-025"]["properties"]["count"] == 2**70 + 1
+    assert items["item-033"]["properties"]["limit"] == float("inf")
+
+
+def _ingest_with(tmp_path: Path, name: str, url: str, *, handoff: bool):
+    if not handoff:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_pages, "HANDOFF_ITEMS", 10**9)
+            return _ingest(tmp_path, name, url)
+    return _ingest(tmp_path, name, url)
+
+
+def test_a_reader_that_dies_leaves_the_search_to_this_process(http_server, tmp_path, reader_pages, caplog):
+    url = _static_api(http_server.folder, http_server.url, "dies", _features())
+    read_from = _page_worker.PageReader.read_from  # the counting one
+
+    def killed_after_one_page(self, root, request):
+        pages = read_from(self, root, request)
+        yield next(pages)
+        os.kill(self._process.pid, signal.SIGKILL)
+        self._process.wait()
+        return (yield from pages)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_page_worker.PageReader, "read_from", killed_after_one_page)
+        report, items, search = _ingest(tmp_path, "dies", url)
+    alone = _outcome(*_ingest_with(tmp_path, "alone", url, handoff=False))
+    assert reader_pages and sum(reader_pages) < 40 - PAGE  # the reader sent some pages, not all
+    assert _outcome(report, items, search) == alone
+    assert "the page reader stopped" in caplog.text
+
+
+def test_a_page_the_reader_cannot_read_fails_the_search_as_here(http_server, tmp_path, reader_pages):
+    url = _static_api(http_server.folder, http_server.url, "broken", _features(), broken_after=3)
+    read = _outcome(*_ingest_with(tmp_path, "read", url, handoff=True))
+    alone = _outcome(*_ingest_with(tmp_path, "alone", url, handoff=False))
+    assert reader_pages
+    assert read == alone
+    rejected, items, counts = read
+    assert counts[0] is False  # no cursor: the search was not read to its end
+    failed = [reason for source, _, reason in rejected if source == f"{url}/search"]
+    assert failed and failed[0].startswith("search failed after") and "404" in failed[0]
+    assert len(items) == 4 * PAGE - 5  # the four pages before the broken link, less their five invalid items
+
+
+def test_a_reader_is_stopped_with_its_search(http_server, reader_pages, monkeypatch):
+    url = _static_api(http_server.folder, http_server.url, "stops", _features())
+    started: list[_page_worker.PageReader] = []
+    start = _page_worker.PageReader.start.__func__
+
+    def remembered(cls):
+        reader = start(cls)
+        started.append(reader)
+        return reader
+
+    monkeypatch.setattr(_page_worker.PageReader, "start", classmethod(remembered))
+    search = _stac_api.ApiSearch.parse(url, SearchParameters(page_size=PAGE))
+    items = _stac_api.read_search(search)
+    for sourced in items:
+        if sourced.checked:  # the reader's
+            break
+    assert started and started[0]._process.poll() is None
+    items.close()
+    assert started[0]._process.poll() is not None
