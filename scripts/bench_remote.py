@@ -8,7 +8,7 @@ Run:  .venv/bin/python scripts/bench_remote.py        (100,000 items; 64 scenes 
    The baseline pages the search of all three collections into a list with
    pystac-client (``items_as_dicts``, ``--page-size`` a page); floe ingests
    the same search (``ingest_items`` with a STAC API source, the defaults:
-   pages fetched ahead on a thread while batches commit) into a fresh
+   pages fetched ahead on a thread, then by a page reader process, while batches commit) into a fresh
    repository, then again with ``ingest_with_ray`` (``floe ingest``'s default,
    ``--workers 2``: the driver commits batches of items alone itself, no Ray
    started). Alternating, ``--runs`` each; the median items/s and the ratios

@@ -200,3 +200,17 @@ def test_a_reader_is_stopped_with_its_search(http_server, reader_pages, monkeypa
     assert started and started[0]._process.poll() is None
     items.close()
     assert started[0]._process.poll() is not None
+
+
+def test_the_reader_imports_neither_the_repository_nor_zarr_nor_ray():
+    # It starts while the ingest reads pages itself: what it imports is how long the ingest waits for it.
+    import subprocess
+    import sys
+
+    check = (
+        "import sys; from ingest.pipeline._page_worker import main; "
+        "from ingest.pipeline._stac_api import read_search; "
+        "print(sorted(m for m in ('ingest.repository', 'icechunk', 'zarr', 'ray', 'pyiceberg') if m in sys.modules))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout
