@@ -20,7 +20,8 @@ For tests that must see *how* a client reads, a few paths are special:
 
 A folder with an ``index.json`` answers with it, and ``POST`` answers as ``GET`` (its body ignored), so a folder
 of JSON documents is a static STAC API: its landing page, its collections and its search's pages, whose ``next``
-links name the files of the pages after them.
+links name the files of the pages after them. Under ``/__get_only__/`` the files are the same but ``POST`` is
+refused (405), as by an API whose search takes GET alone.
 
 The test fixture starts it as a subprocess, waits until ``/__stats__``
 answers, and stops it with ``os.kill(pid, SIGTERM)``.
@@ -108,6 +109,11 @@ class _Handler(BaseHTTPRequestHandler):
                     self._small(HTTPStatus.FORBIDDEN, b"signature does not match\n", "text/plain", head)
                 else:
                     self._file(path.removeprefix("/__signed__"), head=head, gated=False)
+            elif path.startswith("/__get_only__/"):
+                if self.command == "POST":
+                    self._small(HTTPStatus.METHOD_NOT_ALLOWED, b"GET only\n", "text/plain", head)
+                else:
+                    self._file(path.removeprefix("/__get_only__"), head=head, gated=False)
             elif path.startswith("/__gated__/"):
                 self._file(path.removeprefix("/__gated__"), head=head, gated=True)
             else:

@@ -321,6 +321,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
             filter=query_filter,
             filter_lang="cql2-json" if query_filter else None,
             limit=parameters.page_size,
+            method=_search_method(client),
         )
         first = PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters())
         pages = SearchPages(io, search.root, first)
@@ -341,6 +342,13 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
         if pages is not None:
             pages.close()
     search.complete = True
+
+
+def _search_method(client: Any) -> str:
+    """POST where the API's landing page offers it (the parameters then go as JSON), else GET: a search link
+    without a ``method`` is a GET (pystac-client would POST anyway, and warn)."""
+    methods = {str(link.extra_fields.get("method") or "GET").upper() for link in client.get_links("search")}
+    return "POST" if "POST" in methods or not methods else "GET"
 
 
 def _own_page(

@@ -57,11 +57,14 @@ def _features() -> list:
     return features
 
 
-def _static_api(folder: Path, url: str, name: str, features: list, *, broken_after: int | None = None) -> str:
+def _static_api(
+    folder: Path, url: str, name: str, features: list, *, broken_after: int | None = None, get_only: bool = False
+) -> str:
     """A STAC API of files under ``folder/name``: its search pages hold ``features``, PAGE a page; with
-    ``broken_after``, that page's next link leads to a 404."""
+    ``broken_after``, that page's next link leads to a 404; with ``get_only``, its search is a GET (a POST is
+    refused)."""
     root = folder / name
-    base = f"{url}/{name}"
+    base = f"{url}/__get_only__/{name}" if get_only else f"{url}/{name}"
     documents = {
         "index.json": {
             "type": "Catalog",
@@ -69,7 +72,10 @@ def _static_api(folder: Path, url: str, name: str, features: list, *, broken_aft
             "stac_version": "1.0.0",
             "description": "static",
             "conformsTo": ["https://api.stacspec.org/v1.0.0/core", "https://api.stacspec.org/v1.0.0/item-search"],
-            "links": [{"rel": "search", "href": f"{base}/search", "type": "application/geo+json", "method": "POST"}],
+            "links": [
+                {"rel": "search", "href": f"{base}/search", "type": "application/geo+json"}
+                | ({} if get_only else {"method": "POST"})
+            ],
         },
         "collections/c/index.json": COLLECTION,
     }
@@ -214,3 +220,11 @@ def test_the_reader_imports_neither_the_repository_nor_zarr_nor_ray():
     )
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "[]", loaded.stdout
+
+
+def test_a_search_that_takes_get_alone_is_read_with_get(http_server, tmp_path):
+    # The landing page's search link has no method (a GET): pystac-client would POST it anyway.
+    url = _static_api(http_server.folder, http_server.url, "get-only", _features(), get_only=True)
+    report, items, search = _ingest(tmp_path, "get", url)
+    assert search.complete, report.rejected
+    assert len(items) == 40 - 5
