@@ -5,11 +5,13 @@ Why a process: reading a search is bound by one core. Decoding a page, dropping
 the links an API writes about itself, noting ``updated`` and validating the
 items cost about as much as turning them into rows and committing them, and
 Python threads share one interpreter lock. Here both halves run at once, on two
-cores: the ingest receives each page as Python objects (a pickle, cheaper to
-load than JSON to decode and check) with, for each item, whether
+cores: the ingest receives each page's items stripped, as JSON that orjson
+reads back exactly (a pickle where the page needed the exact parser: NaN,
+integers beyond 64 bits), with, for each item, whether
 :func:`~ingest.stac.validate_item` accepts it as it is. An item not marked so is
 validated by the ingest as any other (which names its problem), so the verdicts
-and the report are the same either way.
+and the report are the same either way. The reader runs at a lower priority
+(:data:`NICENESS`): it works ahead, so the ingest gets the cores first.
 
 Started by :class:`~ingest.pipeline._pages.SearchPages` as
 a new ``python`` running :func:`main` (a new interpreter, not a fork: the
@@ -20,8 +22,8 @@ byte, a length, the bytes) on its standard input and output:
 1. the reader says it is ready (:data:`READY`);
 2. the ingest hands it the search's root and the request of the next page (:data:`HAND_OVER`, a pickle);
 3. the reader sends each page: the request after it (:data:`FOLLOWING`, a pickle), then the page
-   (:data:`PAGE`, a pickled :class:`ReaderPage`); then :data:`END` with the reason the search failed (a page
-   that could not be read after retries), empty when it read the last page.
+   (:data:`PAGE`, a pickled :class:`ReaderPage`, its items as JSON bytes inside); then :data:`END` with the
+   reason the search failed (a page that could not be read after retries), empty when it read the last page.
 
 The ingest's page thread only reads the frames (the lock-free part); a page is
 loaded by the thread that ingests it, so the two threads do not take turns

@@ -19,6 +19,11 @@ never missed. Where the API cannot say what changed (no filter conformance,
 or items without ``updated``), the whole search is read again and only what
 is new or changed is committed, as local re-runs do.
 
+Pages are read ahead on a thread; a search with many items to go is handed to
+a page reader, a process of its own that reads, decodes and validates pages
+while this one commits (:mod:`ingest.pipeline._pages`,
+:mod:`ingest.pipeline._page_worker`).
+
 Items and collections read from an API lose the links an API makes for itself
 (``self``, ``root``, ``parent``, ``collection``, ...): floe's API makes its own.
 A ``floe:arrays`` asset names the other repository's arrays and is dropped too.
