@@ -40,6 +40,7 @@ import logging
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -294,6 +295,9 @@ def _exit_when_orphaned(stdin: IO[bytes]) -> None:
 
 def main() -> None:
     """The reader: pages from the request it is handed to the search's end, each sent as it is ready."""
+    # Ctrl-C reaches the whole process group: the ingest stops and closes the reader's input, which ends it
+    # (no second traceback from here).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     out = os.fdopen(os.dup(1), "wb")
     os.nice(NICENESS)
     os.dup2(2, 1)  # anything printed goes to standard error, not into the pages

@@ -228,3 +228,20 @@ def test_a_search_that_takes_get_alone_is_read_with_get(http_server, tmp_path):
     report, items, search = _ingest(tmp_path, "get", url)
     assert search.complete, report.rejected
     assert len(items) == 40 - 5
+
+
+def test_ctrl_c_is_left_to_the_ingest(http_server):
+    # Ctrl-C reaches the whole process group; the reader ignores it (the ingest stops and closes it), so an
+    # interrupted ingest shows one traceback, not a second from its reader.
+    url = _static_api(http_server.folder, http_server.url, "interrupted", _features())
+    reader = _page_worker.PageReader.start()
+    assert reader is not None
+    try:
+        assert reader.ready(wait=True)
+        os.kill(reader._process.pid, signal.SIGINT)
+        pages = reader.read_from(url, _pages.PageRequest(f"{url}/search"))
+        first = next(pages).load()  # it still reads: the interrupt did not end it
+        assert [item["id"] for item in first.items] == [f"item-{number:03d}" for number in range(PAGE)]
+    finally:
+        reader.close()
+    assert reader._process.poll() is not None
