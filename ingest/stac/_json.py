@@ -39,7 +39,7 @@ def read_json_noting_parser(text: str | bytes) -> tuple[Any, bool]:
         if _TWENTY_DIGITS in raw.translate(_DIGITS_TO_ZERO):
             return json.loads(text), False
         try:
-            return orjson.loads(raw), True
+            return orjson.loads(text), True
         except orjson.JSONDecodeError:
             return json.loads(text), False
     except RecursionError:
