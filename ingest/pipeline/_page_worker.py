@@ -251,34 +251,15 @@ def checked_flags(items: list[Any]) -> list[bool]:
 
 
 def _prepare(page: dict[str, Any], io: Any, root: str, seen: set[str], caught: _Warnings, *, exact: bool) -> ReaderPage:
-    from ingest.pipeline._stac_api import ApiSearch, SearchParameters, _fetch_collection, _item_from_api
+    """``page`` walked as the ingest would walk it, its items checked, ready to send."""
+    from ingest.pipeline._stac_api import walk_page
 
-    counts = ApiSearch(root, SearchParameters())
-    items: list[Any] = []
-    collections: list[tuple[int, str, dict[str, Any] | None]] = []
-    for feature in page.get("features") or ():
-        if not isinstance(feature, dict):
-            items.append(feature)  # the ingest's validation says why it is not an item
-            continue
-        counts.note_updated(feature)
-        collection_id = feature.get("collection")
-        if isinstance(collection_id, str) and collection_id not in seen:
-            seen.add(collection_id)
-            collections.append((len(items), collection_id, _fetch_collection(io, root, collection_id)))
-        items.append(_item_from_api(feature))
-    warnings, caught.messages = caught.messages, []
-    prepared = ReaderPage(
-        items,
-        checked_flags(items),
-        collections,
-        warnings,
-        counts.items,
-        counts.without_updated,
-        counts.newest_updated,
-    )
+    prepared = walk_page(page, io, root, seen)
+    prepared.checked = checked_flags(prepared.items)
+    prepared.warnings, caught.messages = caught.messages, []
     if exact:
         with contextlib.suppress(TypeError, orjson.JSONEncodeError):  # then the items go as they are
-            prepared.items_json, prepared.items = orjson.dumps(items), []
+            prepared.items_json, prepared.items = orjson.dumps(prepared.items), []
     return prepared
 
 

@@ -37,16 +37,14 @@ from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSource
+from ingest.pipeline._page_worker import ReaderPage
 from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, PageRequest, SearchPages, prefetched
 from ingest.pipeline._sources import SourcedItem
 from ingest.stac import ARRAYS_ASSET, loads_json, parse_datetime
-
-if TYPE_CHECKING:
-    from ingest.pipeline._page_worker import ReaderPage
 
 log = logging.getLogger(__name__)
 
@@ -331,14 +329,14 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
         first = PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters())
         pages = SearchPages(io, search.root, first)
         label = f"{search.root}/search"
-        seen: set[str] = set()
+        seen: set[str] = set()  # collections yielded
+        fetched: set[str] = set()  # collections fetched by this process
         number = 0
         decoded = SENT_PAGES_AHEAD // PAGES_AHEAD  # a decoded page weighs as much as this many sent ones
         for page in prefetched(iter(pages), SENT_PAGES_AHEAD, lambda page: decoded if isinstance(page, dict) else 1):
-            if isinstance(page, dict):
-                number = yield from _own_page(page, io, search, seen, label, number=number)
-            else:  # read, stripped and checked by the page reader
-                number = yield from _reader_page(page.load(), search, seen, label, number)
+            # A dict was read here; the rest the page reader read, walked and checked.
+            walked = walk_page(page, io, search.root, fetched) if isinstance(page, dict) else page.load()
+            number = yield from _reader_page(walked, search, seen, label, number)
     except Exception as error:  # noqa: BLE001 - a page that cannot be read ends the search, reported
         reason = f"search failed after {search.items} items ({_reason(error)})"
         yield SourcedItem(f"{search.root}/search", error=InvalidSource(reason))
@@ -356,33 +354,39 @@ def _search_method(client: Any) -> str:
     return "POST" if "POST" in methods or not methods else "GET"
 
 
-def _own_page(
-    page: dict[str, Any], io: Any, search: ApiSearch, seen: set[str], label: str, *, number: int
-) -> Generator[SourcedItem, None, int]:
-    """The items of a page read here (numbered on from ``number``; returns the last number), each collection
-    first seen here fetched and yielded before its first item."""
-    for raw in page.get("features") or []:
-        number += 1
-        source = f"{label}#{number}"
-        if not isinstance(raw, dict):
-            yield SourcedItem(source, item=raw)  # validation says why it is not an item
+def walk_page(page: Mapping[str, Any], io: Any, root: str, fetched: set[str]) -> ReaderPage:
+    """A decoded page's features as the ingest takes them (whichever process read the page): without the links
+    the API writes about them, their ``updated`` counted for the cursor, and each collection not in ``fetched``
+    fetched (and added) before its first item. No item is marked checked."""
+    counts = ApiSearch(root, SearchParameters())
+    items: list[Any] = []
+    collections: list[tuple[int, str, dict[str, Any] | None]] = []
+    for feature in page.get("features") or ():
+        if not isinstance(feature, dict):
+            items.append(feature)  # validation says why it is not an item
             continue
-        search.note_updated(raw)
-        collection_id = raw.get("collection")
-        if isinstance(collection_id, str) and collection_id not in seen:
-            seen.add(collection_id)
-            collection = _fetch_collection(io, search.root, collection_id)
-            if collection is not None:
-                yield SourcedItem(_collection_url(search.root, collection_id), collection=collection)
-        yield SourcedItem(source, item=_item_from_api(raw))
-    return number
+        counts.note_updated(feature)
+        collection_id = feature.get("collection")
+        if isinstance(collection_id, str) and collection_id not in fetched:
+            fetched.add(collection_id)
+            collections.append((len(items), collection_id, _fetch_collection(io, root, collection_id)))
+        items.append(_item_from_api(feature))
+    return ReaderPage(
+        items,
+        [False] * len(items),
+        collections,
+        noted=counts.items,
+        without_updated=counts.without_updated,
+        newest_updated=counts.newest_updated,
+    )
 
 
 def _reader_page(
     page: ReaderPage, search: ApiSearch, seen: set[str], label: str, number: int
 ) -> Generator[SourcedItem, None, int]:
-    """The items of a page the page reader sent, as :func:`_own_page` yields them (the reader fetched the
-    collections it saw first; one this search has yielded already is not yielded again)."""
+    """The items of a page (walked by :func:`walk_page`, here or in the page reader), numbered on from
+    ``number`` (returns the last number); each collection ``seen`` here for the first time is yielded before its
+    first item (the reader fetches those it saw first: one this search has yielded already is not again)."""
     for warning in page.warnings:
         log.warning("%s", warning)
     search.note_page(page.noted, page.without_updated, page.newest_updated)

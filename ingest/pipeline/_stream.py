@@ -206,11 +206,11 @@ def _validated(
     checked already (``SourcedItem.checked``: by a search's page reader, in its own process) is not checked
     again."""
     checked: list[tuple[SourcedItem, dict[str, object] | InvalidInput]] = []
-    todo = [sourced for sourced in pending if not sourced.checked]
-    verdicts = iter(plainly_valid([item_as_dict(sourced.item) for sourced in todo]) if todo else ())
+    items = [item_as_dict(sourced.item) for sourced in pending]
+    todo = [item for sourced, item in zip(pending, items, strict=True) if not sourced.checked]
+    verdicts = iter(plainly_valid(todo) if todo else ())
     suspects: list[int] = []  # of checked: the items whose geometry is still to be checked
-    for sourced in pending:
-        item = item_as_dict(sourced.item)
+    for sourced, item in zip(pending, items, strict=True):
         if sourced.checked:
             checked.append((sourced, item))
             continue
