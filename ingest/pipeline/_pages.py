@@ -11,7 +11,7 @@ the page this module has reached (:class:`SearchPages`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,8 @@ from ingest.errors import InvalidSource
 from ingest.stac import read_json_noting_parser
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from ingest.pipeline._page_worker import PageReader, SentPage
 
 PAGES_AHEAD = 4
@@ -73,14 +75,94 @@ class PageRequest:
         return PageRequest(link["href"], method, headers, parameters, first)
 
 
-def read_page(io: Any, request: PageRequest) -> tuple[dict[str, Any], PageRequest | None, bool]:
-    """The page ``request`` asks for, decoded; the request for the page after it; and whether orjson decoded
-    it (:func:`~ingest.stac.read_json_noting_parser`: then orjson writes it back exactly)."""
-    text = io.request(request.href, method=request.method, headers=request.headers, parameters=request.parameters)
+def _fetch(io: Any, request: PageRequest) -> str:
+    text: str = io.request(request.href, method=request.method, headers=request.headers, parameters=request.parameters)
+    return text
+
+
+def _decoded(text: str, request: PageRequest) -> tuple[dict[str, Any], PageRequest | None, bool]:
     page, by_orjson = read_json_noting_parser(text)
     if not isinstance(page, dict):
         raise InvalidSource(f"{request.href}: a search page is not a JSON object")
     return page, request.following(page), by_orjson
+
+
+def read_pages(io: Any, first: PageRequest) -> Generator[tuple[dict[str, Any], PageRequest | None, bool]]:
+    """Each page from ``first`` to the search's last, decoded, with the request for the page after it and whether
+    orjson decoded it (:func:`~ingest.stac.read_json_noting_parser`: then orjson writes it back exactly). Each
+    page's successor is requested while the page decodes, so the API makes one page while this process decodes
+    the one before.
+
+    Paging is serial (a page's next link makes the next request), and decoding a large page takes a fifth to a
+    third as long as the API takes to make it (5-9 ms against 33 for 1,000 items of ``floe serve``). So the
+    next link is read off the page's text first (:func:`guessed_following`, a few hundred bytes), and that
+    request goes out on a thread of its own. The decoded page's own next link decides: when it is another
+    request (a page laid out otherwise), the early answer is dropped and the right request made; an early
+    request that failed is made again, so its errors and retries are those of a request made in turn.
+    """
+    early: tuple[PageRequest, Future[str]] | None = None
+    request: PageRequest | None = first
+    while request is not None:
+        text = None
+        if early is not None and early[0] == request and early[1].exception() is None:
+            text = early[1].result()
+        early = None
+        if text is None:
+            text = _fetch(io, request)
+        guess = guessed_following(text, request)
+        if guess is not None:
+            early = (guess, _fetch_early(io, guess))
+        page, following, by_orjson = _decoded(text, request)
+        yield page, following, by_orjson
+        request = following
+
+
+def _fetch_early(io: Any, request: PageRequest) -> Future[str]:
+    """:func:`_fetch` on a thread of its own, which nothing waits for when its answer is not wanted (a daemon: an
+    early request still out does not hold up the end of the process)."""
+    import threading
+    from concurrent.futures import Future
+
+    answer: Future[str] = Future()
+
+    def fetch() -> None:
+        try:
+            answer.set_result(_fetch(io, request))
+        except BaseException as error:  # noqa: BLE001 - kept for the page that wants it (which asks again)
+            answer.set_exception(error)
+
+    threading.Thread(target=fetch, name="floe-next-page", daemon=True).start()
+    return answer
+
+
+_LINKS_KEY = '"links"'
+_BLANK = " \t\r\n"
+
+
+def guessed_following(text: str, request: PageRequest) -> PageRequest | None:
+    """The next page's request as the page's text seems to say, from its last ``"links"`` member alone (where
+    STAC APIs write a page's own links, after its features); None when that says nothing. A guess: the decoded
+    page decides."""
+    import json
+
+    at = text.rfind(_LINKS_KEY)
+    if at < 0:
+        return None
+    position = at + len(_LINKS_KEY)
+    while position < len(text) and text[position] in _BLANK:
+        position += 1
+    if not text.startswith(":", position):
+        return None
+    position += 1
+    while position < len(text) and text[position] in _BLANK:
+        position += 1
+    try:
+        links, _ = json.JSONDecoder().raw_decode(text, position)
+    except ValueError:
+        return None
+    if not isinstance(links, list):
+        return None
+    return request.following({"features": True, "links": links})
 
 
 class SearchPages:
@@ -106,21 +188,31 @@ class SearchPages:
         from ingest.pipeline._page_worker import PageReader
 
         read = 0
-        while self._request is not None:
-            reader = self._reader
-            if reader is not None and reader.ready(wait=HANDOFF_WAITS):
-                self._request = yield from reader.read_from(self._root, self._request)
-                self.close()
-                continue
-            if reader is not None and reader.lost:
-                self.close()
-            page, following, _ = read_page(self._io, self._request)
-            yield page
-            read += len(page.get("features") or ())
-            self._request = following
-            if following is not None and not self._tried and _large(page, read):
-                self._tried = True
-                self._reader = PageReader.start()
+        here: Generator[tuple[dict[str, Any], PageRequest | None, bool]] | None = None
+        try:
+            while self._request is not None:
+                reader = self._reader
+                if reader is not None and reader.ready(wait=HANDOFF_WAITS):
+                    if here is not None:
+                        here.close()  # its early request for the next page is dropped: the reader makes it
+                        here = None
+                    self._request = yield from reader.read_from(self._root, self._request)
+                    self.close()
+                    continue
+                if reader is not None and reader.lost:
+                    self.close()
+                if here is None:
+                    here = read_pages(self._io, self._request)
+                page, following, _ = next(here)
+                yield page
+                read += len(page.get("features") or ())
+                self._request = following
+                if following is not None and not self._tried and _large(page, read):
+                    self._tried = True
+                    self._reader = PageReader.start()
+        finally:
+            if here is not None:
+                here.close()
 
     def close(self) -> None:
         """Stop the page reader, if one runs (the search is done, failed, or no longer wanted)."""

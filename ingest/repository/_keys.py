@@ -77,6 +77,12 @@ class KeyIndex:
             return []
         return [data_file for data_file in files if self._ids(data_file).holds_any(wanted)]
 
+    def learn(self, path: str, ids: list[str]) -> None:
+        """The ids of a file this process wrote (it need not read them back when a later batch looks)."""
+        learned = _FileIds(ids)
+        with self._lock:
+            self._files[path] = learned
+
     def retain(self, paths: Collection[str]) -> None:
         """Forget the files not in ``paths`` (no longer live in the version last listed)."""
         with self._lock:

@@ -72,6 +72,20 @@ class _Overflow:
         return json.dumps(payload, separators=(",", ":"), allow_nan=True)
 
 
+class _Overflows(dict[int, _Overflow]):
+    """Row -> its overflow, made when a row first needs one: most rows of most batches need none."""
+
+    def __missing__(self, row: int) -> _Overflow:
+        made = self[row] = _Overflow({}, {}, [])
+        return made
+
+    def column(self, count: int) -> pa.Array:
+        texts: list[str | None] = [None] * count
+        for row, overflow in self.items():
+            texts[row] = overflow.to_json()
+        return pa.array(texts, type=pa.string())
+
+
 def normalize_type(data_type: pa.DataType) -> pa.DataType:
     """Arrow type with large/view variants and timestamp zones folded, for comparing schemas."""
     if pa.types.is_large_string(data_type) or pa.types.is_string_view(data_type):
@@ -112,7 +126,7 @@ def _property_column_ok(name: str) -> bool:
     return bool(name) and "." not in name and name not in RESERVED
 
 
-def _geometry_to_wkb(geometries: list[dict[str, Any]], overflows: list[_Overflow]) -> list[bytes]:
+def _geometry_to_wkb(geometries: list[dict[str, Any]], overflows: _Overflows) -> list[bytes]:
     """Each geometry as ISO WKB. Simple ones are written directly (exact by construction, see
     :mod:`ingest.stac._wkb`); GEOS converts the rest, and keeps in the overflow any that would not read back."""
     wkb: list[bytes] = []
@@ -145,7 +159,7 @@ def _geos_wkb(geometries: list[dict[str, Any]], overflows: list[_Overflow]) -> l
     return list(wkb)
 
 
-def _bbox_rows(items: list[dict[str, Any]], wkb: list[bytes], overflows: list[_Overflow]) -> pa.Array:
+def _bbox_rows(items: list[dict[str, Any]], wkb: list[bytes], overflows: _Overflows) -> pa.Array:
     unboxed = [row for row, item in enumerate(items) if item.get("bbox") is None]
     derived = dict(zip(unboxed, shapely.bounds(shapely.from_wkb([wkb[row] for row in unboxed])), strict=True))
     rows = []
@@ -163,7 +177,7 @@ def _bbox_rows(items: list[dict[str, Any]], wkb: list[bytes], overflows: list[_O
     return pa.array(rows, type=BBOX_TYPE)
 
 
-def _time_column(items: list[dict[str, Any]], key: str, overflows: list[_Overflow]) -> pa.Array:
+def _time_column(items: list[dict[str, Any]], key: str, overflows: _Overflows) -> pa.Array:
     # A null datetime (an item with a range) is stored as null, with nothing in the overflow.
     uniform = canonical_times([item["properties"].get(key, ABSENT) for item in items], null_is_absent=key == "datetime")
     if uniform is not None:
@@ -224,7 +238,7 @@ def items_to_arrow(
 
 
 def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
-    overflows = [_Overflow({}, {}, []) for _ in items]
+    overflows = _Overflows()
     columns: dict[str, pa.Array] = {}
     for key in ("type", "stac_version"):
         columns[key] = _string_column(items, key, untyped, overflows)
@@ -252,11 +266,11 @@ def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
         typed = _typed_or_overflow(key, values, untyped, overflows)
         if typed is not None:
             columns[key] = typed
-    columns[OVERFLOW] = pa.array([overflow.to_json() for overflow in overflows], type=pa.string())
+    columns[OVERFLOW] = overflows.column(len(items))
     return clustered(pa.table(columns))
 
 
-def _string_column(items: list[dict[str, Any]], key: str, untyped: set[str], overflows: list[_Overflow]) -> pa.Array:
+def _string_column(items: list[dict[str, Any]], key: str, untyped: set[str], overflows: _Overflows) -> pa.Array:
     """A top-level string member (``type``, ``stac_version``); any other value goes to the overflow."""
     values = [item.get(key) for item in items]
     typed = column_array(values) if key not in untyped else None
@@ -268,7 +282,7 @@ def _string_column(items: list[dict[str, Any]], key: str, untyped: set[str], ove
     return pa.nulls(len(items), pa.string())
 
 
-def _extensions_column(items: list[dict[str, Any]], overflows: list[_Overflow]) -> pa.Array:
+def _extensions_column(items: list[dict[str, Any]], overflows: _Overflows) -> pa.Array:
     """``stac_extensions`` as a list of strings; anything else (and explicit nulls) goes to the overflow."""
     extensions = [item.get("stac_extensions") for item in items]
     lists_of_strings = all(
@@ -280,7 +294,7 @@ def _extensions_column(items: list[dict[str, Any]], overflows: list[_Overflow]) 
     return pa.array(extensions if lists_of_strings else [None] * len(items), type=pa.list_(pa.string()))
 
 
-def _candidate_columns(items: list[dict[str, Any]], overflows: list[_Overflow]) -> dict[str, list[Any]]:
+def _candidate_columns(items: list[dict[str, Any]], overflows: _Overflows) -> dict[str, list[Any]]:
     """Column name -> one value per row (None where absent) of every nested member and property to type.
 
     Values with no typed form (explicit nulls, empty objects) and properties whose name cannot be a column go to
@@ -314,7 +328,7 @@ def _candidate_columns(items: list[dict[str, Any]], overflows: list[_Overflow]) 
     return candidates
 
 
-def _typed_or_overflow(key: str, values: list[Any], untyped: set[str], overflows: list[_Overflow]) -> pa.Array | None:
+def _typed_or_overflow(key: str, values: list[Any], untyped: set[str], overflows: _Overflows) -> pa.Array | None:
     """The column of ``key`` if its values type losslessly, else None with every present value in the overflow."""
     typed = None if key in untyped else column_array(values)
     if typed is None:

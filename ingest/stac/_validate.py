@@ -277,11 +277,12 @@ _PLAIN_NAME = re.compile(rf"(?!\.|__)(?:{_NAME_END}|{_NAME_END}{_NAME_CHARACTER}
 _MEMBER_TYPES = {"assets": dict, "links": list}
 
 
-def plainly_valid(items: list[Any]) -> list[bool]:
+def plainly_valid(items: list[Any], *, serialized: bool = False) -> list[bool]:
     """For each item, True when :func:`validate_item` (``check_geometry=False``) certainly accepts it as it is:
     the shape of the items of most batches, checked for the batch at once where that is cheaper (timestamps
     already in floe's canonical form, one serialization for the nesting check). False says nothing: the caller
-    validates that item alone, which names its problem."""
+    validates that item alone, which names its problem. ``serialized`` says the caller has written ``items``
+    with orjson already (the nesting check is then done)."""
 
     for collection in {item.get("collection") for item in items if type(item) is dict} - _GOOD_COLLECTIONS:
         if type(collection) is str:
@@ -297,10 +298,11 @@ def plainly_valid(items: list[Any]) -> list[bool]:
     if starts is not None and ends is not None:
         for index in np.flatnonzero(pc.fill_null(pc.greater(starts, ends), False).to_numpy(zero_copy_only=False)):
             good[index] = False
-    try:
-        orjson.dumps(shaped)  # orjson stops at its depth limit (the nesting check), and at what is not JSON
-    except (orjson.JSONEncodeError, TypeError):
-        return [False] * len(items)
+    if not serialized:
+        try:
+            orjson.dumps(shaped)  # orjson stops at its depth limit (the nesting check), and at what is not JSON
+        except (orjson.JSONEncodeError, TypeError):
+            return [False] * len(items)
     verdicts = iter(good)
     return [ok and next(verdicts) for ok in plain]
 

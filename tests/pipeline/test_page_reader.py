@@ -222,6 +222,25 @@ def test_the_reader_imports_neither_the_repository_nor_zarr_nor_ray():
     assert loaded.stdout.strip() == "[]", loaded.stdout
 
 
+def test_the_reader_converts_without_pandas(http_server):
+    # pyarrow imports pandas (when installed) at its first conversion of Python values: 0.2 s of the reader's
+    # start that it has no use for. A page checked (timestamps converted by pyarrow) leaves pandas unloaded.
+    import pandas  # noqa: F401 - installed here, so the reader could have loaded it
+
+    url = _static_api(http_server.folder, http_server.url, "no-pandas", _features())
+    reader = _page_worker.PageReader.start()
+    assert reader is not None
+    try:
+        assert reader.ready(wait=True)
+        first = next(reader.read_from(url, _pages.PageRequest(f"{url}/search"))).load()
+        assert any(first.checked)  # the page went through the checks that convert with pyarrow
+        maps = Path(f"/proc/{reader._process.pid}/maps").read_text()
+    finally:
+        reader.close()
+    assert "pyarrow/lib" in maps
+    assert "/pandas/" not in maps
+
+
 def test_a_search_that_takes_get_alone_is_read_with_get(http_server, tmp_path):
     # The landing page's search link has no method (a GET): pystac-client would POST it anyway.
     url = _static_api(http_server.folder, http_server.url, "get-only", _features(), get_only=True)

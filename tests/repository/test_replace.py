@@ -99,16 +99,25 @@ def test_lookups_read_only_the_files_that_hold_a_key_once_their_keys_are_known(r
         writer.add_items([make_item(f"T{tile:02d}-{batch}", "c", version=0) for tile in range(20)])
         writer.commit(f"batch {batch}")
     opened: list[str] = []
-    new_input = repo.io.new_input
 
-    def counted(location: str):
-        if location.endswith(".parquet"):
-            opened.append(location)
-        return new_input(location)
+    def counting(repository: Repository) -> None:
+        new_input = repository.io.new_input
 
-    monkeypatch.setattr(repo.io, "new_input", counted)
+        def counted(location: str):
+            if location.endswith(".parquet"):
+                opened.append(location)
+            return new_input(location)
+
+        monkeypatch.setattr(repository.io, "new_input", counted)
+
+    counting(repo)
+    assert repo.writer().stored_items([("c", "T05-new")]) == {}
+    assert opened == []  # the repository object that wrote the files knows their keys: none is read back
+
+    repo = Repository.open(repo.location.url, repo.settings)
+    counting(repo)
     repo.writer().stored_items([("c", "T05-new")])
-    assert len(opened) == 8  # the first lookup of this repository object reads every candidate's keys once
+    assert len(opened) == 8  # the first lookup of another repository object reads every candidate's keys once
 
     opened.clear()
     assert repo.writer().stored_items([("c", f"T{tile:02d}-new") for tile in range(20)]) == {}
