@@ -12,7 +12,8 @@ Run:  .venv/bin/python scripts/bench_remote.py        (100,000 items; 64 scenes 
    repository, then again with ``ingest_with_ray`` (``floe ingest``'s default,
    ``--workers 2``: the driver commits batches of items alone itself, no Ray
    started). Alternating, ``--runs`` each; the median items/s and the ratios
-   floe/pystac-client (target: at least 0.8x).
+   floe/pystac-client (target: at least 0.8x). ``--api-delay-ms`` puts the
+   API behind the latency proxy of part 2 (an API across a network).
 2. **Remote copy.** For each ``--scene-size`` (px a side), as many scene
    COGs as ``--scenes`` says (3-band uint16, 512-px deflate tiles, scene
    ``n`` on tile ``n % --grids``, a date each) and their items go to a
@@ -124,7 +125,7 @@ def start_proxy(target: int, delay_ms: float) -> int:
 # -- 1. a STAC API search -------------------------------------------------------------------------------------
 
 
-def bench_api(workdir: Path, count: int, page_size: int, runs: int) -> dict[str, float]:
+def bench_api(workdir: Path, count: int, page_size: int, runs: int, delay_ms: float = 0.0) -> dict[str, float]:
     from pystac_client import Client
 
     from ingest import Repository, Settings
@@ -136,6 +137,10 @@ def bench_api(workdir: Path, count: int, page_size: int, runs: int) -> dict[str,
     del written
     root, _rate = load_floe(workdir, items_path, collection_files, count)
     url = serve_floe(workdir, root)
+    if delay_ms:
+        # Both clients reach the API through the proxy (floe serve writes its links from the Host it was asked).
+        url = f"http://127.0.0.1:{start_proxy(int(url.rsplit(':', 1)[1]), delay_ms)}"
+        log(f"the API is reached through the proxy at {url}: {delay_ms:g} ms a request")
     baseline, ours, defaults = [], [], []
     for run in range(runs):
         started = time.perf_counter()
@@ -446,7 +451,13 @@ def main() -> None:
         help="pixels a side of the scenes (3 bands), one set of scenes each: 1024,4096",
     )
     parser.add_argument("--grids", type=int, default=4, help="tiles the scenes are on (scene n on tile n %% grids)")
-    parser.add_argument("--delay-ms", type=float, default=20.0)
+    parser.add_argument("--delay-ms", type=float, default=20.0, help="the proxy's hold of each S3 request (part 2)")
+    parser.add_argument(
+        "--api-delay-ms",
+        type=float,
+        default=0.0,
+        help="reach the STAC API through the proxy too, each request held this long (part 1; default: directly)",
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
         "--layout",
@@ -462,7 +473,11 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="floe-bench-remote-"))
     os.environ.setdefault("PYTHONPATH", str(REPO_ROOT))
     try:
-        api = None if arguments.skip_api else bench_api(workdir, arguments.items, arguments.page_size, arguments.runs)
+        api = (
+            None
+            if arguments.skip_api
+            else bench_api(workdir, arguments.items, arguments.page_size, arguments.runs, arguments.api_delay_ms)
+        )
         sets = []
         for scenes, size in [] if arguments.skip_rasters else zip(arguments.scenes, arguments.scene_size, strict=True):
             folder = workdir / f"scenes-{size}"
@@ -485,8 +500,9 @@ def main() -> None:
     finally:
         PROCESSES.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
+    api_delay = f" ({arguments.api_delay_ms:g} ms a request)" if arguments.api_delay_ms else ""
     print(
-        f"## bench_remote: {'no API part' if arguments.skip_api else f'{arguments.items:,} items'}; "
+        f"## bench_remote: {'no API part' if arguments.skip_api else f'{arguments.items:,} items{api_delay}'}; "
         f"scenes on {arguments.grids} tiles; "
         f"{arguments.delay_ms:g} ms a request; arrays layout {arguments.layout or 'default'}\n"
     )

@@ -1,7 +1,7 @@
 """The ``floe`` command: parse arguments, call the library, render the result.
 
 Exit status: 0 success, 1 error, 2 usage error, 3 some input was rejected
-(the rest was committed), 4 ``check`` found problems.
+(the rest was committed), 4 ``check`` found problems, 130 interrupted (Ctrl-C).
 
 Modules (each command is a thin shell over library calls):
 
@@ -17,10 +17,10 @@ Importing them registers their commands, in the order ``floe --help`` lists them
 
 import importlib
 
-from ingest.cli._app import EXIT_ERROR, EXIT_PROBLEMS, EXIT_REJECTED, app
+from ingest.cli._app import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_REJECTED, app
 
 # In the order `floe --help` lists them (Typer lists commands as they are registered).
 for _module in ("_ingest", "_changes", "_read", "_lifecycle", "_api"):
     importlib.import_module(f"ingest.cli.{_module}")
 
-__all__ = ["EXIT_ERROR", "EXIT_PROBLEMS", "EXIT_REJECTED", "app"]
+__all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_PROBLEMS", "EXIT_REJECTED", "app"]

@@ -21,6 +21,8 @@ from ingest.repository import Repository
 EXIT_ERROR = 1
 EXIT_REJECTED = 3
 EXIT_PROBLEMS = 4
+EXIT_INTERRUPTED = 130
+"""Ctrl-C, as shells report a command that SIGINT ended (128 + 2)."""
 
 app = typer.Typer(
     name="floe",
@@ -56,13 +58,20 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     raise typer.Exit(code)
 
 
+INTERRUPTED = "commits made before stay, and nothing half-written is visible"
+
+
 @contextmanager
-def floe_errors() -> Iterator[None]:
-    """Render floe's own errors as one clear line and a non-zero exit."""
+def floe_errors(interrupted: str = INTERRUPTED) -> Iterator[None]:
+    """Render floe's own errors as one clear line and a non-zero exit; Ctrl-C as ``interrupted`` says (what the
+    command leaves behind), not a traceback."""
     try:
         yield
     except FloeError as error:
         fail(str(error))
+    except KeyboardInterrupt:
+        stderr.print(f"[bold yellow]interrupted:[/] {interrupted}", highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 def settings_of(ctx: typer.Context) -> Settings:

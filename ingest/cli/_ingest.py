@@ -269,7 +269,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         settings_of(ctx).arrays.layout = layout  # type: ignore[assignment]  # checked just above
     options = _source_options(sources, collections, bbox, datetime_range, search_filter, since, anonymous, prune)
     options.remote_assets = remote_assets
-    with _report_file(report) as sink, floe_errors():
+    with _report_file(report) as sink, floe_errors(_INTERRUPTED):
         try:
             repository = open_repository(ctx)
         except RepositoryNotFound:
@@ -325,6 +325,12 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     stderr.print(_summary(result), highlight=False)
     if result.rejected:
         raise typer.Exit(EXIT_REJECTED)
+
+
+_INTERRUPTED = (
+    "the batches committed before stay, and nothing half-written is visible; run the same command again to go on "
+    "(what is committed already is skipped)"
+)
 
 
 def _report_file(report: Path | None) -> Any:

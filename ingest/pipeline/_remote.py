@@ -109,6 +109,38 @@ def _kind(target: _Target) -> str:
     return "tiff" if suffix in TIFF_SUFFIXES else "json"
 
 
+READ_CHUNK = 256
+"""Items a remote source's reading thread hands over at once (one hand-over costs as much as a few items)..."""
+
+READ_CHUNK_SECONDS = 0.25
+"""... or fewer, once the first of them has waited this long (a source that trickles is not held back)."""
+
+READ_CHUNKS_AHEAD = 4
+
+
+def _chunks[T](values: Iterator[T], size: int) -> Iterator[list[T]]:
+    """``values`` in lists of up to ``size``: a list goes when it is full, when its first value has waited
+    :data:`READ_CHUNK_SECONDS` (checked as each value comes), or when the values end."""
+    import time
+
+    chunk: list[T] = []
+    started = 0.0
+    try:
+        for value in values:
+            if not chunk:
+                started = time.monotonic()
+            chunk.append(value)
+            if len(chunk) == size or time.monotonic() - started >= READ_CHUNK_SECONDS:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+    finally:
+        close = getattr(values, "close", None)
+        if callable(close):
+            close()
+
+
 class RemoteReader:
     """Reads sources named by URL; holds one obstore store per (scheme, bucket or host).
 
@@ -124,7 +156,19 @@ class RemoteReader:
 
     # -- the sources ------------------------------------------------------------------------------
     def read(self, url: str) -> Iterator[SourcedItem]:
-        """Every item (or collection, or failure) the URL names, in order."""
+        """Every item (or collection, or failure) the URL names, in order.
+
+        Read on a thread of its own, a few hundred items ahead: obstore waits for a stalled transfer in Rust,
+        where Ctrl-C cannot reach it until the read times out (30 s, retried for up to 3 minutes), so the
+        caller waits here instead, where Ctrl-C ends the wait at once. The transfer also overlaps the caller's
+        work.
+        """
+        from ingest.pipeline._pages import prefetched
+
+        for chunk in prefetched(_chunks(self._read(url), READ_CHUNK), READ_CHUNKS_AHEAD):
+            yield from chunk
+
+    def _read(self, url: str) -> Iterator[SourcedItem]:
         try:
             target = self.target(url)
         except RemoteError as error:

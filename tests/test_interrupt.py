@@ -1,0 +1,94 @@
+"""Ctrl-C in the middle of ``floe ingest``: one line saying what stays (no traceback), exit 130, the committed
+batches kept; the same command run again goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ingest import Repository
+from ingest.cli import EXIT_INTERRUPTED
+from ingest.errors import FloeError
+from tests.conftest import GATE_BYTES, make_item
+
+ITEMS = 3000
+BATCH = 100
+
+# A terminal's Ctrl-C reaches a Python whose SIGINT handler is the default one; a test run in the background
+# may have inherited SIGINT ignored, so the command installs Python's handler itself.
+FLOE = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from ingest.cli import app; app()"
+
+
+def _commits(root: Path) -> int:
+    try:
+        return len(Repository.open(root).log("main"))
+    except FloeError:  # not there yet, or being created
+        return 0
+
+
+def test_an_interrupted_ingest_keeps_its_commits_and_goes_on_when_run_again(http_server, tmp_path):
+    lines = [
+        json.dumps(make_item(f"item-{number:05d}", "c", note="x" * 900)) for number in range(ITEMS)
+    ]  # about 3 MB: more than the gate lets through
+    (http_server.folder / "interrupt").mkdir()
+    (http_server.folder / "interrupt" / "items.ndjson").write_text("\n".join(lines) + "\n")
+    assert len("\n".join(lines)) > 1.2 * GATE_BYTES
+    url = f"{http_server.url}/__gated__/interrupt/items.ndjson"
+    root = tmp_path / "repo"
+    command = [sys.executable, "-c", FLOE, "--root", str(root), "ingest", url, "--workers", "0"]
+    command += ["--batch-size", str(BATCH)]
+    http_server.get("__hold__")
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        start_new_session=True,  # the interrupt goes to this process alone
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while _commits(root) < 2 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # until a batch is committed; the ingest then waits at the gate for the rest
+        assert process.poll() is None, process.communicate()
+        os.kill(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        http_server.get("__release__")
+
+    assert process.returncode == EXIT_INTERRUPTED, err
+    assert "interrupted:" in err and "run the same command again" in err, err
+    assert "Traceback" not in err, err
+    kept = {item["id"] for item in Repository.open(root).view("main").items()}
+    assert kept and len(kept) % BATCH == 0 and len(kept) < ITEMS  # whole batches, not all
+
+    again = subprocess.run(
+        command, capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[1]
+    )
+    assert again.returncode == 0, again.stderr
+    ids = [item["id"] for item in Repository.open(root).view("main").items()]
+    assert sorted(ids) == [f"item-{number:05d}" for number in range(ITEMS)]
+
+
+def test_any_command_interrupted_says_what_stays(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ingest.cli import app
+
+    Repository.create(tmp_path / "repo")
+
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Repository, "log", interrupted)
+    result = CliRunner().invoke(app, ["--root", str(tmp_path / "repo"), "log"])
+    assert result.exit_code == EXIT_INTERRUPTED
+    assert "interrupted: commits made before stay" in result.output
