@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -222,21 +224,28 @@ def test_the_reader_imports_neither_the_repository_nor_zarr_nor_ray():
     assert loaded.stdout.strip() == "[]", loaded.stdout
 
 
+@contextmanager
+def _started_reader() -> Iterator[_page_worker.PageReader]:
+    """A page reader, ready for its hand-over; closed after."""
+    reader = _page_worker.PageReader.start()
+    assert reader is not None
+    try:
+        assert reader.ready(wait=True)
+        yield reader
+    finally:
+        reader.close()
+
+
 def test_the_reader_converts_without_pandas(http_server):
     # pyarrow imports pandas (when installed) at its first conversion of Python values: 0.2 s of the reader's
     # start that it has no use for. A page checked (timestamps converted by pyarrow) leaves pandas unloaded.
     import pandas  # noqa: F401 - installed here, so the reader could have loaded it
 
     url = _static_api(http_server.folder, http_server.url, "no-pandas", _features())
-    reader = _page_worker.PageReader.start()
-    assert reader is not None
-    try:
-        assert reader.ready(wait=True)
+    with _started_reader() as reader:
         first = next(reader.read_from(url, _pages.PageRequest(f"{url}/search"))).load()
         assert any(first.checked)  # the page went through the checks that convert with pyarrow
         maps = Path(f"/proc/{reader._process.pid}/maps").read_text()
-    finally:
-        reader.close()
     assert "pyarrow/lib" in maps
     assert "/pandas/" not in maps
 
@@ -253,14 +262,9 @@ def test_ctrl_c_is_left_to_the_ingest(http_server):
     # Ctrl-C reaches the whole process group; the reader ignores it (the ingest stops and closes it), so an
     # interrupted ingest shows one traceback, not a second from its reader.
     url = _static_api(http_server.folder, http_server.url, "interrupted", _features())
-    reader = _page_worker.PageReader.start()
-    assert reader is not None
-    try:
-        assert reader.ready(wait=True)
+    with _started_reader() as reader:
         os.kill(reader._process.pid, signal.SIGINT)
         pages = reader.read_from(url, _pages.PageRequest(f"{url}/search"))
         first = next(pages).load()  # it still reads: the interrupt did not end it
         assert [item["id"] for item in first.items] == [f"item-{number:03d}" for number in range(PAGE)]
-    finally:
-        reader.close()
     assert reader._process.poll() is not None
