@@ -31,6 +31,31 @@ def _commits(root: Path) -> int:
         return 0
 
 
+STOPS_WITHIN = 60
+"""Seconds the interrupted command has to exit: well under what a stalled read takes to time out and be retried
+(30 s, then retries for up to 3 minutes), which is how long Ctrl-C took to act before."""
+
+
+def _sleeping(pid: int) -> bool:
+    """Whether the process's main thread sleeps (waits for something), from /proc."""
+    stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+    return stat.rpartition(")")[2].split()[0] == "S"
+
+
+def _wait_stalled(process: subprocess.Popen, root: Path, gate_reached) -> None:
+    """Until the ingest waits for the rest of the source: the server has sent all the gate lets through, a batch
+    is committed, and the command's main thread has slept through 20 looks in a row with no new commit."""
+    deadline = time.monotonic() + 300
+    quiet, last = 0, -1
+    while quiet < 20:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the ingest never stalled at the gate"
+        time.sleep(0.05)
+        commits = _commits(root)
+        settled = gate_reached() and commits >= 2 and commits == last and _sleeping(process.pid)
+        quiet, last = (quiet + 1 if settled else 0), commits
+
+
 def test_an_interrupted_ingest_keeps_its_commits_and_goes_on_when_run_again(http_server, tmp_path):
     lines = [
         json.dumps(make_item(f"item-{number:05d}", "c", note="x" * 900)) for number in range(ITEMS)
@@ -52,12 +77,9 @@ def test_an_interrupted_ingest_keeps_its_commits_and_goes_on_when_run_again(http
         start_new_session=True,  # the interrupt goes to this process alone
     )
     try:
-        deadline = time.monotonic() + 120
-        while _commits(root) < 2 and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)  # until a batch is committed; the ingest then waits at the gate for the rest
-        assert process.poll() is None, process.communicate()
+        _wait_stalled(process, root, lambda: http_server.sent().get("interrupt/items.ndjson", 0) >= GATE_BYTES)
         os.kill(process.pid, signal.SIGINT)
-        _, err = process.communicate(timeout=120)
+        _, err = process.communicate(timeout=STOPS_WITHIN)
     finally:
         if process.poll() is None:
             process.kill()

@@ -228,7 +228,9 @@ def _large(page: Mapping[str, Any], read: int) -> bool:
     return read >= HANDOFF_ITEMS
 
 
-def prefetched[T](source: Iterator[T], depth: int, weight: Callable[[T], int] | None = None) -> Iterator[T]:
+def prefetched[T](
+    source: Iterator[T], depth: int, weight: Callable[[T], int] | None = None, *, name: str = "floe-pages"
+) -> Iterator[T]:
     """``source``'s values, produced up to ``depth`` ahead on a background thread; its exception is re-raised here.
 
     With ``weight``, a value counts as it says toward ``depth`` (a value heavier than ``depth`` still passes,
@@ -238,7 +240,7 @@ def prefetched[T](source: Iterator[T], depth: int, weight: Callable[[T], int] | 
     import threading
 
     ahead = _Ahead(depth)
-    thread = threading.Thread(target=ahead.produce, args=(source, weight), name="floe-pages", daemon=True)
+    thread = threading.Thread(target=ahead.produce, args=(source, weight), name=name, daemon=True)
     thread.start()
     try:
         while True:

@@ -44,6 +44,7 @@ import pystac
 
 from ingest.errors import InvalidSource
 from ingest.pipeline._ahead import InOrder
+from ingest.pipeline._pages import prefetched
 from ingest.pipeline._sources import (
     METADATA_SUFFIXES,
     NDJSON_SUFFIXES,
@@ -109,36 +110,26 @@ def _kind(target: _Target) -> str:
     return "tiff" if suffix in TIFF_SUFFIXES else "json"
 
 
-READ_CHUNK = 256
-"""Items a remote source's reading thread hands over at once (one hand-over costs as much as a few items)..."""
+def _waited[T](call: Callable[[], T]) -> T:
+    """``call()`` (an obstore request) on a thread of its own, waited for here.
 
-READ_CHUNK_SECONDS = 0.25
-"""... or fewer, once the first of them has waited this long (a source that trickles is not held back)."""
+    obstore waits for a stalled transfer in Rust, where Ctrl-C cannot reach it until the read times out (30 s,
+    retried for up to 3 minutes); waiting here instead, Ctrl-C ends the wait at once. The thread is a daemon:
+    an abandoned request does not hold up the end of the process.
+    """
+    import threading
+    from concurrent.futures import Future
 
-READ_CHUNKS_AHEAD = 4
+    answer: Future[T] = Future()
 
+    def run() -> None:
+        try:
+            answer.set_result(call())
+        except BaseException as error:  # noqa: BLE001 - raised to the caller, who waits for it
+            answer.set_exception(error)
 
-def _chunks[T](values: Iterator[T], size: int) -> Iterator[list[T]]:
-    """``values`` in lists of up to ``size``: a list goes when it is full, when its first value has waited
-    :data:`READ_CHUNK_SECONDS` (checked as each value comes), or when the values end."""
-    import time
-
-    chunk: list[T] = []
-    started = 0.0
-    try:
-        for value in values:
-            if not chunk:
-                started = time.monotonic()
-            chunk.append(value)
-            if len(chunk) == size or time.monotonic() - started >= READ_CHUNK_SECONDS:
-                yield chunk
-                chunk = []
-        if chunk:
-            yield chunk
-    finally:
-        close = getattr(values, "close", None)
-        if callable(close):
-            close()
+    threading.Thread(target=run, name="floe-remote-read", daemon=True).start()
+    return answer.result()
 
 
 class RemoteReader:
@@ -156,19 +147,7 @@ class RemoteReader:
 
     # -- the sources ------------------------------------------------------------------------------
     def read(self, url: str) -> Iterator[SourcedItem]:
-        """Every item (or collection, or failure) the URL names, in order.
-
-        Read on a thread of its own, a few hundred items ahead: obstore waits for a stalled transfer in Rust,
-        where Ctrl-C cannot reach it until the read times out (30 s, retried for up to 3 minutes), so the
-        caller waits here instead, where Ctrl-C ends the wait at once. The transfer also overlaps the caller's
-        work.
-        """
-        from ingest.pipeline._pages import prefetched
-
-        for chunk in prefetched(_chunks(self._read(url), READ_CHUNK), READ_CHUNKS_AHEAD):
-            yield from chunk
-
-    def _read(self, url: str) -> Iterator[SourcedItem]:
+        """Every item (or collection, or failure) the URL names, in order."""
         try:
             target = self.target(url)
         except RemoteError as error:
@@ -204,14 +183,16 @@ class RemoteReader:
 
     def _bytes(self, target: _Target) -> bytes:
         try:
-            return bytes(obstore.get(target.store, target.path).bytes())
+            return _waited(lambda: bytes(obstore.get(target.store, target.path).bytes()))
         except Exception as error:
             raise RemoteError(target.url, describe(error)) from error
 
     # -- kinds of objects -------------------------------------------------------------------------
     def _read_folder(self, target: _Target) -> Iterator[SourcedItem]:
         try:
-            listed = [meta["path"] for chunk in obstore.list(target.store, target.path or None) for meta in chunk]
+            listed = _waited(
+                lambda: [meta["path"] for chunk in obstore.list(target.store, target.path or None) for meta in chunk]
+            )
         except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
             yield SourcedItem(target.url, error=InvalidSource(f"cannot be listed ({describe(error)})"))
             return
@@ -257,11 +238,12 @@ class RemoteReader:
 
     def _read_ndjson(self, target: _Target) -> Iterator[SourcedItem]:
         try:
-            result = obstore.get(target.store, target.path)
+            result = _waited(lambda: obstore.get(target.store, target.path))
         except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
             yield SourcedItem(target.url, error=InvalidSource(describe(error)))
             return
-        lines = _Lines(result.stream(min_chunk_size=self.transport.stream_chunk))
+        # The chunks arrive on a thread ahead (see _waited: Ctrl-C reaches a stalled transfer), while lines parse.
+        lines = _Lines(prefetched(result.stream(min_chunk_size=self.transport.stream_chunk), 2, name="floe-stream"))
         for sourced in _read_ndjson(lines, target.url):
             absolute_hrefs(sourced.item, target.url)
             absolute_hrefs(sourced.collection, target.url)
@@ -338,13 +320,20 @@ class RemoteReader:
         try:
             try:
                 file = _ArrowFile(
-                    obstore.open_reader(target.store, target.path, buffer_size=self.transport.reader_buffer)
+                    _waited(
+                        lambda: obstore.open_reader(target.store, target.path, buffer_size=self.transport.reader_buffer)
+                    )
                 )
             except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
                 yield SourcedItem(target.url, error=InvalidSource(describe(error)))
                 return
+
+            def batches(opened: _ArrowFile) -> Iterator[pa.RecordBatch]:
+                yield from pq.ParquetFile(opened).iter_batches()
+
             try:
-                for batch in pq.ParquetFile(file).iter_batches():
+                # Read and decoded on a thread ahead (see _waited), while the last batch becomes items here.
+                for batch in prefetched(batches(file), 2, name="floe-stream"):
                     for item in stac_table_to_items(pa.Table.from_batches([batch])):
                         absolute_hrefs(item, target.url)
                         yield SourcedItem(f"{target.url}#row{row}", item=item)

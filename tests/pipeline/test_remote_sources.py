@@ -556,24 +556,3 @@ def test_keys_and_region_come_from_an_aws_profile(moto_server, tmp_path, monkeyp
     assert read.item["id"] == "from-profile"
     assert [(rejection.source, "HTTP 403" in rejection.reason) for rejection in refused.rejected] == [(url, True)]
 
-
-def test_a_remote_source_is_handed_over_in_chunks_that_a_trickle_does_not_hold_back(monkeypatch):
-    # Items come from the reading thread in chunks: full ones from a fast source, and one at a time from a source
-    # whose items come slower than the chunk's time allows (a fake clock says how slow).
-    import time
-
-    from ingest.pipeline import _remote
-
-    now = [0.0]
-    monkeypatch.setattr(time, "monotonic", lambda: now[0])
-
-    def source(count: int, step: float):
-        for value in range(count):
-            now[0] += step
-            yield value
-
-    fast = list(_remote._chunks(source(600, 0.0), 256))
-    assert [len(chunk) for chunk in fast] == [256, 256, 88]
-    # An item comes every READ_CHUNK_SECONDS: each goes with the next one (which shows it has waited that long).
-    slow = list(_remote._chunks(source(5, _remote.READ_CHUNK_SECONDS), 256))
-    assert slow == [[0, 1], [2, 3], [4]]
