@@ -555,4 +555,3 @@ def test_keys_and_region_come_from_an_aws_profile(moto_server, tmp_path, monkeyp
     # Signed with the profile's keys (moto checked the signature), not anonymous, not the environment's.
     assert read.item["id"] == "from-profile"
     assert [(rejection.source, "HTTP 403" in rejection.reason) for rejection in refused.rejected] == [(url, True)]
-
