@@ -30,6 +30,8 @@ DEFAULT_CACHE_MB = 256
 SNAPSHOT_CACHE_SIZE = 64
 ROW_NUMBER = "__floe_row"
 """The column of row numbers within a data file that searches add to what they read."""
+FILE_INDEX = "__floe_file"
+"""The column of data-file indexes (in a snapshot's list of files) that searches add to rows they gather."""
 
 
 @dataclass

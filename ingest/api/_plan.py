@@ -414,3 +414,12 @@ def arrow_filter_of(
     bound = bind(schema, expression, case_sensitive=True)
     columns = {name: arrow_schema.field(name).type for name in columns_of(expression, schema)}
     return expression_to_pyarrow(bound, schema), columns
+
+
+def residual_matches(expression: cql2.Expr, item: dict[str, Any]) -> bool:
+    """Whether ``item`` matches a plan's residual; an expression that cannot be decided for it (a missing
+    property) does not."""
+    try:
+        return bool(expression.matches(item))
+    except Exception:  # noqa: BLE001 - cql2 raises bare Exception when a property is absent or types clash
+        return False

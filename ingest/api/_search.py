@@ -17,8 +17,8 @@ key index names. A next-page token records the snapshot, the file and the row
 to resume from (or, for sorted searches, the offset into the sorted order), so
 paging a branch while writers commit returns one consistent result.
 
-This module is longer than 500 lines: its three page strategies (in file
-order, by ids, sorted) share the engine's row tests, caches and readers.
+Pages come in file order, by ids (here), or sorted (``_sorted``, with the
+engine's row tests, caches and readers).
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ import shapely
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 
-from ingest.api._cache import DEFAULT_CACHE_MB, ROW_NUMBER, ColumnCache, SnapshotCache, SnapshotState
+from ingest.api._cache import DEFAULT_CACHE_MB, FILE_INDEX, ROW_NUMBER, ColumnCache, SnapshotCache, SnapshotState
 from ingest.api._collections import collection_documents, extents, queryables
-from ingest.api._order import SortBounds, kth_best
-from ingest.api._plan import RowTest, RowTests, SearchPlan, plan_search, row_tests
+from ingest.api._plan import RowTest, RowTests, SearchPlan, plan_search, residual_matches, row_tests
 from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
+from ingest.api._sorted import sorted_page
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
 from ingest.repository import IdIndex, Repository
 from ingest.stac import OVERFLOW, arrow_to_items, overflow_keys, served_arrays_asset
@@ -51,12 +51,10 @@ from ingest.storage import ARRAYS_DIR
 # Items of a file with a residual are built (and matched) this many rows at a time: a page that fills early
 # converts little.
 _RESIDUAL_CHUNK = 256
-# The column of data-file indexes in the table of sort keys.
-_FILE = "__floe_file"
 _NO_ROWS = np.empty(0, dtype=np.int64)
 ID_INDEXES_KEPT = 2
 """Versions whose id index a server keeps (at ten million items, 160 MB each)."""
-_POSITION = (_FILE, ROW_NUMBER)
+_POSITION = (FILE_INDEX, ROW_NUMBER)
 """Columns searches add to rows read (which file, which row): never part of an item."""
 _IDS_CHUNK_FILES = 64
 """Files a search by ids gathers rows from before it filters them together."""
@@ -367,7 +365,7 @@ class SearchEngine:
                 raise InvalidSearch("this token points past the end of its snapshot: start again without a token")
         if plan.sortby:
             offset = (token.offset or 0) if token else 0
-            page = self._sorted_page(state, plan, offset)
+            page = sorted_page(self, state, plan, offset)
         else:
             position = (token.file_index, token.row) if token else (0, 0)
             page = self._page(state, plan, position)
@@ -455,7 +453,9 @@ class SearchEngine:
                     rows = rows[rows >= start_row]
                 if len(rows):
                     table = self.columns.rows(data_file.file_path, rows, numbered=True)
-                    gathered.append(table.append_column(_FILE, pa.array(np.full(len(rows), index, dtype=np.int64))))
+                    gathered.append(
+                        table.append_column(FILE_INDEX, pa.array(np.full(len(rows), index, dtype=np.int64)))
+                    )
             for table in _runs_of_one_schema(gathered):
                 passed = self._passing(test, table)
                 matched.append(passed)
@@ -465,7 +465,7 @@ class SearchEngine:
         page: list[pa.Table] = []
         for table in matched:
             page.append(table.slice(0, plan.limit - sum(part.num_rows for part in page)))
-        last_file = int(page[-1].column(_FILE)[-1].as_py())
+        last_file = int(page[-1].column(FILE_INDEX)[-1].as_py())
         last_row = int(page[-1].column(ROW_NUMBER)[-1].as_py())
         found = self._items_of(state.snapshot_id, page)
         # Rows matched beyond the page go next; else later candidate files may hold some (_finish looks).
@@ -516,7 +516,7 @@ class SearchEngine:
             chunk = rows[start : start + _RESIDUAL_CHUNK]
             items = self._items(state.snapshot_id, self._rows(path, chunk))
             for row, item in zip(chunk, items, strict=True):
-                if _matches(residual, item):
+                if residual_matches(residual, item):
                     found.append(item)
                     if len(found) >= limit:
                         return int(row) + 1
@@ -537,71 +537,6 @@ class SearchEngine:
             return SearchPage(found, state.snapshot_id)
         token = PageToken(state.snapshot_id, index, next_row, search=plan.fingerprint)
         return SearchPage(found, state.snapshot_id, token.encode())
-
-    def _sorted_page(self, state: SnapshotState, plan: SearchPlan, offset: int) -> SearchPage:
-        """Sort the matching rows' keys (only the key columns are read), take one page, read just those rows."""
-        need = offset + plan.limit
-        collected, unread = self._sort_keys(state, plan, need)
-        if collected is None:
-            return SearchPage([], state.snapshot_id)
-        order = [(f"k{n}", "descending" if key.descending else "ascending") for n, key in enumerate(plan.sortby)]
-        ordered = collected.sort_by([*order, (_FILE, "ascending"), (ROW_NUMBER, "ascending")])
-        page = ordered.slice(offset, plan.limit)
-        found = self._items_at(state, page.column(_FILE).to_numpy(), page.column(ROW_NUMBER).to_numpy())
-        token = None
-        if need < ordered.num_rows or (unread and len(found) == plan.limit):
-            token = PageToken(state.snapshot_id, offset=need, search=plan.fingerprint).encode()
-        return SearchPage(found, state.snapshot_id, token)
-
-    def _sort_keys(self, state: SnapshotState, plan: SearchPlan, need: int) -> tuple[pa.Table | None, bool]:
-        """The sort keys (``k0``, ``k1``, ...), file index and row number of the matching rows a sorted page needs.
-
-        Files are read in the order of their bounds on the first sort key (the
-        newest first for ``-datetime``), and reading stops once ``need`` rows
-        are in hand and no unread file can hold a row that sorts before the
-        ``need``-th: a newest-N search reads the newest files only. Returns the
-        keys (None: no match) and whether files were left unread.
-        """
-        columns = [key.column for key in plan.sortby]
-        tests = self._row_tests(state, plan)
-        first = plan.sortby[0]
-        candidates = list(self._candidates(state, plan, tests))
-        bounds = SortBounds(state.schema, first.column, first.descending)
-        candidates.sort(key=lambda candidate: bounds.rank(candidate[1]))
-        keys: list[pa.Table] = []
-        held = 0
-        for index, data_file, test in candidates:
-            if held >= need and bounds.cannot_improve(data_file, kth_best(keys, need, first.descending)):
-                return pa.concat_tables(keys, promote_options="permissive"), True
-            path = data_file.file_path
-            matched = self._matching_rows(state, plan, test, index, columns)
-            if test.residual is not None and matched.num_rows:
-                rows = matched.column(ROW_NUMBER).to_numpy()
-                items = self._items(state.snapshot_id, self._rows(path, rows))
-                mask = [_matches(test.residual, item) for item in items]
-                matched = matched.filter(pa.array(mask, type=pa.bool_()))
-            if matched.num_rows:
-                keys.append(
-                    pa.table(
-                        {
-                            **{f"k{n}": matched.column(column) for n, column in enumerate(columns)},
-                            _FILE: pa.array(np.full(matched.num_rows, index, dtype=np.int64)),
-                            ROW_NUMBER: matched.column(ROW_NUMBER),
-                        }
-                    )
-                )
-                held += matched.num_rows - matched.column(columns[0]).null_count
-        return (pa.concat_tables(keys, promote_options="permissive") if keys else None), False
-
-    def _items_at(self, state: SnapshotState, files: np.ndarray, rows: np.ndarray) -> list[dict[str, Any]]:
-        """The items at (file index, row) positions, in the order given, reading each file once."""
-        by_position: dict[tuple[int, int], dict[str, Any]] = {}
-        for index in np.unique(files):
-            selected = np.sort(rows[files == index])
-            path = state.files[int(index)].file_path
-            for row, item in zip(selected, self._items(state.snapshot_id, self._rows(path, selected)), strict=True):
-                by_position[(int(index), int(row))] = item
-        return [by_position[(int(index), int(row))] for index, row in zip(files, rows, strict=True)]
 
     def iter_items(
         self, request: SearchRequest, ref: str | None = None, max_items: int | None = None
@@ -631,11 +566,3 @@ def _runs_of_one_schema(tables: list[pa.Table]) -> Iterator[pa.Table]:
         # One chunk a column: Arrow's filter pays per chunk (50 rows from 48 files took 6.7 ms as 48 chunks).
         yield pa.concat_tables(tables[start:end]).combine_chunks() if end - start > 1 else tables[start]
         start = end
-
-
-def _matches(expression: cql2.Expr, item: dict[str, Any]) -> bool:
-    """Whether ``item`` matches; an expression that cannot be decided for it (a missing property) does not."""
-    try:
-        return bool(expression.matches(item))
-    except Exception:  # noqa: BLE001 - cql2 raises bare Exception when a property is absent or types clash
-        return False

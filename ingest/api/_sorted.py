@@ -1,0 +1,87 @@
+"""Sorted searches (``sortby``): the matching rows' sort keys gathered file by file, the files that may hold the
+best rows first, one page taken from them, and only that page's rows read as items (with the engine's
+candidate files, row tests and readers).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from ingest.api._cache import FILE_INDEX, ROW_NUMBER, SnapshotState
+from ingest.api._order import SortBounds, kth_best
+from ingest.api._plan import SearchPlan, residual_matches
+from ingest.api._request import PageToken, SearchPage
+
+if TYPE_CHECKING:
+    from ingest.api._search import SearchEngine
+
+
+def sorted_page(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, offset: int) -> SearchPage:
+    """Sort the matching rows' keys (only the key columns are read), take one page, read just those rows."""
+    need = offset + plan.limit
+    collected, unread = _sort_keys(engine, state, plan, need)
+    if collected is None:
+        return SearchPage([], state.snapshot_id)
+    order = [(f"k{n}", "descending" if key.descending else "ascending") for n, key in enumerate(plan.sortby)]
+    ordered = collected.sort_by([*order, (FILE_INDEX, "ascending"), (ROW_NUMBER, "ascending")])
+    page = ordered.slice(offset, plan.limit)
+    found = _items_at(engine, state, page.column(FILE_INDEX).to_numpy(), page.column(ROW_NUMBER).to_numpy())
+    token = None
+    if need < ordered.num_rows or (unread and len(found) == plan.limit):
+        token = PageToken(state.snapshot_id, offset=need, search=plan.fingerprint).encode()
+    return SearchPage(found, state.snapshot_id, token)
+
+
+def _sort_keys(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, need: int) -> tuple[pa.Table | None, bool]:
+    """The sort keys (``k0``, ``k1``, ...), file index and row number of the matching rows a sorted page needs.
+
+    Files are read in the order of their bounds on the first sort key (the
+    newest first for ``-datetime``), and reading stops once ``need`` rows
+    are in hand and no unread file can hold a row that sorts before the
+    ``need``-th: a newest-N search reads the newest files only. Returns the
+    keys (None: no match) and whether files were left unread.
+    """
+    columns = [key.column for key in plan.sortby]
+    tests = engine._row_tests(state, plan)
+    first = plan.sortby[0]
+    candidates = list(engine._candidates(state, plan, tests))
+    bounds = SortBounds(state.schema, first.column, first.descending)
+    candidates.sort(key=lambda candidate: bounds.rank(candidate[1]))
+    keys: list[pa.Table] = []
+    held = 0
+    for index, data_file, test in candidates:
+        if held >= need and bounds.cannot_improve(data_file, kth_best(keys, need, first.descending)):
+            return pa.concat_tables(keys, promote_options="permissive"), True
+        path = data_file.file_path
+        matched = engine._matching_rows(state, plan, test, index, columns)
+        if test.residual is not None and matched.num_rows:
+            rows = matched.column(ROW_NUMBER).to_numpy()
+            items = engine._items(state.snapshot_id, engine._rows(path, rows))
+            mask = [residual_matches(test.residual, item) for item in items]
+            matched = matched.filter(pa.array(mask, type=pa.bool_()))
+        if matched.num_rows:
+            keys.append(
+                pa.table(
+                    {
+                        **{f"k{n}": matched.column(column) for n, column in enumerate(columns)},
+                        FILE_INDEX: pa.array(np.full(matched.num_rows, index, dtype=np.int64)),
+                        ROW_NUMBER: matched.column(ROW_NUMBER),
+                    }
+                )
+            )
+            held += matched.num_rows - matched.column(columns[0]).null_count
+    return (pa.concat_tables(keys, promote_options="permissive") if keys else None), False
+
+
+def _items_at(engine: SearchEngine, state: SnapshotState, files: np.ndarray, rows: np.ndarray) -> list[dict[str, Any]]:
+    """The items at (file index, row) positions, in the order given, reading each file once."""
+    by_position: dict[tuple[int, int], dict[str, Any]] = {}
+    for index in np.unique(files):
+        selected = np.sort(rows[files == index])
+        path = state.files[int(index)].file_path
+        for row, item in zip(selected, engine._items(state.snapshot_id, engine._rows(path, selected)), strict=True):
+            by_position[(int(index), int(row))] = item
+    return [by_position[(int(index), int(row))] for index, row in zip(files, rows, strict=True)]
