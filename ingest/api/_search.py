@@ -18,7 +18,9 @@ to resume from (or, for sorted searches, the offset into the sorted order), so
 paging a branch while writers commit returns one consistent result.
 
 Pages come in file order, by ids (here), or sorted (``_sorted``, with the
-engine's row tests, caches and readers).
+engine's row tests, caches and readers). This module is longer than 500
+lines: the two page strategies here share the engine's candidate files,
+row tests and readers with each other.
 """
 
 from __future__ import annotations
