@@ -11,11 +11,13 @@ the page this module has reached (:class:`SearchPages`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ingest.errors import InvalidSource
+from ingest.pipeline._ahead import on_daemon_thread
 from ingest.stac import read_json_noting_parser
 
 if TYPE_CHECKING:
@@ -111,28 +113,10 @@ def read_pages(io: Any, first: PageRequest) -> Generator[tuple[dict[str, Any], P
             text = _fetch(io, request)
         guess = guessed_following(text, request)
         if guess is not None:
-            early = (guess, _fetch_early(io, guess))
+            early = (guess, on_daemon_thread(functools.partial(_fetch, io, guess), name="floe-next-page"))
         page, following, by_orjson = _decoded(text, request)
         yield page, following, by_orjson
         request = following
-
-
-def _fetch_early(io: Any, request: PageRequest) -> Future[str]:
-    """:func:`_fetch` on a thread of its own, which nothing waits for when its answer is not wanted (a daemon: an
-    early request still out does not hold up the end of the process)."""
-    import threading
-    from concurrent.futures import Future
-
-    answer: Future[str] = Future()
-
-    def fetch() -> None:
-        try:
-            answer.set_result(_fetch(io, request))
-        except BaseException as error:  # noqa: BLE001 - kept for the page that wants it (which asks again)
-            answer.set_exception(error)
-
-    threading.Thread(target=fetch, name="floe-next-page", daemon=True).start()
-    return answer
 
 
 _LINKS_KEY = '"links"'

@@ -43,7 +43,7 @@ import obstore
 import pystac
 
 from ingest.errors import InvalidSource
-from ingest.pipeline._ahead import InOrder
+from ingest.pipeline._ahead import InOrder, on_daemon_thread
 from ingest.pipeline._pages import prefetched
 from ingest.pipeline._sources import (
     METADATA_SUFFIXES,
@@ -117,19 +117,7 @@ def _waited[T](call: Callable[[], T]) -> T:
     retried for up to 3 minutes); waiting here instead, Ctrl-C ends the wait at once. The thread is a daemon:
     an abandoned request does not hold up the end of the process.
     """
-    import threading
-    from concurrent.futures import Future
-
-    answer: Future[T] = Future()
-
-    def run() -> None:
-        try:
-            answer.set_result(call())
-        except BaseException as error:  # noqa: BLE001 - raised to the caller, who waits for it
-            answer.set_exception(error)
-
-    threading.Thread(target=run, name="floe-remote-read", daemon=True).start()
-    return answer.result()
+    return on_daemon_thread(call, name="floe-remote-read").result()
 
 
 class RemoteReader:

@@ -79,6 +79,9 @@ class KeyIndex:
 
     def learn(self, path: str, ids: list[str]) -> None:
         """The ids of a file this process wrote (it need not read them back when a later batch looks)."""
+        with self._lock:
+            if path in self._files:
+                return  # known already (a commit attempted again keeps its files)
         learned = _FileIds(ids)
         with self._lock:
             self._files[path] = learned
