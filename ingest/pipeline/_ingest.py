@@ -11,7 +11,7 @@ from typing import TextIO
 
 from ingest.pipeline._batch import commit_batch
 from ingest.pipeline._compact import AutoCompactor
-from ingest.pipeline._prune import SourceScope, prune_keys, with_last
+from ingest.pipeline._prune import SourceScope, prune_keys
 from ingest.pipeline._report import IngestReport, ProgressCallback, record
 from ingest.pipeline._sources import SourceOptions
 from ingest.pipeline._stac_api import cursor_metadata
@@ -96,7 +96,7 @@ def ingest_items(
     )
     compactor = AutoCompactor(repository, branch, report)
     with rare_collections() as collect:
-        batches = with_last(batched(granules, batch_size, raster_bytes))
+        batches = batched(granules, batch_size, raster_bytes)
         number = 0
         for number, (batch, last) in enumerate(batches, start=1):
             delete = prune_keys(repository, branch, scope, report) if prune and last else []

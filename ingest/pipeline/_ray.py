@@ -33,7 +33,7 @@ from ingest.pipeline._batch import commit_batch
 from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._granules import Granule, select_assets
 from ingest.pipeline._ingest import rare_collections
-from ingest.pipeline._prune import SourceScope, prune_keys, with_last
+from ingest.pipeline._prune import SourceScope, prune_keys
 from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback, record
 from ingest.pipeline._sources import SourceOptions
 from ingest.pipeline._stac_api import cursor_metadata
@@ -174,9 +174,9 @@ def ingest_with_ray(
         if ray_address:
             pool.start()  # a cluster named on purpose is joined first: an address that cannot be joined fails at once
         with rare_collections() as collect:
-            batches = with_last(routed_batches(granules, workers, batch_size, raster_bytes, virtual=virtual))
+            batches = routed_batches(granules, workers, batch_size, raster_bytes, virtual=virtual)
             number = 0
-            for number, ((lane, batch), last) in enumerate(batches, start=1):
+            for number, (lane, batch, last) in enumerate(batches, start=1):
                 collect(number)
                 # A collection's group is created in a commit of its own before writers stage arrays under it.
                 collections = {granule.item["collection"] for granule in batch} - known_collections

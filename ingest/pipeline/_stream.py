@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ingest.errors import FloeError, InvalidInput
 from ingest.pipeline._granules import Granule, granule_from_item
-from ingest.pipeline._prune import SourceScope
+from ingest.pipeline._prune import SourceScope, with_last
 from ingest.pipeline._report import IngestReport, Rejection
 from ingest.pipeline._sources import SourcedItem, SourceOptions, read_items
 from ingest.pipeline._stac_api import is_api_url
@@ -98,26 +98,30 @@ def granule_stream(
             scope.collections.update(search.parameters.collections)
 
 
-def batched(granules: Iterable[Granule], size: int, raster_bytes: int | None = None) -> Iterator[list[Granule]]:
-    """The granules in batches of ``size``, or fewer once their local rasters reach ``raster_bytes`` in all.
+def batched(
+    granules: Iterable[Granule], size: int, raster_bytes: int | None = None
+) -> Iterator[tuple[list[Granule], bool]]:
+    """The granules in batches of ``size``, or fewer once their local rasters reach ``raster_bytes`` in all; each
+    with whether it is the last.
 
     A batch is one commit: items alone are cheap, so thousands make a data
     file of a useful size; a granule whose rasters are copied carries megabytes,
     so a batch of them closes by bytes, keeping a commit's work (and what a
-    crash takes back) bounded either way.
+    crash takes back) bounded either way. The last batch is known by reading
+    one granule past a full one (:func:`~ingest.pipeline._prune.with_last`), not
+    a whole batch: each batch commits as soon as it is full, and when the
+    sources end only the last is left to commit.
     """
     batch: list[Granule] = []
     held = 0
-    for granule in granules:
+    for granule, last in with_last(granules):
         batch.append(granule)
         if raster_bytes is not None:
             held += sum(_size(path) for path in granule.rasters.values())
-        if len(batch) >= size or (raster_bytes is not None and held >= raster_bytes):
-            yield batch
+        if last or len(batch) >= size or (raster_bytes is not None and held >= raster_bytes):
+            yield batch, last
             batch = []
             held = 0
-    if batch:
-        yield batch
 
 
 def place_of(granule: Granule) -> tuple[str, int, int] | None:
@@ -135,10 +139,10 @@ def place_of(granule: Granule) -> tuple[str, int, int] | None:
 
 def routed_batches(
     granules: Iterable[Granule], lanes: int, size: int, raster_bytes: int | None = None, *, virtual: bool = False
-) -> Iterator[tuple[int, list[Granule]]]:
-    """Batches as :func:`batched` makes them, each for one lane (actor); with ``virtual``, a raster counts
-    :data:`VIRTUAL_RASTER_BYTES` toward ``raster_bytes`` whatever its size (its references are staged, not
-    its pixels).
+) -> Iterator[tuple[int, list[Granule], bool]]:
+    """Batches as :func:`batched` makes them (each with whether it is the last), each for one lane (actor); with
+    ``virtual``, a raster counts :data:`VIRTUAL_RASTER_BYTES` toward ``raster_bytes`` whatever its size (its
+    references are staged, not its pixels). When the granules end, the lanes' batches follow one another.
 
     A place (:func:`place_of`) seen for the first time goes to the lane that
     has been given the fewest granules so far, and stays there for the run:
@@ -152,7 +156,7 @@ def routed_batches(
     held = [0] * lanes
     given = [0] * lanes
     lane_of: dict[tuple[str, int, int], int] = {}
-    for granule in granules:
+    for granule, last in with_last(granules):
         place = place_of(granule)
         if place is None:
             lane = min(range(lanes), key=lambda index: len(batches[index]))
@@ -165,12 +169,12 @@ def routed_batches(
         if raster_bytes is not None:
             sizes = (VIRTUAL_RASTER_BYTES if virtual else _size(path) for path in granule.rasters.values())
             held[lane] += sum(sizes)
-        if len(batches[lane]) >= size or (raster_bytes is not None and held[lane] >= raster_bytes):
-            yield lane, batches[lane]
+        if not last and (len(batches[lane]) >= size or (raster_bytes is not None and held[lane] >= raster_bytes)):
+            yield lane, batches[lane], False
             batches[lane], held[lane] = [], 0
-    for lane, batch in enumerate(batches):
-        if batch:
-            yield lane, batch
+    rest = [(lane, batch) for lane, batch in enumerate(batches) if batch]
+    for position, (lane, batch) in enumerate(rest, start=1):
+        yield lane, batch, position == len(rest)
 
 
 REMOTE_RASTER_BYTES = 64 << 20

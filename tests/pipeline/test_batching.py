@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from ingest.config import Settings
 from ingest.pipeline._granules import Granule
-from ingest.pipeline._stream import batched
+from ingest.pipeline._stream import batched, routed_batches
 from tests.conftest import make_item
 
 
@@ -19,13 +20,41 @@ def test_batches_close_by_count_or_by_raster_bytes(tmp_path: Path) -> None:
     granules = [Granule(make_item(f"g{index}"), "src", {"data": path}) for index, path in enumerate(rasters)]
     metadata_only = [Granule(make_item(f"m{index}"), "src") for index in range(7)]
 
-    sizes = [len(batch) for batch in batched(granules, size=100, raster_bytes=1000)]
+    sizes = [len(batch) for batch, _ in batched(granules, size=100, raster_bytes=1000)]
     assert sizes == [3, 2, 1]  # 1,200 bytes close the first; 900 alone does not, 900 + 100 reach 1,000
-    assert [len(batch) for batch in batched(granules, size=2, raster_bytes=10_000)] == [2, 2, 2]
-    assert [len(batch) for batch in batched(metadata_only, size=3, raster_bytes=1)] == [3, 3, 1]
-    assert [granule.item["id"] for batch in batched(granules, 4, 1000) for granule in batch] == [
+    assert [len(batch) for batch, _ in batched(granules, size=2, raster_bytes=10_000)] == [2, 2, 2]
+    assert [len(batch) for batch, _ in batched(metadata_only, size=3, raster_bytes=1)] == [3, 3, 1]
+    assert [granule.item["id"] for batch, _ in batched(granules, 4, 1000) for granule in batch] == [
         f"g{index}" for index in range(6)
     ]
+
+
+def test_a_full_batch_goes_out_one_granule_later_and_only_the_last_says_so() -> None:
+    # The last batch is known by reading one granule past a full one, not a whole batch: so each batch
+    # commits as soon as it is full, and when the sources end only the last is left to commit.
+    read: list[int] = []
+
+    def granules(count: int) -> Iterator[Granule]:
+        for index in range(count):
+            read.append(index)
+            yield Granule(make_item(f"m{index}"), "src")
+
+    seen = []
+    for batch, last in batched(granules(7), size=3):
+        seen.append(([granule.item["id"] for granule in batch], last, len(read)))
+    assert seen == [
+        (["m0", "m1", "m2"], False, 4),
+        (["m3", "m4", "m5"], False, 7),
+        (["m6"], True, 7),
+    ]
+    assert [last for _, last in batched(granules(6), size=3)] == [False, True]  # a full last batch says so
+    assert list(batched(granules(0), size=3)) == []
+
+    read.clear()
+    routed = [(lane, len(batch), last, len(read)) for lane, batch, last in routed_batches(granules(5), 2, size=2)]
+    # Items alone fill the emptiest lane: m0, m2 to lane 0 (out when m3 is read), m1 to lane 1, m3 and m4 to lane 0.
+    # When the granules end, the lanes' batches follow one another, and the final one is the last.
+    assert routed == [(0, 2, False, 4), (0, 2, False, 5), (1, 1, True, 5)]
 
 
 def test_default_batches_hold_thousands_of_items() -> None:
@@ -34,7 +63,6 @@ def test_default_batches_hold_thousands_of_items() -> None:
 
 
 def test_each_place_stays_with_one_lane_and_new_places_go_to_the_least_given_lane() -> None:
-    from ingest.pipeline._stream import routed_batches
     from tests.conftest import with_square
 
     # Four tiles seen again and again (16 granules each), as an archive of a few tiles over time is.
@@ -49,7 +77,7 @@ def test_each_place_stays_with_one_lane_and_new_places_go_to_the_least_given_lan
 
     lanes_of_tile: dict[str, set[int]] = {}
     given = [0, 0]
-    for lane, batch in routed:
+    for lane, batch, _ in routed:
         assert 0 < len(batch) <= 5
         for granule in batch:
             if granule.rasters:
@@ -57,7 +85,8 @@ def test_each_place_stays_with_one_lane_and_new_places_go_to_the_least_given_lan
                 lanes_of_tile.setdefault(granule.item["id"].split("-")[0], set()).add(lane)
     assert all(len(lanes) == 1 for lanes in lanes_of_tile.values())  # one actor writes a tile's slices
     assert given == [32, 32]  # two tiles each
-    assert sorted(granule.item["id"] for _, batch in routed for granule in batch) == sorted(
+    assert [last for _, _, last in routed] == [False] * (len(routed) - 1) + [True]
+    assert sorted(granule.item["id"] for _, batch, _ in routed for granule in batch) == sorted(
         granule.item["id"] for granule in granules + metadata_only
     )
 
@@ -67,9 +96,9 @@ def test_rasters_referenced_in_place_count_their_references_not_their_size() -> 
 
     granules = [Granule(make_item(f"g{n}"), "src", {"data": f"s3://bucket/scene-{n}.tif"}) for n in range(40)]
     limit = 8 * REMOTE_RASTER_BYTES  # the default batch_raster_mb holds 8 remote rasters to be copied
-    copied = [len(batch) for _, batch in routed_batches(granules, lanes=1, size=5000, raster_bytes=limit)]
+    copied = [len(batch) for _, batch, _ in routed_batches(granules, lanes=1, size=5000, raster_bytes=limit)]
     referenced = [
-        len(batch) for _, batch in routed_batches(granules, lanes=1, size=5000, raster_bytes=limit, virtual=True)
+        len(batch) for _, batch, _ in routed_batches(granules, lanes=1, size=5000, raster_bytes=limit, virtual=True)
     ]
     assert copied == [8] * 5
     assert referenced == [40] and limit // VIRTUAL_RASTER_BYTES > 40
