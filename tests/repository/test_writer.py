@@ -367,6 +367,22 @@ def test_data_files_are_geoparquet(repo):
     assert np.all(shapely.get_type_id(points) == 0)
 
 
+def test_only_repeating_strings_get_a_parquet_dictionary(repo):
+    writer = repo.writer()
+    writer.add_items([make_item(f"i{n}", "c", platform="sentinel-2a", note=f"unique {n}") for n in range(64)])
+    writer.commit("encodings")
+    (path,) = data_files(repo)
+    group = pq.read_metadata(path).row_group(0)
+    columns = [group.column(index) for index in range(group.num_columns)]
+    encodings = {column.path_in_schema: column.encodings for column in columns}
+    repeating = ["collection", "platform", "type", "assets.data.type"]
+    unique = ["id", "note", "assets.data.href", "geometry"]
+    assert all("RLE_DICTIONARY" in encodings[path] for path in repeating), encodings
+    assert not any("RLE_DICTIONARY" in encodings[path] for path in unique), encodings
+    notes = sorted(item["properties"]["note"] for item in repo.view().items())
+    assert notes == sorted(f"unique {n}" for n in range(64))
+
+
 def test_partition_pruning_uses_collection_and_month(repo):
     writer = repo.writer()
     writer.add_items([make_item(f"a{n}", "c1", when="2024-01-05T00:00:00Z") for n in range(3)])
