@@ -29,6 +29,7 @@ what still fails is a :class:`RemoteError` with a short reason
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -42,6 +43,7 @@ from urllib.parse import unquote, urljoin, urlparse, uses_relative
 from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
 from obstore.store import HTTPStore, S3Store
 
+from ingest._threads import interruptible, on_daemon_thread
 from ingest.errors import InvalidSource
 
 if TYPE_CHECKING:
@@ -261,15 +263,32 @@ class Stores:
         """What :func:`head` found, by URL, kept for the life of these stores (one batch)."""
 
     def prefetch_heads(self, urls: Iterable[str], concurrency: int = 16) -> None:
-        """HEAD ``urls`` ``concurrency`` at a time (round trips overlap), so :func:`head` answers from memory."""
-        from concurrent.futures import ThreadPoolExecutor
+        """HEAD ``urls`` ``concurrency`` at a time (round trips overlap), so :func:`head` answers from memory.
 
-        def one(url: str) -> None:
-            with contextlib.suppress(RemoteError):  # asked again, and reported, by whoever needs it
-                head(self, url)
+        The requests are obstore's asynchronous ones, on a daemon thread of their own that this thread waits for:
+        Ctrl-C ends the wait even while a store stalls, and nothing waits for them at the end of the process.
+        An object that cannot be reached is left out (:func:`head` asks again, and says why).
+        """
+        todo = sorted(set(urls) - set(self.heads))
+        if todo:
+            on_daemon_thread(lambda: asyncio.run(self._heads(todo, concurrency)), name="floe-heads").result()
 
-        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="floe-head") as pool:
-            list(pool.map(one, sorted(set(urls) - set(self.heads))))
+    async def _heads(self, urls: list[str], concurrency: int) -> None:
+        import obstore
+
+        limit = asyncio.Semaphore(concurrency)
+
+        async def one(url: str) -> None:
+            with contextlib.suppress(RemoteError):
+                store, path = self.locate(url)
+                async with limit:
+                    try:
+                        meta = await obstore.head_async(store, path)
+                    except Exception:  # noqa: BLE001 - asked again, and reported, by whoever needs it
+                        return
+                self.heads[url] = _described(meta)
+
+        await asyncio.gather(*(one(url) for url in urls))
 
     def locate(self, url: str) -> tuple[ObjectStore, str]:
         """The store of ``url`` and the object's path in it.
@@ -371,15 +390,19 @@ def head(stores: Stores, url: str) -> dict[str, Any]:
         return known
     store, path = stores.locate(url)
     try:
-        meta = obstore.head(store, path)
+        meta = interruptible(lambda: obstore.head(store, path), name="floe-head")
     except Exception as error:
         raise RemoteError(url, describe(error)) from error
+    described = stores.heads[url] = _described(meta)
+    return described
+
+
+def _described(meta: Any) -> dict[str, Any]:
     described: dict[str, Any] = {"size": int(meta["size"])}
     if meta.get("e_tag"):
         described["etag"] = str(meta["e_tag"])
     if meta.get("last_modified") is not None:
         described["last_modified"] = meta["last_modified"].isoformat()
-    stores.heads[url] = described
     return described
 
 

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from ingest import Repository
 from ingest.cli import EXIT_INTERRUPTED
 from ingest.errors import FloeError
@@ -114,3 +116,54 @@ def test_any_command_interrupted_says_what_stays(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["--root", str(tmp_path / "repo"), "log"])
     assert result.exit_code == EXIT_INTERRUPTED
     assert "interrupted: commits made before stay" in result.output
+
+
+# A HEAD to a server that accepts and never answers, asked on the main thread as `floe check --deep` and a
+# re-run's change check ask it (all at once, or one).
+_HEADS = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from ingest.remote import Stores, head
+url = sys.argv[1] + "/__stall__/scene.tif"
+print("asking", flush=True)
+try:
+    if sys.argv[2] == "all":
+        Stores().prefetch_heads([url, url.replace("scene", "other")])
+    else:
+        head(Stores(), url)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+print("answered", flush=True)
+"""
+
+HEAD_STOPS_WITHIN = 20
+"""Seconds a stalled HEAD has after Ctrl-C: under obstore's 30 s read timeout, which was the first moment Ctrl-C
+could act before (then the retries, for up to 3 minutes)."""
+
+
+@pytest.mark.parametrize("how", ["all", "one"])
+def test_ctrl_c_ends_a_stalled_head_at_once(http_server, how):
+    process = subprocess.Popen(
+        [sys.executable, "-c", _HEADS, http_server.url, how],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "asking\n"
+        quiet = 0
+        while quiet < 20:  # the main thread waits (for the answer that never comes) through 20 looks in a row
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+            quiet = quiet + 1 if _sleeping(process.pid) else 0
+        os.kill(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=HEAD_STOPS_WITHIN)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == EXIT_INTERRUPTED, err
+    assert out == "interrupted\n", (out, err)

@@ -25,7 +25,7 @@ ALLOWED = {
     "lifecycle": {"stac", "repository"},
     "cli": {"stac", "rasters", "repository", "pipeline", "api", "export", "lifecycle", "sample"},
 }
-SHARED = {"errors", "config", "storage", "remote", "_compat", "_faults", "sample"}
+SHARED = {"errors", "config", "storage", "remote", "_compat", "_faults", "_threads", "sample"}
 MAX_LINES = 500
 
 

@@ -1,5 +1,5 @@
-"""Work done ahead on threads: on a pool, handed out in order (the next granules' rasters while one is written,
-the next objects of a folder while one is parsed); or one call on a daemon thread of its own."""
+"""Work done ahead on a pool of threads, handed out in order (the next granules' rasters while one is written, the
+next objects of a folder while one is parsed). One call on a daemon thread of its own: ``ingest._threads``."""
 
 from __future__ import annotations
 
@@ -39,20 +39,3 @@ class InOrder[In, Out]:
 
 
 _END = object()
-
-
-def on_daemon_thread[T](call: Callable[[], T], name: str) -> Future[T]:
-    """``call()`` started on a daemon thread of its own: its future holds what it returns or raises. Nothing
-    waits for the thread when its answer is no longer wanted, the end of the process included."""
-    import threading
-
-    answer: Future[T] = Future()
-
-    def run() -> None:
-        try:
-            answer.set_result(call())
-        except BaseException as error:  # noqa: BLE001 - kept in the future, for whoever asks for the answer
-            answer.set_exception(error)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return answer

@@ -16,8 +16,8 @@ from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ingest._threads import on_daemon_thread
 from ingest.errors import InvalidSource
-from ingest.pipeline._ahead import on_daemon_thread
 from ingest.stac import read_json_noting_parser
 
 if TYPE_CHECKING:

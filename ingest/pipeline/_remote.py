@@ -42,8 +42,9 @@ from urllib.parse import unquote, urlparse
 import obstore
 import pystac
 
+from ingest._threads import on_daemon_thread
 from ingest.errors import InvalidSource
-from ingest.pipeline._ahead import InOrder, on_daemon_thread
+from ingest.pipeline._ahead import InOrder
 from ingest.pipeline._pages import prefetched
 from ingest.pipeline._sources import (
     METADATA_SUFFIXES,
