@@ -13,7 +13,8 @@ For tests that must see *how* a client reads, a few paths are special:
 - ``/__gated__/<file>``: the file, but only its first ``--gate-bytes`` bytes
   until ``/__release__`` is requested (``/__hold__`` closes the gate again),
   so a test can prove a client used data before the whole body was sent;
-- ``/__stall__/<file>``: accepts the request and never answers (a timeout);
+- ``/__stall__/<file>``: accepts the request and never answers (a timeout); ``/__stats__`` then holds
+  ``__stall__/<file>`` (0 bytes), so a test knows the request arrived;
 - ``/__status__/<code>/<file>``: answers ``<code>`` (403, 500, ...) with a short body;
 - ``/__signed__/<file>?sig=<SIGNATURE>``: the file, only when the query carries the signature (403
   otherwise), as a presigned or SAS URL.
@@ -98,6 +99,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.released.clear()
                 self._small(HTTPStatus.OK, b"held\n", "text/plain", head)
             elif path.startswith("/__stall__/"):
+                self.server.count(path.removeprefix("/"), 0)  # asked: /__stats__ says so
                 threading.Event().wait(STALL_SECONDS)  # never set: the client gives up first
                 self.close_connection = True
             elif match := re.match(r"^/__status__/(\d{3})/", path):

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -142,6 +143,17 @@ HEAD_STOPS_WITHIN = 20
 could act before (then the retries, for up to 3 minutes)."""
 
 
+def _wait_asleep(process: subprocess.Popen, asked) -> None:
+    """Until the server has the stalled request and the process's main thread has waited through 20 looks."""
+    deadline = time.monotonic() + 120
+    quiet = 0
+    while quiet < 20:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the request never stalled"
+        time.sleep(0.05)
+        quiet = quiet + 1 if asked() and _sleeping(process.pid) else 0
+
+
 @pytest.mark.parametrize("how", ["all", "one"])
 def test_ctrl_c_ends_a_stalled_head_at_once(http_server, how):
     process = subprocess.Popen(
@@ -154,11 +166,7 @@ def test_ctrl_c_ends_a_stalled_head_at_once(http_server, how):
     )
     try:
         assert process.stdout is not None and process.stdout.readline() == "asking\n"
-        quiet = 0
-        while quiet < 20:  # the main thread waits (for the answer that never comes) through 20 looks in a row
-            assert process.poll() is None, process.communicate()
-            time.sleep(0.05)
-            quiet = quiet + 1 if _sleeping(process.pid) else 0
+        _wait_asleep(process, lambda: "__stall__/scene.tif" in http_server.sent())
         os.kill(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=HEAD_STOPS_WITHIN)
     finally:
@@ -167,3 +175,60 @@ def test_ctrl_c_ends_a_stalled_head_at_once(http_server, how):
             process.wait()
     assert process.returncode == EXIT_INTERRUPTED, err
     assert out == "interrupted\n", (out, err)
+
+
+# The main thread waits for a call on a DaemonPool that never returns (a read stalled in Rust or GDAL, as a folder's
+# objects and a batch's rasters are read).
+_POOL = """
+import signal, sys, threading
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from ingest._threads import DaemonPool
+try:
+    with DaemonPool(2, name="floe-test") as pool:
+        stalled = pool.submit(threading.Event().wait)
+        print("waiting", flush=True)
+        stalled.result()
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_leaves_a_pool_whose_call_stalls_and_the_process_ends():
+    process = subprocess.Popen(
+        [sys.executable, "-c", _POOL],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "waiting\n"
+        _wait_asleep(process, lambda: True)
+        os.kill(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=HEAD_STOPS_WITHIN)  # a ThreadPoolExecutor's thread: never
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == EXIT_INTERRUPTED, err
+    assert out == "interrupted\n", (out, err)
+
+
+def test_a_pool_left_by_an_error_still_waits_for_what_runs():
+    from ingest._threads import DaemonPool
+
+    started, finished = threading.Event(), []
+
+    def slow() -> None:
+        started.set()
+        time.sleep(0.3)
+        finished.append(True)
+
+    with pytest.raises(ValueError), DaemonPool(1, name="floe-test") as pool:
+        running, queued = pool.submit(slow), pool.submit(slow)
+        assert started.wait(10)
+        raise ValueError("a batch failed")
+    assert finished and running.done()  # the next batch does not start beside a read still running
+    assert queued.done() and len(finished) == 2  # nothing was cancelled: an error is not Ctrl-C

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 
 
 class InOrder[In, Out]:
     """``read`` of each of ``inputs`` on ``pool``, handed out in their order, up to ``ahead`` beyond the one
     asked for in flight (the pool's size bounds how many run at once)."""
 
-    def __init__(self, pool: ThreadPoolExecutor, inputs: Iterable[In], read: Callable[[In], Out], ahead: int) -> None:
+    def __init__(self, pool: Executor, inputs: Iterable[In], read: Callable[[In], Out], ahead: int) -> None:
         self._pool, self._read, self._ahead = pool, read, ahead
         self._todo = iter(inputs)
         self._pending: deque[Future[Out]] = deque()

@@ -12,10 +12,10 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from ingest._threads import DaemonPool
 from ingest.errors import CommitConflict, InvalidItem, InvalidRaster, NotVirtualizable
 from ingest.pipeline._ahead import InOrder
 from ingest.pipeline._arrays import stage_arrays, stage_references, stage_tiles
@@ -225,7 +225,7 @@ def _commit_batch_once(
         settings = writer.repository.settings.arrays
         tiles = settings.layout == "fixed" and settings.tile_copy
         read = functools.partial(_read_granule, remote=remote, tiles=tiles)
-    with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="floe-read") as pool:
+    with DaemonPool(ahead, name="floe-read") as pool:
         reads = InOrder(pool, [step.granule for step in steps if step.write_rasters], read, ahead)
         try:
             for step in steps:

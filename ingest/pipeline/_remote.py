@@ -33,7 +33,6 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -42,7 +41,7 @@ from urllib.parse import unquote, urlparse
 import obstore
 import pystac
 
-from ingest._threads import on_daemon_thread
+from ingest._threads import DaemonPool, on_daemon_thread
 from ingest.errors import InvalidSource
 from ingest.pipeline._ahead import InOrder
 from ingest.pipeline._pages import prefetched
@@ -196,7 +195,7 @@ class RemoteReader:
         # Whole documents are fetched FOLDER_READS at a time, in order; streams (NDJSON, Parquet) are read as named.
         kinds = [_kind(child) for child in children]
         whole = [child for child, kind in zip(children, kinds, strict=True) if kind == "json"]
-        pool = ThreadPoolExecutor(max_workers=FOLDER_READS, thread_name_prefix="floe-folder")
+        pool = DaemonPool(FOLDER_READS, name="floe-folder")
         fetched = InOrder(pool, whole, self._fetch, FOLDER_READS)
         try:
             for child, kind in zip(children, kinds, strict=True):
@@ -205,7 +204,7 @@ class RemoteReader:
                 else:
                     yield from self._read_object(child, named=False)
         finally:
-            pool.shutdown(cancel_futures=True)
+            pool.shutdown(wait=False, cancel_futures=True)  # what runs still is a read whose answer is not wanted
 
     def _fetch(self, target: _Target) -> bytes | RemoteError:
         try:
