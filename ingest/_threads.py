@@ -56,18 +56,20 @@ class DaemonPool(Executor):
     """
 
     def __init__(self, workers: int, name: str) -> None:
+        self._workers, self._name = workers, name
         self._tasks: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = (
             queue.SimpleQueue()
         )
-        self._threads = [
-            threading.Thread(target=self._work, name=f"{name}-{index}", daemon=True) for index in range(workers)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._threads: list[threading.Thread] = []
+        """Started as calls are submitted, up to ``workers`` (a batch of items alone starts none)."""
 
     def submit[T](self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         future: Future[T] = Future()
         self._tasks.put((future, functools.partial(fn, **kwargs) if kwargs else fn, args))
+        if len(self._threads) < self._workers:
+            thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
         return future
 
     def _work(self) -> None:

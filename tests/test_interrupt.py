@@ -232,3 +232,15 @@ def test_a_pool_left_by_an_error_still_waits_for_what_runs():
         raise ValueError("a batch failed")
     assert finished and running.done()  # the next batch does not start beside a read still running
     assert queued.done() and len(finished) == 2  # nothing was cancelled: an error is not Ctrl-C
+
+
+def test_a_pool_starts_a_thread_for_a_call_only():
+    from ingest._threads import DaemonPool
+
+    def ours() -> int:
+        return sum(thread.name.startswith("floe-lazy") for thread in threading.enumerate())
+
+    with DaemonPool(4, name="floe-lazy") as pool:
+        assert ours() == 0  # a batch of items alone reads no raster: no thread
+        assert pool.submit(int, "7").result() == 7
+        assert ours() == 1
