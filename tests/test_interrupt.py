@@ -154,10 +154,11 @@ def _wait_asleep(process: subprocess.Popen, asked) -> None:
         quiet = quiet + 1 if asked() and _sleeping(process.pid) else 0
 
 
-@pytest.mark.parametrize("how", ["all", "one"])
-def test_ctrl_c_ends_a_stalled_head_at_once(http_server, how):
+def _interrupted_once_waiting(arguments: list[str], ready: str, asked) -> str:
+    """Run ``python -c ARGUMENTS``; once it prints ``ready``, ``asked()`` holds and its main thread waits, Ctrl-C.
+    It must exit 130 within :data:`HEAD_STOPS_WITHIN` seconds; returns what it printed after ``ready``."""
     process = subprocess.Popen(
-        [sys.executable, "-c", _HEADS, http_server.url, how],
+        [sys.executable, "-c", *arguments],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -165,8 +166,8 @@ def test_ctrl_c_ends_a_stalled_head_at_once(http_server, how):
         start_new_session=True,
     )
     try:
-        assert process.stdout is not None and process.stdout.readline() == "asking\n"
-        _wait_asleep(process, lambda: "__stall__/scene.tif" in http_server.sent())
+        assert process.stdout is not None and process.stdout.readline() == ready
+        _wait_asleep(process, asked)
         os.kill(process.pid, signal.SIGINT)
         out, err = process.communicate(timeout=HEAD_STOPS_WITHIN)
     finally:
@@ -174,7 +175,13 @@ def test_ctrl_c_ends_a_stalled_head_at_once(http_server, how):
             process.kill()
             process.wait()
     assert process.returncode == EXIT_INTERRUPTED, err
-    assert out == "interrupted\n", (out, err)
+    return out
+
+
+@pytest.mark.parametrize("how", ["all", "one"])
+def test_ctrl_c_ends_a_stalled_head_at_once(http_server, how):
+    asked = lambda: "__stall__/scene.tif" in http_server.sent()  # noqa: E731
+    assert _interrupted_once_waiting([_HEADS, http_server.url, how], "asking\n", asked) == "interrupted\n"
 
 
 # The main thread waits for a call on a DaemonPool that never returns (a read stalled in Rust or GDAL, as a folder's
@@ -195,25 +202,8 @@ except KeyboardInterrupt:
 
 
 def test_ctrl_c_leaves_a_pool_whose_call_stalls_and_the_process_ends():
-    process = subprocess.Popen(
-        [sys.executable, "-c", _POOL],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parents[1],
-        start_new_session=True,
-    )
-    try:
-        assert process.stdout is not None and process.stdout.readline() == "waiting\n"
-        _wait_asleep(process, lambda: True)
-        os.kill(process.pid, signal.SIGINT)
-        out, err = process.communicate(timeout=HEAD_STOPS_WITHIN)  # a ThreadPoolExecutor's thread: never
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == EXIT_INTERRUPTED, err
-    assert out == "interrupted\n", (out, err)
+    # With a ThreadPoolExecutor the process never exits: its thread is joined when the block ends, and at exit.
+    assert _interrupted_once_waiting([_POOL], "waiting\n", lambda: True) == "interrupted\n"
 
 
 def test_a_pool_left_by_an_error_still_waits_for_what_runs():
