@@ -16,6 +16,9 @@ For tests that must see *how* a client reads, a few paths are special:
 - ``/__stall__/<file>``: accepts the request and never answers (a timeout); ``/__stats__`` then holds
   ``__stall__/<file>`` (0 bytes), so a test knows the request arrived;
 - ``/__status__/<code>/<file>``: answers ``<code>`` (403, 500, ...) with a short body;
+- ``/__together__/<n>/<file>``: the file, once ``n`` such requests wait at the same time (after
+  :data:`TOGETHER_SECONDS` without them, 409, which clients do not retry), so a test proves that a client's
+  requests overlap without timing them;
 - ``/__signed__/<file>?sig=<SIGNATURE>``: the file, only when the query carries the signature (403
   otherwise), as a presigned or SAS URL.
 
@@ -47,6 +50,7 @@ PIECE = 64 * 1024
 
 DEFAULT_GATE_BYTES = 2 * 1024 * 1024
 STALL_SECONDS = 120.0
+TOGETHER_SECONDS = 10.0
 SIGNATURE = "floe-signed"
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -62,7 +66,16 @@ class FileServer(ThreadingHTTPServer):
         self.sent: dict[str, int] = {}
         self.sent_lock = threading.Lock()
         self.released = threading.Event()
+        self.barriers: dict[int, threading.Barrier] = {}
+        self.barriers_lock = threading.Lock()
         super().__init__(("127.0.0.1", port), _Handler)
+
+    def barrier(self, parties: int) -> threading.Barrier:
+        with self.barriers_lock:
+            found = self.barriers.get(parties)
+            if found is None or found.broken:
+                found = self.barriers[parties] = threading.Barrier(parties, timeout=TOGETHER_SECONDS)
+            return found
 
     def count(self, name: str, size: int) -> None:
         with self.sent_lock:
@@ -89,39 +102,57 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, *, head: bool) -> None:
         path = unquote(urlparse(self.path).path)
         try:
-            if path == "/__stats__":
-                with self.server.sent_lock:
-                    self._small(HTTPStatus.OK, json.dumps(self.server.sent).encode(), "application/json", head)
-            elif path == "/__release__":
-                self.server.released.set()
-                self._small(HTTPStatus.OK, b"released\n", "text/plain", head)
-            elif path == "/__hold__":
-                self.server.released.clear()
-                self._small(HTTPStatus.OK, b"held\n", "text/plain", head)
-            elif path.startswith("/__stall__/"):
-                self.server.count(path.removeprefix("/"), 0)  # asked: /__stats__ says so
-                threading.Event().wait(STALL_SECONDS)  # never set: the client gives up first
-                self.close_connection = True
-            elif match := re.match(r"^/__status__/(\d{3})/", path):
-                self._small(HTTPStatus(int(match.group(1))), b"forced status\n", "text/plain", head)
-            elif path.startswith("/__signed__/"):
-                # A signed URL: the object is served only with the signature in the query, as S3 presigned
-                # URLs and Azure SAS tokens are.
-                if parse_qs(urlparse(self.path).query).get("sig") != [SIGNATURE]:
-                    self._small(HTTPStatus.FORBIDDEN, b"signature does not match\n", "text/plain", head)
-                else:
-                    self._file(path.removeprefix("/__signed__"), head=head, gated=False)
-            elif path.startswith("/__get_only__/"):
-                if self.command == "POST":
-                    self._small(HTTPStatus.METHOD_NOT_ALLOWED, b"GET only\n", "text/plain", head)
-                else:
-                    self._file(path.removeprefix("/__get_only__"), head=head, gated=False)
-            elif path.startswith("/__gated__/"):
-                self._file(path.removeprefix("/__gated__"), head=head, gated=True)
-            else:
-                self._file(path, head=head, gated=False)
+            if not self._control(path, head):
+                self._object(path, head)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+    def _control(self, path: str, head: bool) -> bool:
+        """Answer the test-only requests that name no file; False for any other path."""
+        if path == "/__stats__":
+            with self.server.sent_lock:
+                self._small(HTTPStatus.OK, json.dumps(self.server.sent).encode(), "application/json", head)
+        elif path == "/__release__":
+            self.server.released.set()
+            self._small(HTTPStatus.OK, b"released\n", "text/plain", head)
+        elif path == "/__hold__":
+            self.server.released.clear()
+            self._small(HTTPStatus.OK, b"held\n", "text/plain", head)
+        elif path.startswith("/__stall__/"):
+            self.server.count(path.removeprefix("/"), 0)  # asked: /__stats__ says so
+            threading.Event().wait(STALL_SECONDS)  # never set: the client gives up first
+            self.close_connection = True
+        elif match := re.match(r"^/__status__/(\d{3})/", path):
+            self._small(HTTPStatus(int(match.group(1))), b"forced status\n", "text/plain", head)
+        else:
+            return False
+        return True
+
+    def _object(self, path: str, head: bool) -> None:
+        """A file, as the path's prefix (if any) says to serve it."""
+        if match := re.match(r"^/__together__/(\d+)(/.*)$", path):
+            try:
+                self.server.barrier(int(match.group(1))).wait()
+            except threading.BrokenBarrierError:
+                self._small(HTTPStatus.CONFLICT, b"not enough requests at once\n", "text/plain", head)
+            else:
+                self._file(match.group(2), head=head, gated=False)
+        elif path.startswith("/__signed__/"):
+            # A signed URL: the object is served only with the signature in the query, as S3 presigned
+            # URLs and Azure SAS tokens are.
+            if parse_qs(urlparse(self.path).query).get("sig") != [SIGNATURE]:
+                self._small(HTTPStatus.FORBIDDEN, b"signature does not match\n", "text/plain", head)
+            else:
+                self._file(path.removeprefix("/__signed__"), head=head, gated=False)
+        elif path.startswith("/__get_only__/"):
+            if self.command == "POST":
+                self._small(HTTPStatus.METHOD_NOT_ALLOWED, b"GET only\n", "text/plain", head)
+            else:
+                self._file(path.removeprefix("/__get_only__"), head=head, gated=False)
+        elif path.startswith("/__gated__/"):
+            self._file(path.removeprefix("/__gated__"), head=head, gated=True)
+        else:
+            self._file(path, head=head, gated=False)
 
     def _small(self, status: HTTPStatus, body: bytes, media_type: str, head: bool) -> None:
         self.send_response(status)

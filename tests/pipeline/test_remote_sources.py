@@ -361,6 +361,20 @@ def test_the_test_server_answers_ranges_heads_and_validators(http_server):
     assert fetch(**{"If-Match": '"stale"'})[0] == 412
 
 
+def test_heads_asked_for_together_overlap(http_server):
+    # Each object answers only once 6 requests for it and its neighbours wait at the server together
+    # (/__together__/6/): HEADs asked one after another would each get a 409, and no answer would be kept.
+    from ingest.remote import Stores, head
+
+    for index in range(6):
+        (http_server.folder / f"together-{index}.tif").write_bytes(bytes(100 + index))
+    urls = [f"{http_server.url}/__together__/6/together-{index}.tif" for index in range(6)]
+    stores = Stores()
+    stores.prefetch_heads(urls, concurrency=6)
+    assert sorted(stores.heads) == sorted(urls)
+    assert [head(stores, url)["size"] for url in urls] == [100 + index for index in range(6)]  # from memory
+
+
 def test_ndjson_is_streamed_not_read_whole(http_server):
     """The first item arrives while the server still holds back everything past its gate."""
     items = [make_item(f"big-{n}", padding="x" * 900) for n in range(6000)]
