@@ -21,9 +21,9 @@ path (and the pointers that name it stay valid) at the target.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from ingest._faults import fault_point
+from ingest._threads import DaemonPool
 from ingest.errors import ReplicationFailed, UnreadableTableFile
 from ingest.lifecycle._avro import field_position, read_avro
 from ingest.lifecycle._live import DATA, MANIFEST, MANIFEST_LIST, METADATA, LiveFiles, live_table_files
@@ -49,7 +49,7 @@ def copy_files(source: RootFiles, target: RootFiles, paths: list[str]) -> None:
         except OSError as error:  # e.g. a gc of the source removed it meanwhile, or the target refused the write
             raise ReplicationFailed(f"copying {path} failed: {error}; refs were not moved") from error
 
-    with ThreadPoolExecutor(COPY_THREADS) as pool:
+    with DaemonPool(COPY_THREADS, name="floe-copy") as pool:  # Ctrl-C leaves a stalled copy (refs never moved)
         list(pool.map(copy_one, paths))
 
 
