@@ -41,7 +41,7 @@ from urllib.parse import unquote, urlparse
 import obstore
 import pystac
 
-from ingest._threads import DaemonPool, on_daemon_thread
+from ingest._threads import DaemonPool, interruptible
 from ingest.errors import InvalidSource
 from ingest.pipeline._ahead import InOrder
 from ingest.pipeline._pages import prefetched
@@ -111,13 +111,10 @@ def _kind(target: _Target) -> str:
 
 
 def _waited[T](call: Callable[[], T]) -> T:
-    """``call()`` (an obstore request) on a thread of its own, waited for here.
-
-    obstore waits for a stalled transfer in Rust, where Ctrl-C cannot reach it until the read times out (30 s,
-    retried for up to 3 minutes); waiting here instead, Ctrl-C ends the wait at once. The thread is a daemon:
-    an abandoned request does not hold up the end of the process.
-    """
-    return on_daemon_thread(call, name="floe-remote-read").result()
+    """``call()`` (an obstore request) where Ctrl-C can end the wait for it (:func:`ingest._threads.interruptible`:
+    from the main thread on a daemon thread of its own; the stream's thread and the folder's pool are daemons
+    already, and call it directly)."""
+    return interruptible(call, name="floe-remote-read")
 
 
 class RemoteReader:
