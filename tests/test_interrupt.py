@@ -59,6 +59,28 @@ def _wait_stalled(process: subprocess.Popen, root: Path, gate_reached) -> None:
         quiet, last = (quiet + 1 if settled else 0), commits
 
 
+def _interrupted(command: list[str], wait, within: float) -> tuple[int, str, str]:
+    """Start ``command`` in a session of its own (the interrupt goes to it alone), ``wait(process)``, send SIGINT;
+    its exit code, standard output and error, read within ``within`` seconds (it is killed if it lasts longer)."""
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        start_new_session=True,
+    )
+    try:
+        wait(process)
+        os.kill(process.pid, signal.SIGINT)
+        out, err = process.communicate(timeout=within)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, out, err
+
+
 def test_an_interrupted_ingest_keeps_its_commits_and_goes_on_when_run_again(http_server, tmp_path):
     lines = [
         json.dumps(make_item(f"item-{number:05d}", "c", note="x" * 900)) for number in range(ITEMS)
@@ -71,25 +93,13 @@ def test_an_interrupted_ingest_keeps_its_commits_and_goes_on_when_run_again(http
     command = [sys.executable, "-c", FLOE, "--root", str(root), "ingest", url, "--workers", "0"]
     command += ["--batch-size", str(BATCH)]
     http_server.get("__hold__")
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parents[1],
-        start_new_session=True,  # the interrupt goes to this process alone
-    )
+    gate_reached = lambda: http_server.sent().get("interrupt/items.ndjson", 0) >= GATE_BYTES  # noqa: E731
     try:
-        _wait_stalled(process, root, lambda: http_server.sent().get("interrupt/items.ndjson", 0) >= GATE_BYTES)
-        os.kill(process.pid, signal.SIGINT)
-        _, err = process.communicate(timeout=STOPS_WITHIN)
+        code, _, err = _interrupted(command, lambda process: _wait_stalled(process, root, gate_reached), STOPS_WITHIN)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
         http_server.get("__release__")
 
-    assert process.returncode == EXIT_INTERRUPTED, err
+    assert code == EXIT_INTERRUPTED, err
     assert "interrupted:" in err and "run the same command again" in err, err
     assert "Traceback" not in err, err
     kept = {item["id"] for item in Repository.open(root).view("main").items()}
@@ -157,24 +167,13 @@ def _wait_asleep(process: subprocess.Popen, asked) -> None:
 def _interrupted_once_waiting(arguments: list[str], ready: str, asked) -> str:
     """Run ``python -c ARGUMENTS``; once it prints ``ready``, ``asked()`` holds and its main thread waits, Ctrl-C.
     It must exit 130 within :data:`HEAD_STOPS_WITHIN` seconds; returns what it printed after ``ready``."""
-    process = subprocess.Popen(
-        [sys.executable, "-c", *arguments],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).resolve().parents[1],
-        start_new_session=True,
-    )
-    try:
+
+    def wait(process: subprocess.Popen) -> None:
         assert process.stdout is not None and process.stdout.readline() == ready
         _wait_asleep(process, asked)
-        os.kill(process.pid, signal.SIGINT)
-        out, err = process.communicate(timeout=HEAD_STOPS_WITHIN)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == EXIT_INTERRUPTED, err
+
+    code, out, err = _interrupted([sys.executable, "-c", *arguments], wait, HEAD_STOPS_WITHIN)
+    assert code == EXIT_INTERRUPTED, err
     return out
 
 
