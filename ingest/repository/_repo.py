@@ -244,7 +244,13 @@ class Repository:
             session = self.icechunk.readonly_session(branch="main")
         except icechunk.IcechunkError:
             return  # no main branch: nothing written by floe's first commit to look at
-        root = zarr.open_group(session.store, mode="r")
+        try:
+            root = zarr.open_group(session.store, mode="r")
+        except zarr.errors.GroupNotFoundError:
+            raise RepositoryNotFound(
+                f"no floe repository at {self.location.url} yet: Icechunk's is there without floe's first commit "
+                "(being created now, or its creation stopped; if nothing is creating it, remove it and `floe init`)"
+            ) from None
         self.settings = kept_tiling(root, self.settings, self.location.url)
         check_layout(root, self.location.url)
 

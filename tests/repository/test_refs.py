@@ -103,6 +103,21 @@ def test_create_open_errors(tmp_path):
     assert Repository.open_or_create(tmp_path / "repo").view().count() == 0
 
 
+def test_a_repository_whose_creation_stopped_before_floe_s_first_commit_is_not_one_yet(tmp_path, monkeypatch):
+    # What another process sees while `floe init` (or a first `floe ingest`) is creating the repository.
+    from ingest.repository import _repo
+
+    def stopped(*_args, **_kwargs):
+        raise RuntimeError("stopped before floe's first commit")
+
+    monkeypatch.setattr(_repo, "commit_change", stopped)
+    with pytest.raises(RuntimeError):
+        Repository.create(tmp_path / "repo")
+    monkeypatch.undo()
+    with pytest.raises(RepositoryNotFound, match="without floe's first commit"):
+        Repository.open(tmp_path / "repo")
+
+
 @pytest.mark.s3
 def test_s3_repository_round_trip(s3_root, s3_settings):
     repo = Repository.create(s3_root, s3_settings)
