@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -38,6 +38,33 @@ class S3Settings(BaseModel):
     def given(self) -> bool:
         """Whether any setting differs from the defaults (else the ``AWS_*`` environment alone applies)."""
         return self != S3Settings()
+
+
+class RemoteSettings(BaseModel):
+    """How objects named by URL are read (sources, remote rasters, ``check --deep``), besides the S3 credentials
+    in :class:`S3Settings`; the repository's own storage is not concerned."""
+
+    # s3:// prefixes read unsigned, without credentials (public buckets): "s3://sentinel-cogs/" (a bucket),
+    # "s3://bucket/public/" (a prefix of one), "s3://" (every bucket; what `floe ingest --anonymous` adds).
+    anonymous: list[str] = Field(default_factory=list)
+    # Seconds to connect, and without a byte received before a read counts as stalled (then it is retried).
+    connect_timeout_s: float = Field(default=30.0, gt=0)
+    read_timeout_s: float = Field(default=30.0, gt=0)
+    # Retries of a request that failed transiently (a timeout, a dropped connection, a 5xx), with exponential
+    # backoff, and the longest all of one request's retries may take.
+    retries: int = Field(default=4, ge=0)
+    retry_timeout_s: float = Field(default=180.0, gt=0)
+
+    @field_validator("anonymous")
+    @classmethod
+    def _prefixes(cls, values: list[str]) -> list[str]:
+        prefixes = []
+        for value in values:
+            if not value.startswith("s3://"):
+                raise ValueError(f"anonymous prefix {value!r} is not an s3:// URL (only S3 requests are signed)")
+            # "s3://bucket" names the bucket, not every bucket whose name starts so.
+            prefixes.append(value if value == "s3://" or value.endswith("/") else value + "/")
+        return prefixes
 
 
 class CommitSettings(BaseModel):
@@ -132,6 +159,7 @@ class Settings(BaseSettings):
     # ... or fewer, once the local rasters a batch copies reach this many MB.
     batch_raster_mb: int = Field(default=512, ge=1)
     s3: S3Settings = Field(default_factory=S3Settings)
+    remote: RemoteSettings = Field(default_factory=RemoteSettings)
     commit: CommitSettings = Field(default_factory=CommitSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     optimize: OptimizeSettings = Field(default_factory=OptimizeSettings)

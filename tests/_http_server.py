@@ -15,6 +15,8 @@ For tests that must see *how* a client reads, a few paths are special:
   so a test can prove a client used data before the whole body was sent;
 - ``/__stall__/<file>``: accepts the request and never answers (a timeout); ``/__stats__`` then holds
   ``__stall__/<file>`` (0 bytes), so a test knows the request arrived;
+- ``/__stall_body__/<file>``: a HEAD is answered as for ``<file>``, a GET (or POST) stalls as above: a
+  server whose objects are listed but whose transfers hang;
 - ``/__status__/<code>/<file>``: answers ``<code>`` (403, 500, ...) with a short body;
 - ``/__together__/<n>/<file>``: the file, once ``n`` such requests wait at the same time (after
   :data:`TOGETHER_SECONDS` without them, 409, which clients do not retry), so a test proves that a client's
@@ -118,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/__hold__":
             self.server.released.clear()
             self._small(HTTPStatus.OK, b"held\n", "text/plain", head)
-        elif path.startswith("/__stall__/"):
+        elif path.startswith("/__stall__/") or (path.startswith("/__stall_body__/") and not head):
             self.server.count(path.removeprefix("/"), 0)  # asked: /__stats__ says so
             threading.Event().wait(STALL_SECONDS)  # never set: the client gives up first
             self.close_connection = True
@@ -149,6 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._small(HTTPStatus.METHOD_NOT_ALLOWED, b"GET only\n", "text/plain", head)
             else:
                 self._file(path.removeprefix("/__get_only__"), head=head, gated=False)
+        elif path.startswith("/__stall_body__/"):  # a HEAD (a GET stalls, above)
+            self._file(path.removeprefix("/__stall_body__"), head=head, gated=False)
         elif path.startswith("/__gated__/"):
             self._file(path.removeprefix("/__gated__"), head=head, gated=True)
         else:

@@ -221,6 +221,51 @@ def http_server(tmp_path_factory) -> Iterator[HttpServer]:
         process.wait(timeout=10)
 
 
+@dataclass
+class SignatureProxy:
+    """tests/_signature_proxy.py in front of moto: what each request asked for, and whether it was signed."""
+
+    endpoint: str
+    process: subprocess.Popen
+
+    def requests(self) -> list[tuple[str, str, bool]]:
+        """(method, path, signed) of every request passed on so far, in order."""
+        with urllib.request.urlopen(f"{self.endpoint}/__requests__", timeout=10) as answer:
+            return [tuple(note) for note in json.loads(answer.read())]
+
+    def s3_settings(self, moto_server: MotoServer) -> S3Settings:
+        """moto's settings (its keys), its requests going through this proxy."""
+        return moto_server.s3_settings().model_copy(update={"endpoint_url": self.endpoint})
+
+
+@pytest.fixture
+def signature_proxy(moto_server) -> Iterator[SignatureProxy]:
+    """A proxy of moto on 127.0.0.1 that notes whether each request was signed (a subprocess, stopped by pid)."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests._signature_proxy", str(port), str(moto_server.port)],
+        cwd=Path(__file__).resolve().parents[1],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    proxy = SignatureProxy(f"http://127.0.0.1:{port}", process)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            proxy.requests()
+            break
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                raise RuntimeError("the signature proxy did not start") from None
+            time.sleep(0.1)
+    try:
+        yield proxy
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        process.wait(timeout=10)
+
+
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[MotoServer]:
     server = MotoServer()

@@ -220,7 +220,11 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         bool,
         typer.Option(
             "--anonymous",
-            help="s3:// sources: read without credentials (public buckets); otherwise AWS_* and FLOE_S3__* apply.",
+            help=(
+                "Read s3:// sources and remote rasters without credentials (public buckets); the repository "
+                "itself still uses AWS_* and FLOE_S3__*. Only some buckets or prefixes: remote.anonymous "
+                "(FLOE_REMOTE__ANONYMOUS='[\"s3://bucket/\"]')."
+            ),
         ),
     ] = False,
     prune: Annotated[
@@ -269,6 +273,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         settings_of(ctx).arrays.layout = layout  # type: ignore[assignment]  # checked just above
     options = _source_options(sources, collections, bbox, datetime_range, search_filter, since, anonymous, prune)
     options.remote_assets = remote_assets
+    _unsigned(ctx, anonymous=anonymous)
     with _report_file(report) as sink, floe_errors(_INTERRUPTED):
         try:
             repository = open_repository(ctx)
@@ -341,6 +346,13 @@ def _report_file(report: Path | None) -> Any:
         return report.open("w", encoding="utf-8")
     except OSError as error:
         fail(f"cannot write the report {report}: {error.strerror or error}", 2)
+
+
+def _unsigned(ctx: typer.Context, *, anonymous: bool) -> None:
+    """``--anonymous``: every bucket read unsigned, rasters too (actors read the settings), and the virtual
+    references into every bucket; the repository's own storage keeps its credentials."""
+    if anonymous:
+        settings_of(ctx).remote.anonymous = ["s3://"]
 
 
 def _source_options(  # noqa: PLR0917 - one per option of `floe ingest`

@@ -152,7 +152,7 @@ REMOTE_HEADS = 32
 
 def _remote_source_problems(repository: Repository, view: View, urls: list[str]) -> list[str]:
     recorded = _recorded_sources(view)
-    stores = Stores(s3=repository.settings.s3 if repository.settings.s3.given() else None)
+    stores = Stores.of(repository.settings)
     stores.prefetch_heads(urls, concurrency=REMOTE_HEADS)
     problems = []
     for url in urls:

@@ -22,7 +22,7 @@ from ingest.pipeline._arrays import stage_arrays, stage_references, stage_tiles
 from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
 from ingest.pipeline._report import BatchOutcome, Rejection
 from ingest.rasters import TileCopy, container_prefixes
-from ingest.remote import RemoteError, Stores, gdal_options, is_remote
+from ingest.remote import GdalOptions, RemoteError, Stores, gdal_options, is_remote
 from ingest.repository import Repository, Writer
 from ingest.stac import (
     ARRAYS_ASSET,
@@ -97,15 +97,16 @@ REMOTE_READS = 8
 @dataclass(frozen=True)
 class _Remote:
     """How a batch reaches remote rasters: stores for HEAD requests, GDAL options for reads (the repository's
-    S3 settings where set, else the ``AWS_*`` environment)."""
+    S3 settings where set, else the ``AWS_*`` environment; its ``remote`` timeouts and unsigned prefixes)."""
 
     stores: Stores
-    gdal_env: dict[str, str]
+    gdal_env: GdalOptions
 
     @classmethod
     def of(cls, repository: Repository) -> _Remote:
-        s3 = repository.settings.s3 if repository.settings.s3.given() else None
-        return cls(Stores(s3=s3), gdal_options(s3))
+        settings = repository.settings
+        s3 = settings.s3 if settings.s3.given() else None
+        return cls(Stores.of(settings), gdal_options(s3, remote=settings.remote))
 
 
 def _plan_steps(writer: Writer, granules: list[Granule], remote: _Remote) -> tuple[list[_Step], int]:
@@ -159,7 +160,7 @@ def _read_granule(granule: Granule, remote: _Remote, *, tiles: bool = False) -> 
         )
     except NotVirtualizable as error:
         log.info("granule %s is copied by decoding it: %s", granule.item["id"], error.reason)
-        return sources, read_assets(granule.rasters, remote.gdal_env)
+        return sources, read_assets(granule.rasters, remote.gdal_env, remote.stores)
     return sources, read_tiles(references)
 
 
@@ -167,7 +168,7 @@ def _read_copy(rasters: dict[str, str], remote: _Remote) -> tuple[dict[str, dict
     """A copy's inputs, read off the writing thread: each raster's fingerprint, then its pixels."""
     from ingest.rasters import read_assets
 
-    return _fingerprints(rasters, remote), read_assets(rasters, remote.gdal_env)
+    return _fingerprints(rasters, remote), read_assets(rasters, remote.gdal_env, remote.stores)
 
 
 def _fingerprints(rasters: dict[str, str], remote: _Remote, *, digest: bool = True) -> dict[str, dict[str, Any]]:

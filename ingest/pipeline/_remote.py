@@ -121,11 +121,16 @@ class RemoteReader:
     """Reads sources named by URL; holds one obstore store per (scheme, bucket or host).
 
     ``s3`` settings override the ``AWS_*`` environment where set (None: the
-    environment only); ``anonymous`` sends unsigned S3 requests (public buckets).
+    environment only); ``anonymous`` sends unsigned S3 requests (public buckets): True for every bucket, or
+    the ``s3://`` prefixes to read so.
     """
 
     def __init__(
-        self, *, s3: S3Settings | None = None, anonymous: bool = False, transport: Transport | None = None
+        self,
+        *,
+        s3: S3Settings | None = None,
+        anonymous: bool | Iterable[str] = False,
+        transport: Transport | None = None,
     ) -> None:
         self.stores = Stores(s3=s3, anonymous=anonymous, transport=transport)
         self.transport = self.stores.transport
@@ -187,7 +192,10 @@ class RemoteReader:
             yield SourcedItem(target.url, error=InvalidSource(f"holds no STAC metadata files ({suffixes})"))
             return
         bucket = urlparse(target.url).netloc
-        children = [_Target(target.store, key, f"s3://{bucket}/{key}", listable=True) for key in keys]
+        # Each object through the store its own key calls for (a public prefix of the bucket reads unsigned).
+        children = [
+            _Target(self.stores.bucket_store(bucket, key), key, f"s3://{bucket}/{key}", listable=True) for key in keys
+        ]
         # Each object is a round trip: one after another, a folder of item JSONs 25 ms away arrives at 40 items/s.
         # Whole documents are fetched FOLDER_READS at a time, in order; streams (NDJSON, Parquet) are read as named.
         kinds = [_kind(child) for child in children]

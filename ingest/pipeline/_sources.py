@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingest.errors import InvalidItem, InvalidSource
-from ingest.remote import url_scheme
+from ingest.remote import Transport, url_scheme
 from ingest.stac import loads_json
 
 if TYPE_CHECKING:
-    from ingest.config import S3Settings
+    from ingest.config import RemoteSettings, S3Settings
     from ingest.pipeline._remote import RemoteReader
     from ingest.pipeline._stac_api import ApiSearch, SearchParameters
 
@@ -153,7 +153,10 @@ class SourceOptions:
     s3: S3Settings | None = None
     """Settings for ``s3://`` sources; where set they override the ``AWS_*`` environment (None: environment only)."""
     anonymous: bool = False
-    """Unsigned requests to S3 (public buckets)."""
+    """Unsigned requests to every S3 bucket (public buckets); ``remote.anonymous`` names some."""
+    remote: RemoteSettings | None = None
+    """Timeouts, retries and the ``s3://`` prefixes read unsigned (None: the defaults; an ingest passes its
+    repository's)."""
     search: SearchParameters = field(default_factory=_default_search)
     since: datetime | str | None = None
     """STAC APIs: only items updated since then; ``"last"``: since the cursor ``recorded`` holds for the search."""
@@ -195,7 +198,12 @@ def read_items(sources: Iterable[str | Path], options: SourceOptions | None = No
             if remote is None:
                 from ingest.pipeline._remote import RemoteReader
 
-                remote = RemoteReader(s3=options.s3, anonymous=options.anonymous)
+                settings = options.remote
+                remote = RemoteReader(
+                    s3=options.s3,
+                    anonymous=True if options.anonymous else (settings.anonymous if settings is not None else ()),
+                    transport=Transport.of(settings) if settings is not None else None,
+                )
             yield from remote.read(str(source))
 
 

@@ -72,6 +72,8 @@ def granule_stream(
     options = options if options is not None else SourceOptions()
     if options.s3 is None and repository.settings.s3.given():
         options.s3 = repository.settings.s3  # FLOE_S3__* reach s3:// sources too (over the AWS_* environment)
+    if options.remote is None:
+        options.remote = repository.settings.remote  # FLOE_REMOTE__*: timeouts, public prefixes
     sources = list(sources)
     if options.since == "last" and any(is_api_url(str(source)) for source in sources):
         branches = {ref.name for ref in repository.refs() if ref.kind == "branch"}

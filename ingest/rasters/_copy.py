@@ -27,7 +27,7 @@ import rioxarray
 import xarray as xr
 
 from ingest.errors import InvalidRaster
-from ingest.remote import gdal_options, gdal_path, is_remote
+from ingest.remote import GdalOptions, RemoteError, Stores, gdal_options, gdal_path, is_remote
 from ingest.stac import DATETIME, ITEM, SLOT
 
 __all__ = ["InvalidRaster", "read_assets", "read_granule"]
@@ -46,7 +46,9 @@ _RESERVED_NAMES = frozenset({"band", "x", "y", GRID_MAPPING, ITEM, DATETIME, SLO
 _KEPT_ENCODING = ("grid_mapping",)
 
 
-def read_granule(path: str | Path, gdal_env: Mapping[str, str] | None = None) -> xr.Dataset:
+def read_granule(
+    path: str | Path, gdal_env: Mapping[str, str] | None = None, stores: Stores | None = None
+) -> xr.Dataset:
     """Read a GeoTIFF/COG completely into memory as a georeferenced Dataset.
 
     ``path`` is a local file or an ``s3://`` / ``http(s)://`` URL, read
@@ -69,8 +71,32 @@ def read_granule(path: str | Path, gdal_env: Mapping[str, str] | None = None) ->
     source = str(path)
     if not is_remote(source):
         return _read(source, source)
-    with _remote_env(gdal_env if gdal_env is not None else gdal_options()):
-        return _read(source, gdal_path(source))
+    with _remote_env(gdal_env if gdal_env is not None else gdal_options(), source):
+        try:
+            return _read(source, gdal_path(source))
+        except InvalidRaster as error:
+            raise _why_unrecognized(source, stores, error) from error
+
+
+_TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # classic and BigTIFF, either byte order
+
+
+def _why_unrecognized(source: str, stores: Stores | None, error: InvalidRaster) -> InvalidRaster:
+    """What GDAL's "not recognized as being in a supported file format" hides for a remote file: GDAL's range
+    read failed (it says so only in debug messages) or the object is no TIFF. Its first bytes are asked for
+    once through obstore, with ``stores``' timeouts and retries, whose reason then names the failure; ``error``
+    as it is when that read works and the bytes are a TIFF's, or without ``stores``."""
+    if stores is None or "not recognized as being in a supported file format" not in error.reason:
+        return error
+    from ingest.remote import first_bytes
+
+    try:
+        start = first_bytes(stores, source, 8)
+    except RemoteError as failed:
+        return InvalidRaster(f"granule {source} cannot be read: {failed.reason}", path=source)
+    if start[:4] not in _TIFF_MAGIC:
+        return InvalidRaster(f"granule {source} cannot be read: not a TIFF (it starts with {start!r})", path=source)
+    return error
 
 
 _CREDENTIALS = frozenset(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
@@ -95,8 +121,11 @@ class _GivenCredentials(rasterio.session.Session):
         return dict(self._options)
 
 
-def _remote_env(options: Mapping[str, str]) -> rasterio.Env:
-    """A rasterio environment with ``options``; credentials among them go through a session."""
+def _remote_env(options: Mapping[str, str], url: str) -> rasterio.Env:
+    """A rasterio environment with ``options`` for reading ``url`` (unsigned under an anonymous prefix of
+    :class:`~ingest.remote.GdalOptions`); credentials among them go through a session."""
+    if isinstance(options, GdalOptions):
+        options = options.for_url(url)
     credentials = {key: value for key, value in options.items() if key in _CREDENTIALS}
     config = {key: value for key, value in options.items() if key not in _CREDENTIALS}
     if credentials:
@@ -149,9 +178,12 @@ def _read(source: str, opened_as: str) -> xr.Dataset:
     return data.to_dataset(name=GRANULE_VARIABLE)
 
 
-def read_assets(assets: Mapping[str, str | Path], gdal_env: Mapping[str, str] | None = None) -> dict[str, xr.Dataset]:
+def read_assets(
+    assets: Mapping[str, str | Path], gdal_env: Mapping[str, str] | None = None, stores: Stores | None = None
+) -> dict[str, xr.Dataset]:
     """Check a granule's asset keys and read every asset (see :func:`read_granule`); write nothing.
 
+    ``stores`` (the batch's) explain a remote file GDAL does not recognize (:func:`read_granule`).
     It needs no session: a pipeline runs it ahead, on another thread, while
     the previous granule is being written, and passes the result to
     :func:`ingest.pipeline.stage_arrays`.
@@ -164,7 +196,7 @@ def read_assets(assets: Mapping[str, str | Path], gdal_env: Mapping[str, str] | 
         raise ValueError("a granule needs at least one asset to read")
     for key in assets:
         _check_asset_key(key)
-    return {key: read_granule(path, gdal_env) for key, path in assets.items()}
+    return {key: read_granule(path, gdal_env, stores) for key, path in assets.items()}
 
 
 def _check_asset_key(key: object) -> None:
@@ -194,6 +226,9 @@ def _clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return cleaned
 
 
+_STALLED = ("Operation too slow", "Timeout was reached", "timed out")
+
+
 def _open_failure(source: str, exc: BaseException) -> str:
     if "://" not in source and not source.startswith("/vsi") and not Path(source).exists():
         return f"granule {source} cannot be read: no such file"
@@ -202,6 +237,8 @@ def _open_failure(source: str, exc: BaseException) -> str:
         for code, meaning in (("404", "no such object"), ("403", "access denied"), ("401", "not authenticated")):
             if f"response code: {code}" in detail or f"HTTP {code}" in detail or f" {code} " in f" {detail} ":
                 return f"granule {source} cannot be read: {meaning} (HTTP {code})"
+        if any(stalled in detail for stalled in _STALLED):  # curl's words for remote.read_timeout_s passing
+            return f"granule {source} cannot be read: timed out, nothing received (GDAL: {detail})"
         return f"granule {source} cannot be read: {detail}"
     return f"granule {source} cannot be read: not a readable GeoTIFF ({_detail(exc)})"
 

@@ -53,6 +53,7 @@ from ingest.rasters._copy import (
     _detail,
     _open_failure,
     _remote_env,
+    _why_unrecognized,
 )
 from ingest.rasters._place import Place, locate
 from ingest.rasters._tiff import first_image_references, ifds_within, metadata_document, read_head
@@ -116,7 +117,7 @@ def plan_source(
             "(call Repository.allow_virtual_sources before opening the writer)",
             path=source,
         )
-    with _remote_env(gdal_env):
+    with _remote_env(gdal_env, source):
         head = None if url.startswith(FILE_SCHEME) else _read_head(source, place)
         try:
             manifest: ManifestArray | None = first_image_references(place, head)
@@ -129,7 +130,7 @@ def plan_source(
                 described = _described_from_head(source, head)
                 if described is not None:
                     return _checked_source(key, source, place, described, manifest, failure, probe=None)
-            with _opened(source, place) as dataset:
+            with _opened(source, place, stores) as dataset:
                 described = _describe(source, dataset)
                 probe = None
                 if probing and signature is not None:
@@ -189,11 +190,11 @@ def _read_head(source: str, place: Place) -> bytes | None:
 
 
 @contextlib.contextmanager
-def _opened(source: str, place: Place) -> Iterator[rasterio.DatasetReader]:
+def _opened(source: str, place: Place, stores: Stores | None) -> Iterator[rasterio.DatasetReader]:
     try:
         dataset = rasterio.open(place.gdal_path, driver="GTiff")
     except (rasterio.errors.RasterioError, OSError, ValueError) as exc:
-        raise InvalidRaster(_open_failure(source, exc), path=source) from exc
+        raise _why_unrecognized(source, stores, InvalidRaster(_open_failure(source, exc), path=source)) from exc
     with dataset:
         yield dataset
 

@@ -15,8 +15,9 @@ each place its own container:
 
 floe authorizes every container recorded in a repository's config whenever
 it opens it (:func:`container_access`): local files and HTTP hosts need no
-credentials; S3 buckets get floe's own keys where its settings hold them,
-unsigned requests when they say ``anonymous``, and otherwise whatever the AWS
+credentials; S3 buckets get unsigned requests where a prefix of
+``remote.anonymous`` covers the whole bucket (or ``s3.anonymous`` says so),
+floe's own keys where its settings hold them, and otherwise whatever the AWS
 SDK finds (environment, profiles). Credentials are given at open, never
 written into the config.
 """
@@ -24,7 +25,7 @@ written into the config.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -74,8 +75,8 @@ def _prefixes(config: icechunk.RepositoryConfig | None) -> set[str]:
     return set(containers)
 
 
-def _s3_credentials(s3: S3Settings | None) -> Any:
-    if s3 is not None and s3.anonymous:
+def _s3_credentials(prefix: str, s3: S3Settings | None, anonymous: Sequence[str]) -> Any:
+    if (s3 is not None and s3.anonymous) or any(prefix.startswith(public) for public in anonymous):
         return icechunk.s3_anonymous_credentials()
     if s3 is not None and s3.access_key_id and s3.secret_access_key:
         return icechunk.s3_static_credentials(
@@ -85,9 +86,11 @@ def _s3_credentials(s3: S3Settings | None) -> Any:
 
 
 def container_access(
-    config: icechunk.RepositoryConfig | None, s3: S3Settings | None = None
+    config: icechunk.RepositoryConfig | None, s3: S3Settings | None = None, anonymous: Sequence[str] = ()
 ) -> dict[str, AnyCredential | None] | None:
-    """Authorizations for every container in ``config`` (None when it has none); ``s3`` as in :class:`Stores`."""
+    """Authorizations for every container in ``config`` (None when it has none); ``s3`` as in :class:`Stores`,
+    ``anonymous`` the ``s3://`` prefixes read unsigned (``remote.anonymous``: a bucket's container is unsigned
+    when one covers the whole bucket)."""
     access: dict[str, Any] = {}
     for prefix in sorted(_prefixes(config)):
         scheme = urlparse(prefix).scheme
@@ -96,7 +99,7 @@ def container_access(
         elif scheme in ("http", "https"):
             access[prefix] = icechunk.credentials.HttpAccess
         elif scheme == "s3":
-            access[prefix] = _s3_credentials(s3)
+            access[prefix] = _s3_credentials(prefix, s3, anonymous)
     return icechunk.containers_credentials(access) if access else None
 
 
@@ -143,18 +146,22 @@ def with_containers(
 
 
 def with_stored_config(
-    repo: icechunk.Repository, storage: icechunk.Storage, s3: S3Settings | None
+    repo: icechunk.Repository, storage: icechunk.Storage, s3: S3Settings | None, anonymous: Sequence[str] = ()
 ) -> icechunk.Repository:
     """``repo`` reopened with the config stored now (containers other processes added), every container
     authorized."""
     stored = icechunk.Repository.fetch_config(storage)
     if stored is None:
         return repo
-    return repo.reopen(config=stored, authorize_virtual_chunk_access=container_access(stored, s3))
+    return repo.reopen(config=stored, authorize_virtual_chunk_access=container_access(stored, s3, anonymous))
 
 
 def allow_sources(
-    repo: icechunk.Repository, location: Location, paths: Iterable[str | os.PathLike[str]], s3: S3Settings | None
+    repo: icechunk.Repository,
+    location: Location,
+    paths: Iterable[str | os.PathLike[str]],
+    s3: S3Settings | None,
+    anonymous: Sequence[str] = (),
 ) -> tuple[icechunk.Repository, list[str]]:
     """``repo`` with containers covering ``paths`` (saved in its config, authorized), and the prefixes added."""
     urls = [str(path) if is_remote(str(path)) else local_url(path) for path in paths]
@@ -165,7 +172,7 @@ def allow_sources(
         stored = icechunk.Repository.fetch_config(location.icechunk_storage())
         added = missing_prefixes(stored, urls)
         config = with_containers(stored, added, s3)
-        repo = repo.reopen(config=config, authorize_virtual_chunk_access=container_access(config, s3))
+        repo = repo.reopen(config=config, authorize_virtual_chunk_access=container_access(config, s3, anonymous))
         if added:
             repo.save_config()
     return repo, added

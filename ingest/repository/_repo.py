@@ -192,7 +192,7 @@ class Repository:
         if not icechunk.Repository.exists(storage):
             raise RepositoryNotFound(f"no floe repository at {location.url} (create one with `floe init`)")
         repo = icechunk.Repository.open(storage)
-        access = container_access(repo.config, _s3_of(settings))
+        access = container_access(repo.config, _s3_of(settings), settings.remote.anonymous)
         if access:
             # Virtual references read only through authorized containers.
             repo = repo.reopen(authorize_virtual_chunk_access=access)
@@ -288,7 +288,9 @@ class Repository:
         keep the old config: call it before opening the writers that
         reference them. Returns the container prefixes added.
         """
-        self.icechunk, added = allow_sources(self.icechunk, self.location, paths, _s3_of(self.settings))
+        self.icechunk, added = allow_sources(
+            self.icechunk, self.location, paths, _s3_of(self.settings), self.settings.remote.anonymous
+        )
         if added:
             log.info("repository %s may now reference files under %s", self.location.url, ", ".join(added))
         return added
@@ -296,7 +298,9 @@ class Repository:
     def reload_config(self) -> None:
         """Read the stored config again (containers other processes added, e.g. a ``--virtual`` run's actors)
         and authorize its containers; sessions opened before keep the old config."""
-        self.icechunk = with_stored_config(self.icechunk, self.location.icechunk_storage(), _s3_of(self.settings))
+        self.icechunk = with_stored_config(
+            self.icechunk, self.location.icechunk_storage(), _s3_of(self.settings), self.settings.remote.anonymous
+        )
 
     # -- pointers ------------------------------------------------------------------------------
     def relative_location(self, metadata_location: str) -> str:

@@ -36,9 +36,9 @@ def fresh_plans(monkeypatch):
     opened: list[str] = []
     real = _source._opened
 
-    def counted(source, place):
+    def counted(source, place, stores):
         opened.append(Path(source).name)
-        return real(source, place)
+        return real(source, place, stores)
 
     monkeypatch.setattr(_source, "_opened", counted)
     return opened
@@ -60,7 +60,7 @@ def _plan(moto_server, url: str):
 
 def _assert_described_as_gdal_reads_the_file(moto_server, url: str, planned) -> None:
     settings = moto_server.s3_settings()
-    with _remote_env(gdal_options(settings)), rasterio.open(gdal_path(url)) as dataset:
+    with _remote_env(gdal_options(settings), url), rasterio.open(gdal_path(url)) as dataset:
         expected = _source._describe(url, dataset)
     got = planned.dataset
     assert tuple(got[_source.GRANULE_VARIABLE].shape) == expected.shape
@@ -106,12 +106,12 @@ def test_remote_files_of_a_new_layout_planned_at_once_open_one_of_them_with_gdal
 
     counted_open = _source._opened
 
-    def open_once_all_know(source, place):
+    def open_once_all_know(source, place, stores):
         for _ in urls:
             assert known.acquire(timeout=60), "the plans did not all read their layouts"
         for _ in urls:
             known.release()
-        return counted_open(source, place)
+        return counted_open(source, place, stores)
 
     monkeypatch.setattr(_source, "_layout_signature", counted_signature)
     monkeypatch.setattr(_source, "_opened", open_once_all_know)

@@ -1,31 +1,5 @@
-"""Objects named by URL: obstore stores for ``s3://`` and ``http(s)://`` with floe's credentials, timeouts and retries.
-
-One home for reaching remote objects, whatever reads them (item files and
-catalogs now; rasters later):
-
-- ``s3://``: obstore's ``S3Store`` reads the ``AWS_*`` environment
-  (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
-  ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``AWS_SKIP_SIGNATURE``, ...); floe's
-  own :class:`~ingest.config.S3Settings` (``FLOE_S3__*``), where set, win over
-  it. obstore reads no ``~/.aws`` files, so a profile named by
-  ``AWS_PROFILE`` is read through boto3 (when the environment holds no
-  keys). obstore drops the environment's client options (``AWS_ALLOW_HTTP``,
-  ``AWS_PROXY_URL``, timeouts) as soon as any client option is passed
-  (pyo3-object_store ``aws/store.rs``: ``from_env()`` then
-  ``with_client_options``), so floe reads those itself
-  (:func:`_environment_client_options`).
-- ``http(s)://``: plain GETs (``HTTPStore``); there is no listing over HTTP.
-  A URL with a query string (a presigned or SAS URL) is a store of its own,
-  so the query goes with every request.
-- One store per (scheme, bucket or host) for the life of a :class:`Stores`.
-
-Transient failures (connection errors, 5xx, timeouts of reads) are retried by
-obstore with exponential backoff and jitter (:attr:`Transport.max_retries`
-attempts more, waits from :attr:`Transport.initial_backoff` doubling up to
-:attr:`Transport.max_backoff`, never past :attr:`Transport.retry_timeout`);
-what still fails is a :class:`RemoteError` with a short reason
-(:func:`describe`). Credentials are used, never written anywhere.
-"""
+"""obstore stores for ``s3://`` and ``http(s)://`` URLs, their timeouts and retries, and the errors of remote
+reads (see :mod:`ingest.remote`)."""
 
 from __future__ import annotations
 
@@ -49,7 +23,7 @@ from ingest.errors import InvalidSource
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config, S3Credential
 
-    from ingest.config import S3Settings
+    from ingest.config import RemoteSettings, S3Settings, Settings
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 
@@ -110,6 +84,16 @@ class Transport:
     reader_buffer: int = 1 << 20
     """Bytes a stac-geoparquet reader fetches at least per range request."""
 
+    @classmethod
+    def of(cls, remote: RemoteSettings) -> Transport:
+        """The timeouts and retries ``remote`` (``FLOE_REMOTE__*``) sets."""
+        return cls(
+            connect_timeout=timedelta(seconds=remote.connect_timeout_s),
+            read_timeout=timedelta(seconds=remote.read_timeout_s),
+            max_retries=remote.retries,
+            retry_timeout=timedelta(seconds=remote.retry_timeout_s),
+        )
+
     def client_options(self) -> ClientConfig:
         return {
             "connect_timeout": self.connect_timeout,
@@ -123,6 +107,11 @@ class Transport:
             "backoff": {"init_backoff": self.initial_backoff, "max_backoff": self.max_backoff, "base": 2},
             "retry_timeout": self.retry_timeout,
         }
+
+
+def unsigned(url: str, prefixes: Iterable[str]) -> bool:
+    """Whether ``url`` is an ``s3://`` URL under one of the anonymous ``prefixes`` (read without signing)."""
+    return url.startswith("s3://") and any(url.startswith(prefix) for prefix in prefixes)
 
 
 def file_url_path(url: str) -> Path:
@@ -246,21 +235,39 @@ def _profile_credentials(profile: str) -> tuple[Any, str | None]:
 
 
 class Stores:
-    """obstore stores, one per (scheme, bucket or host), built on first use.
+    """obstore stores, one per (scheme, bucket or host, signed or not), built on first use.
 
     ``s3`` settings override the ``AWS_*`` environment where set (None: the
-    environment only); ``anonymous`` sends unsigned S3 requests (public buckets).
+    environment only). ``anonymous`` sends unsigned S3 requests (public
+    buckets): True for every bucket, or the ``s3://`` prefixes to read so.
     """
 
     def __init__(
-        self, *, s3: S3Settings | None = None, anonymous: bool = False, transport: Transport | None = None
+        self,
+        *,
+        s3: S3Settings | None = None,
+        anonymous: bool | Iterable[str] = False,
+        transport: Transport | None = None,
     ) -> None:
         self.s3 = s3
-        self.anonymous = anonymous or bool(s3 is not None and s3.anonymous)
+        every = anonymous is True or bool(s3 is not None and s3.anonymous)
+        prefixes = () if isinstance(anonymous, bool) else tuple(anonymous)
+        self.anonymous: tuple[str, ...] = ("s3://",) if every else prefixes
+        """The ``s3://`` prefixes read unsigned (``("s3://",)``: every bucket)."""
         self.transport = transport if transport is not None else Transport()
         self._stores: dict[tuple[str, str], ObjectStore] = {}
         self.heads: dict[str, dict[str, Any]] = {}
         """What :func:`head` found, by URL, kept for the life of these stores (one batch)."""
+
+    @classmethod
+    def of(cls, settings: Settings, *, anonymous: bool = False) -> Stores:
+        """Stores as ``settings`` say: their S3 keys and endpoint where set (else the environment), the
+        prefixes of ``remote.anonymous`` (every bucket with ``anonymous``), their timeouts and retries."""
+        return cls(
+            s3=settings.s3 if settings.s3.given() else None,
+            anonymous=True if anonymous else settings.remote.anonymous,
+            transport=Transport.of(settings.remote),
+        )
 
     def prefetch_heads(self, urls: Iterable[str], concurrency: int = 16) -> None:
         """HEAD ``urls`` ``concurrency`` at a time (round trips overlap), so :func:`head` answers from memory.
@@ -316,19 +323,41 @@ class Stores:
                     raise RemoteError(url, f"cannot set up a client for it ({describe(error)})") from error
                 self._stores[(scheme, url)] = store
             return store, ""
+        path = unquote(parsed.path.lstrip("/"))
+        if scheme == "s3":
+            return self.bucket_store(parsed.netloc, path, url=url), path
         key = (scheme, parsed.netloc)
         store = self._stores.get(key)
         if store is None:
             try:
-                store = self._s3_store(parsed.netloc) if scheme == "s3" else self._http_store(scheme, parsed.netloc)
+                store = self._http_store(scheme, parsed.netloc)
+            except Exception as error:
+                raise RemoteError(url, f"cannot set up a client for it ({describe(error)})") from error
+            self._stores[key] = store
+        return store, path
+
+    def bucket_store(self, bucket: str, key: str, *, url: str | None = None) -> ObjectStore:
+        """The store that reads the object ``key`` of ``bucket``: unsigned under an anonymous prefix, else signed
+        (one of each per bucket). ``url`` names the object in errors (default: ``s3://bucket/key``).
+
+        Raises:
+            RemoteError: obstore refuses to build the store, or an AWS profile holds no usable credentials.
+        """
+        url = url if url is not None else f"s3://{bucket}/{key}"
+        anonymous = unsigned(f"s3://{bucket}/{key}", self.anonymous)
+        cache_key = ("s3", bucket + ("#unsigned" if anonymous else ""))
+        store = self._stores.get(cache_key)
+        if store is None:
+            try:
+                store = self._s3_store(bucket, anonymous=anonymous)
             except RemoteError as error:
                 raise RemoteError(url, f"{error.url}: {error.reason}") from error
             except Exception as error:
                 raise RemoteError(url, f"cannot set up a client for it ({describe(error)})") from error
-            self._stores[key] = store
-        return store, unquote(parsed.path.lstrip("/"))
+            self._stores[cache_key] = store
+        return store
 
-    def _s3_store(self, bucket: str) -> ObjectStore:
+    def _s3_store(self, bucket: str, *, anonymous: bool) -> ObjectStore:
         settings = self.s3
         config: S3Config = {}
         credentials: _StaticCredentials | None = None
@@ -342,11 +371,11 @@ class Stores:
                 config["virtual_hosted_style_request"] = False
             if settings.allow_http:
                 options["allow_http"] = True
-            if settings.access_key_id and settings.secret_access_key and not self.anonymous:
+            if settings.access_key_id and settings.secret_access_key and not anonymous:
                 credentials = _StaticCredentials(
                     settings.access_key_id, settings.secret_access_key, settings.session_token
                 )
-        if self.anonymous:
+        if anonymous:
             config["skip_signature"] = True
         elif credentials is None and (profile := _aws_profile()) is not None:
             # obstore reads no ~/.aws files: a named profile's keys (and region) come through boto3.
@@ -397,6 +426,21 @@ def head(stores: Stores, url: str) -> dict[str, Any]:
     return described
 
 
+def first_bytes(stores: Stores, url: str, count: int) -> bytes:
+    """The first ``count`` bytes of the object at ``url`` (one range request, retried as any).
+
+    Raises:
+        RemoteError: it cannot be reached, does not exist, or is empty.
+    """
+    import obstore
+
+    store, path = stores.locate(url)
+    try:
+        return bytes(interruptible(lambda: obstore.get_range(store, path, start=0, length=count), name="floe-range"))
+    except Exception as error:
+        raise RemoteError(url, describe(error)) from error
+
+
 def _described(meta: Any) -> dict[str, Any]:
     described: dict[str, Any] = {"size": int(meta["size"])}
     if meta.get("e_tag"):
@@ -404,56 +448,3 @@ def _described(meta: Any) -> dict[str, Any]:
     if meta.get("last_modified") is not None:
         described["last_modified"] = meta["last_modified"].isoformat()
     return described
-
-
-def gdal_path(url: str) -> str:
-    """The GDAL virtual file system path of ``url`` (``/vsis3/bucket/key``, ``/vsicurl/https://...``)."""
-    scheme = url_scheme(url)
-    if scheme == "s3":
-        return "/vsis3/" + url[len("s3://") :]
-    if scheme in ("http", "https"):
-        return "/vsicurl/" + url
-    return url
-
-
-GDAL_REMOTE_OPTIONS = {
-    # What production tilers set: no directory listing on open (a COG is one object), consecutive ranges merged
-    # into one request, HTTP/2 with many requests on one connection, blocks cached for the rest of the read.
-    "GDAL_DISABLE_READDIR_ON_OPEN": "EMPTY_DIR",
-    "GDAL_HTTP_MERGE_CONSECUTIVE_RANGES": "YES",
-    "GDAL_HTTP_MULTIPLEX": "YES",
-    "GDAL_HTTP_VERSION": "2TLS",  # HTTP/2 where TLS negotiates it; no h2c upgrade sent to plain http://
-    "VSI_CACHE": "TRUE",
-    "GDAL_HTTP_MAX_RETRY": "4",
-    "GDAL_HTTP_RETRY_DELAY": "0.5",
-    "GDAL_HTTP_TIMEOUT": "60",
-}
-
-
-def gdal_options(s3: S3Settings | None = None, *, anonymous: bool = False) -> dict[str, str]:
-    """GDAL configuration for reading ``s3://`` and ``http(s)://`` rasters, credentials included (never stored).
-
-    ``s3`` settings win where set; otherwise GDAL reads the ``AWS_*``
-    environment itself, except ``AWS_ENDPOINT_URL``, which GDAL spells
-    ``AWS_S3_ENDPOINT`` (a host and port) with ``AWS_HTTPS``: it is translated.
-    """
-    options = dict(GDAL_REMOTE_OPTIONS)
-    endpoint = (s3.endpoint_url if s3 is not None else None) or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        parsed = urlparse(endpoint)
-        options["AWS_S3_ENDPOINT"] = parsed.netloc or endpoint
-        options["AWS_HTTPS"] = "NO" if parsed.scheme == "http" else "YES"
-        options["AWS_VIRTUAL_HOSTING"] = "FALSE"  # S3-compatible servers answer path-style requests
-    if s3 is not None:
-        if s3.region:
-            options["AWS_REGION"] = s3.region
-        if s3.force_path_style:
-            options["AWS_VIRTUAL_HOSTING"] = "FALSE"
-        if s3.access_key_id and s3.secret_access_key:
-            options["AWS_ACCESS_KEY_ID"] = s3.access_key_id
-            options["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
-            if s3.session_token:
-                options["AWS_SESSION_TOKEN"] = s3.session_token
-    if anonymous or (s3 is not None and s3.anonymous):
-        options["AWS_NO_SIGN_REQUEST"] = "YES"
-    return options

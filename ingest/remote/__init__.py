@@ -1,0 +1,71 @@
+"""Objects named by URL: obstore stores for ``s3://`` and ``http(s)://`` with floe's credentials, timeouts and retries.
+
+One home for reaching remote objects, whatever reads them (item files and
+catalogs now; rasters later):
+
+- ``s3://``: obstore's ``S3Store`` reads the ``AWS_*`` environment
+  (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+  ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``AWS_SKIP_SIGNATURE``, ...); floe's
+  own :class:`~ingest.config.S3Settings` (``FLOE_S3__*``), where set, win over
+  it. obstore reads no ``~/.aws`` files, so a profile named by
+  ``AWS_PROFILE`` is read through boto3 (when the environment holds no
+  keys). obstore drops the environment's client options (``AWS_ALLOW_HTTP``,
+  ``AWS_PROXY_URL``, timeouts) as soon as any client option is passed
+  (pyo3-object_store ``aws/store.rs``: ``from_env()`` then
+  ``with_client_options``), so floe reads those itself
+  (:func:`_environment_client_options`).
+- ``http(s)://``: plain GETs (``HTTPStore``); there is no listing over HTTP.
+  A URL with a query string (a presigned or SAS URL) is a store of its own,
+  so the query goes with every request.
+- One store per (scheme, bucket or host) for the life of a :class:`Stores`;
+  a bucket read both signed and unsigned (a public prefix of it,
+  ``remote.anonymous``) has one of each.
+- Public buckets: ``s3://`` URLs under a prefix of ``remote.anonymous``
+  (``FLOE_REMOTE__ANONYMOUS``; ``floe ingest --anonymous`` adds ``s3://``,
+  every bucket) are read unsigned, by obstore and by GDAL
+  (:class:`GdalOptions`), whatever credentials are set for the rest.
+
+Transient failures (connection errors, 5xx, timeouts of reads) are retried by
+obstore with exponential backoff and jitter (:attr:`Transport.max_retries`
+attempts more, waits from :attr:`Transport.initial_backoff` doubling up to
+:attr:`Transport.max_backoff`, never past :attr:`Transport.retry_timeout`);
+what still fails is a :class:`RemoteError` with a short reason
+(:func:`describe`). Credentials are used, never written anywhere.
+"""
+
+from ingest.remote._gdal import GDAL_REMOTE_OPTIONS, GdalOptions, gdal_options, gdal_path
+from ingest.remote._stores import (
+    REMOTE_SCHEMES,
+    SUPPORTED,
+    RemoteError,
+    Stores,
+    Transport,
+    describe,
+    file_url_path,
+    first_bytes,
+    head,
+    is_remote,
+    join_url,
+    unsigned,
+    url_scheme,
+)
+
+__all__ = [
+    "GDAL_REMOTE_OPTIONS",
+    "REMOTE_SCHEMES",
+    "SUPPORTED",
+    "GdalOptions",
+    "RemoteError",
+    "Stores",
+    "Transport",
+    "describe",
+    "file_url_path",
+    "first_bytes",
+    "gdal_options",
+    "gdal_path",
+    "head",
+    "is_remote",
+    "join_url",
+    "unsigned",
+    "url_scheme",
+]
