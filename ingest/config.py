@@ -41,8 +41,10 @@ class S3Settings(BaseModel):
 
 
 class RemoteSettings(BaseModel):
-    """How objects named by URL are read (sources, remote rasters, ``check --deep``), besides the S3 credentials
-    in :class:`S3Settings`; the repository's own storage is not concerned."""
+    """How objects named by URL are read (files and folders of items, remote rasters, ``check --deep``),
+    besides the S3 credentials in :class:`S3Settings`. The repository's own storage is not concerned, nor are
+    STAC API searches, whose pages take their own time to make (pystac-client under urllib3's retries:
+    ``ingest.pipeline._stac_api.TIMEOUT`` and ``RETRIES``)."""
 
     # s3:// prefixes read unsigned, without credentials (public buckets): "s3://sentinel-cogs/" (a bucket),
     # "s3://bucket/public/" (a prefix of one), "s3://" (every bucket; what `floe ingest --anonymous` adds).
