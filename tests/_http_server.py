@@ -273,8 +273,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("port", type=int)
     parser.add_argument("--gate-bytes", type=int, default=DEFAULT_GATE_BYTES)
     arguments = parser.parse_args(argv)
-    server = FileServer(arguments.folder, arguments.port, arguments.gate_bytes)
-    # SIGTERM (the fixture's os.kill) ends serve_forever from another thread, so the socket is closed cleanly.
+    serve_until_terminated(FileServer(arguments.folder, arguments.port, arguments.gate_bytes))
+
+
+def serve_until_terminated(server: ThreadingHTTPServer) -> None:
+    """Serve until SIGTERM (a fixture's os.kill), which ends serve_forever from another thread, so the socket is
+    closed cleanly; then exit 0."""
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     try:
         server.serve_forever(poll_interval=0.1)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import signal
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
+
+from tests._http_server import serve_until_terminated
 
 _HOP_BY_HOP = frozenset(("connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"))
 
@@ -99,13 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("port", type=int)
     parser.add_argument("target", type=int, help="the port of the S3 server on 127.0.0.1")
     arguments = parser.parse_args(argv)
-    server = SignatureProxy(arguments.port, arguments.target)
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
-    try:
-        server.serve_forever(poll_interval=0.1)
-    finally:
-        server.server_close()
-    sys.exit(0)
+    serve_until_terminated(SignatureProxy(arguments.port, arguments.target))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import time
 import urllib.request
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,22 +197,32 @@ def http_server(tmp_path_factory) -> Iterator[HttpServer]:
     """tests/_http_server.py serving a folder of its own on 127.0.0.1, as a subprocess."""
     folder = tmp_path_factory.mktemp("served")
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests._http_server", str(folder), str(port), "--gate-bytes", str(GATE_BYTES)],
+    process = _test_server("_http_server", str(folder), str(port), "--gate-bytes", str(GATE_BYTES))
+    server = HttpServer(folder, f"http://127.0.0.1:{port}", process)
+    yield from _serving(process, server.sent, server)
+
+
+def _test_server(module: str, *arguments: str) -> subprocess.Popen:
+    """``python -m tests.<module> arguments...``: one of the test servers, started quietly."""
+    return subprocess.Popen(
+        [sys.executable, "-m", f"tests.{module}", *arguments],
         cwd=Path(__file__).resolve().parents[1],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    server = HttpServer(folder, f"http://127.0.0.1:{port}", process)
+
+
+def _serving[T](process: subprocess.Popen, probe: Callable[[], object], server: T) -> Iterator[T]:
+    """``server`` once ``probe`` gets an answer (within 30 s), until the test is done; then SIGTERM to its pid."""
     deadline = time.monotonic() + 30
     while True:
         try:
-            server.sent()
+            probe()
             break
         except OSError:
             if time.monotonic() > deadline or process.poll() is not None:
                 process.kill()
-                raise RuntimeError("the test HTTP server did not start") from None
+                raise RuntimeError(f"{process.args[2]} did not start") from None
             time.sleep(0.1)
     try:
         yield server
@@ -242,28 +252,9 @@ class SignatureProxy:
 def signature_proxy(moto_server) -> Iterator[SignatureProxy]:
     """A proxy of moto on 127.0.0.1 that notes whether each request was signed (a subprocess, stopped by pid)."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests._signature_proxy", str(port), str(moto_server.port)],
-        cwd=Path(__file__).resolve().parents[1],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    process = _test_server("_signature_proxy", str(port), str(moto_server.port))
     proxy = SignatureProxy(f"http://127.0.0.1:{port}", process)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            proxy.requests()
-            break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                raise RuntimeError("the signature proxy did not start") from None
-            time.sleep(0.1)
-    try:
-        yield proxy
-    finally:
-        os.kill(process.pid, signal.SIGTERM)
-        process.wait(timeout=10)
+    yield from _serving(process, proxy.requests, proxy)
 
 
 @pytest.fixture(scope="session")

@@ -55,14 +55,13 @@ from ingest.pipeline._sources import (
     _read_ndjson,
     _what,
 )
-from ingest.remote import RemoteError, Stores, Transport, describe, join_url, url_scheme
+from ingest.remote import RemoteError, Stores, describe, join_url, url_scheme
 from ingest.stac import ARRAYS_ASSET, loads_json
 
 if TYPE_CHECKING:
     from obstore import ReadableFile
     from obstore.store import ObjectStore
 
-    from ingest.config import S3Settings
 
 log = logging.getLogger(__name__)
 
@@ -118,21 +117,11 @@ def _waited[T](call: Callable[[], T]) -> T:
 
 
 class RemoteReader:
-    """Reads sources named by URL; holds one obstore store per (scheme, bucket or host).
+    """Reads sources named by URL through ``stores`` (credentials, public prefixes, timeouts and retries; by
+    default the ``AWS_*`` environment's)."""
 
-    ``s3`` settings override the ``AWS_*`` environment where set (None: the
-    environment only); ``anonymous`` sends unsigned S3 requests (public buckets): True for every bucket, or
-    the ``s3://`` prefixes to read so.
-    """
-
-    def __init__(
-        self,
-        *,
-        s3: S3Settings | None = None,
-        anonymous: bool | Iterable[str] = False,
-        transport: Transport | None = None,
-    ) -> None:
-        self.stores = Stores(s3=s3, anonymous=anonymous, transport=transport)
+    def __init__(self, stores: Stores | None = None) -> None:
+        self.stores = stores if stores is not None else Stores()
         self.transport = self.stores.transport
 
     # -- the sources ------------------------------------------------------------------------------

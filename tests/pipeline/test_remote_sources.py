@@ -25,7 +25,7 @@ from ingest import Repository
 from ingest.config import S3Settings
 from ingest.pipeline import SourceOptions, ingest_items, read_items
 from ingest.pipeline._remote import RemoteReader
-from ingest.remote import Transport, join_url
+from ingest.remote import Stores, Transport, join_url
 from tests.conftest import GATE_BYTES, MotoServer, free_port, make_item
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -364,7 +364,7 @@ def test_the_test_server_answers_ranges_heads_and_validators(http_server):
 def test_heads_asked_for_together_overlap(http_server):
     # Each object answers only once 6 requests for it and its neighbours wait at the server together
     # (/__together__/6/): HEADs asked one after another would each get a 409, and no answer would be kept.
-    from ingest.remote import Stores, head
+    from ingest.remote import head
 
     for index in range(6):
         (http_server.folder / f"together-{index}.tif").write_bytes(bytes(100 + index))
@@ -402,8 +402,10 @@ def test_ndjson_is_streamed_not_read_whole(http_server):
 def test_a_server_that_never_answers_times_out(http_server):
     (http_server.folder / "slow.json").write_text(json.dumps(make_item("slow")))
     reader = RemoteReader(
-        transport=Transport(
-            read_timeout=timedelta(seconds=1), max_retries=1, initial_backoff=timedelta(milliseconds=10)
+        Stores(
+            transport=Transport(
+                read_timeout=timedelta(seconds=1), max_retries=1, initial_backoff=timedelta(milliseconds=10)
+            )
         )
     )
     url = f"{http_server.url}/__stall__/slow.json"
@@ -542,8 +544,6 @@ def test_signed_urls_keep_their_query_on_every_request(http_server, tmp_path):
 
 @pytest.mark.s3
 def test_keys_and_region_come_from_an_aws_profile(moto_server, tmp_path, monkeypatch):
-    from ingest.remote import Stores
-
     bucket = moto_server.create_bucket()
     url = _put(moto_server, bucket, "profile/items.ndjson", _ndjson([make_item("from-profile")]))
     key = _iam_key(moto_server, f"profile-{bucket}")
