@@ -21,6 +21,7 @@ from ingest import Repository, Settings
 from ingest.cli import app
 from ingest.config import RemoteSettings
 from ingest.errors import InvalidRaster
+from ingest.lifecycle import check_ref
 from ingest.pipeline import SourceOptions, ingest_with_ray
 from ingest.rasters import read_granule
 from ingest.remote import GdalOptions, Stores, gdal_options, unsigned
@@ -104,6 +105,11 @@ def test_virtual_references_into_a_public_bucket_are_read_unsigned(tmp_path, arc
     assert_arrays_equal_the_files(Repository.open(tmp_path / "repo", Settings(s3=s3)), folder, item_files, url)
     chunk_reads = [note for note in signature_proxy.requests()[before:] if note[1].endswith(".tif")]
     assert chunk_reads and {signed for _, _, signed in chunk_reads} == {True}
+    # `check --deep` asks each referenced object for its ETag, unsigned too.
+    before = len(signature_proxy.requests())
+    assert check_ref(Repository.open(tmp_path / "repo", settings), "main", deep=True) == []
+    heads = [note for note in signature_proxy.requests()[before:] if note[0] == "HEAD" and note[1].endswith(".tif")]
+    assert len(heads) == len(referenced) and {signed for _, _, signed in heads} == {False}
 
 
 @pytest.mark.usefixtures("ray_cluster")
