@@ -328,8 +328,18 @@ def _candidate_columns(items: list[dict[str, Any]], overflows: _Overflows) -> di
     return candidates
 
 
+EMPTY_LINKS_TYPE = pa.list_(pa.struct([("href", pa.string()), ("rel", pa.string())]))
+"""The type of a ``links`` column whose lists are all empty (items read from a STAC API, whose own links floe
+drops): the two members every STAC link has, so the table's column fits any later links (more members are
+added to it); empty lists decode back exactly whatever their element type."""
+
+
 def _typed_or_overflow(key: str, values: list[Any], untyped: set[str], overflows: _Overflows) -> pa.Array | None:
     """The column of ``key`` if its values type losslessly, else None with every present value in the overflow."""
+    if key == "links" and key not in untyped and all(value == [] for value in values if value is not None):
+        # Arrow infers list<null> for empty lists alone, which no table can store: every row would carry its
+        # empty links in the overflow.
+        return pa.array(values, type=EMPTY_LINKS_TYPE)
     typed = None if key in untyped else column_array(values)
     if typed is None:
         nested = key in NESTED_TOP

@@ -258,3 +258,37 @@ def test_a_year_before_1000_is_typed_and_comes_back_as_written():
     # The canonical rendering is the text itself: nothing about the datetime is kept aside.
     assert "datetime" not in (table.column(OVERFLOW)[0].as_py() or "")
     assert next(arrow_to_items(table)) == item
+
+
+def test_empty_links_are_typed_and_fit_the_links_of_later_items(tmp_path):
+    """Items a STAC API served keep `links: []` (floe drops the API's own links): a typed column, no overflow, and
+    the table's links column takes real links later (and the other way round), each read back as written."""
+    base = {
+        "type": "Feature",
+        "collection": "c",
+        "geometry": {"type": "Point", "coordinates": [1.0, 2.0]},
+        "bbox": [1.0, 2.0, 1.0, 2.0],
+    }
+    when = {"datetime": "2024-01-01T00:00:00Z"}
+    bare = [{**base, "id": f"bare-{n}", "properties": when, "links": []} for n in (1, 2)]
+    absent = {**base, "id": "absent", "properties": {"datetime": "2024-01-01T00:00:00Z"}}
+    linked = {
+        **base,
+        "id": "linked",
+        "properties": {"datetime": "2024-01-01T00:00:00Z"},
+        "links": [{"rel": "license", "href": "https://example.com/l", "type": "text/html", "title": "L"}],
+    }
+    table = items_to_arrow([*bare, absent])
+    assert table.column(OVERFLOW).null_count == table.num_rows
+    links = dict(zip(table.column("id").to_pylist(), table.column("links").to_pylist(), strict=True))
+    assert links == {"bare-1": [], "bare-2": [], "absent": None}
+
+    for order in ([[*bare, absent], [linked]], [[linked], [*bare, absent]]):
+        repo = Repository.create(tmp_path / f"r-{order[0][0]['id']}")
+        for number, batch in enumerate(order):
+            writer = repo.writer()
+            assert writer.add_items(batch) == []
+            writer.commit(f"batch {number}")
+        assert {item["id"]: item for item in repo.view().items()} == {
+            item["id"]: item for item in [*bare, absent, linked]
+        }
