@@ -27,7 +27,7 @@ import rioxarray
 import xarray as xr
 
 from ingest.errors import InvalidRaster
-from ingest.remote import GdalOptions, RemoteError, Stores, gdal_options, gdal_path, is_remote
+from ingest.remote import GdalOptions, RemoteError, Stores, first_bytes, gdal_options, gdal_path, is_remote
 from ingest.stac import DATETIME, ITEM, SLOT
 
 __all__ = ["InvalidRaster", "read_assets", "read_granule"]
@@ -88,8 +88,6 @@ def _why_unrecognized(source: str, stores: Stores | None, error: InvalidRaster) 
     as it is when that read works and the bytes are a TIFF's, or without ``stores``."""
     if stores is None or "not recognized as being in a supported file format" not in error.reason:
         return error
-    from ingest.remote import first_bytes
-
     try:
         start = first_bytes(stores, source, 8)
     except RemoteError as failed:
