@@ -1,7 +1,8 @@
 """Objects named by URL: obstore stores for ``s3://`` and ``http(s)://`` with floe's credentials, timeouts and retries.
 
 One home for reaching remote objects, whatever reads them (item files and
-catalogs now; rasters later):
+catalogs, remote rasters' HEADs and range reads, ``check --deep``; GDAL's
+configuration for the rasters it reads, :mod:`ingest.remote._gdal`):
 
 - ``s3://``: obstore's ``S3Store`` reads the ``AWS_*`` environment
   (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
@@ -13,7 +14,7 @@ catalogs now; rasters later):
   ``AWS_PROXY_URL``, timeouts) as soon as any client option is passed
   (pyo3-object_store ``aws/store.rs``: ``from_env()`` then
   ``with_client_options``), so floe reads those itself
-  (:func:`_environment_client_options`).
+  (``_stores._environment_client_options``).
 - ``http(s)://``: plain GETs (``HTTPStore``); there is no listing over HTTP.
   A URL with a query string (a presigned or SAS URL) is a store of its own,
   so the query goes with every request.
@@ -30,7 +31,8 @@ obstore with exponential backoff and jitter (:attr:`Transport.max_retries`
 attempts more, waits from :attr:`Transport.initial_backoff` doubling up to
 :attr:`Transport.max_backoff`, never past :attr:`Transport.retry_timeout`);
 what still fails is a :class:`RemoteError` with a short reason
-(:func:`describe`). Credentials are used, never written anywhere.
+(:func:`describe`). Timeouts and retries come from ``remote.*`` settings
+(:meth:`Transport.of`). Credentials are used, never written anywhere.
 """
 
 from ingest.remote._gdal import GDAL_REMOTE_OPTIONS, GdalOptions, gdal_options, gdal_path
