@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ingest.errors import InvalidItem, InvalidSource
-from ingest.remote import Stores, Transport, url_scheme
+from ingest.remote import Stores, url_scheme
 from ingest.stac import loads_json
 
 if TYPE_CHECKING:
@@ -198,13 +198,7 @@ def read_items(sources: Iterable[str | Path], options: SourceOptions | None = No
             if remote is None:
                 from ingest.pipeline._remote import RemoteReader
 
-                settings = options.remote
-                stores = Stores(
-                    s3=options.s3,
-                    anonymous=True if options.anonymous else (settings.anonymous if settings is not None else ()),
-                    transport=Transport.of(settings) if settings is not None else None,
-                )
-                remote = RemoteReader(stores)
+                remote = RemoteReader(Stores.reaching(options.s3, options.remote, anonymous=options.anonymous))
             yield from remote.read(str(source))
 
 

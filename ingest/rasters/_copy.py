@@ -27,7 +27,16 @@ import rioxarray
 import xarray as xr
 
 from ingest.errors import InvalidRaster
-from ingest.remote import GdalOptions, RemoteError, Stores, first_bytes, gdal_options, gdal_path, is_remote
+from ingest.remote import (
+    GDAL_CREDENTIALS,
+    GdalOptions,
+    RemoteError,
+    Stores,
+    first_bytes,
+    gdal_options,
+    gdal_path,
+    is_remote,
+)
 from ingest.stac import DATETIME, ITEM, SLOT
 
 __all__ = ["InvalidRaster", "read_assets", "read_granule"]
@@ -97,9 +106,6 @@ def _why_unrecognized(source: str, stores: Stores | None, error: InvalidRaster) 
     return error
 
 
-_CREDENTIALS = frozenset(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
-
-
 class _GivenCredentials(rasterio.session.Session):
     """Credentials handed to GDAL as they are: rasterio refuses them as plain options, and its own AWS session
     would look them up again through boto3."""
@@ -124,8 +130,8 @@ def _remote_env(options: Mapping[str, str], url: str) -> rasterio.Env:
     :class:`~ingest.remote.GdalOptions`); credentials among them go through a session."""
     if isinstance(options, GdalOptions):
         options = options.for_url(url)
-    credentials = {key: value for key, value in options.items() if key in _CREDENTIALS}
-    config = {key: value for key, value in options.items() if key not in _CREDENTIALS}
+    credentials = {key: value for key, value in options.items() if key in GDAL_CREDENTIALS}
+    config = {key: value for key, value in options.items() if key not in GDAL_CREDENTIALS}
     if credentials:
         return rasterio.Env(session=_GivenCredentials(credentials), **config)
     return rasterio.Env(**config)

@@ -57,7 +57,7 @@ from ingest.rasters._copy import (
 )
 from ingest.rasters._place import Place, locate
 from ingest.rasters._tiff import first_image_references, ifds_within, metadata_document, read_head
-from ingest.remote import Stores, describe
+from ingest.remote import Stores, describe, unreachable
 from ingest.storage import FILE_SCHEME
 
 log = logging.getLogger(__name__)
@@ -180,10 +180,6 @@ def _describe(source: str, dataset: rasterio.DatasetReader) -> _Described:
     )
 
 
-_UNREACHABLE = ("timed out", "access denied", "not authenticated", "no such object", "no such bucket", "cannot connect")
-"""How :func:`~ingest.remote.describe` begins a reason no other read of the object would get past."""
-
-
 def _read_head(source: str, place: Place) -> bytes | None:
     """The file's first bytes; None if they cannot be read for a reason GDAL's open may name better.
 
@@ -195,7 +191,7 @@ def _read_head(source: str, place: Place) -> bytes | None:
         return read_head(place)
     except Exception as exc:
         reason = describe(exc)
-        if reason.startswith(_UNREACHABLE):
+        if unreachable(reason):
             raise InvalidRaster(f"granule {source} cannot be read: {reason}", path=source) from exc
         log.debug("%s: header not read ahead (%s)", source, exc)
         return None

@@ -35,7 +35,7 @@ what still fails is a :class:`RemoteError` with a short reason
 (:meth:`Transport.of`). Credentials are used, never written anywhere.
 """
 
-from ingest.remote._gdal import GDAL_REMOTE_OPTIONS, GdalOptions, gdal_options, gdal_path
+from ingest.remote._gdal import GDAL_CREDENTIALS, GDAL_REMOTE_OPTIONS, GdalOptions, gdal_options, gdal_path
 from ingest.remote._stores import (
     REMOTE_SCHEMES,
     SUPPORTED,
@@ -48,11 +48,13 @@ from ingest.remote._stores import (
     head,
     is_remote,
     join_url,
+    unreachable,
     unsigned,
     url_scheme,
 )
 
 __all__ = [
+    "GDAL_CREDENTIALS",
     "GDAL_REMOTE_OPTIONS",
     "REMOTE_SCHEMES",
     "SUPPORTED",
@@ -68,6 +70,7 @@ __all__ = [
     "head",
     "is_remote",
     "join_url",
+    "unreachable",
     "unsigned",
     "url_scheme",
 ]

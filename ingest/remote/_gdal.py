@@ -37,7 +37,9 @@ GDAL_REMOTE_OPTIONS = {
     "GDAL_HTTP_LOW_SPEED_LIMIT": "1",  # bytes a second, below which a transfer counts as stalled ...
 }
 
-_GDAL_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+GDAL_CREDENTIALS = frozenset(("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"))
+"""The options of :func:`gdal_options` that are credentials (an unsigned read drops them; rasterio takes them
+through a session)."""
 
 
 class GdalOptions(dict[str, str]):
@@ -52,7 +54,7 @@ class GdalOptions(dict[str, str]):
         """The options to read ``url`` with: without credentials and unsigned under an anonymous prefix."""
         if not unsigned(url, self.anonymous):
             return dict(self)
-        options = {key: value for key, value in self.items() if key not in _GDAL_CREDENTIALS}
+        options = {key: value for key, value in self.items() if key not in GDAL_CREDENTIALS}
         options["AWS_NO_SIGN_REQUEST"] = "YES"
         return options
 

@@ -145,6 +145,15 @@ class RemoteError(Exception):
         super().__init__(f"{url}: {reason}")
 
 
+_UNREACHABLE = ("timed out", "access denied", "not authenticated", "no such object", "no such bucket", "cannot connect")
+
+
+def unreachable(reason: str) -> bool:
+    """Whether :func:`describe`'s ``reason`` says the object cannot be reached at all (a timeout after the
+    retries, a 403 or 401, a 404, no connection): another read of it would wait for the same answer."""
+    return reason.startswith(_UNREACHABLE)
+
+
 def describe(error: BaseException) -> str:
     """A short reason for an obstore failure, without obstore's debug dump (the URL goes with it elsewhere)."""
     text = str(error)
@@ -263,10 +272,15 @@ class Stores:
     def of(cls, settings: Settings, *, anonymous: bool = False) -> Stores:
         """Stores as ``settings`` say: their S3 keys and endpoint where set (else the environment), the
         prefixes of ``remote.anonymous`` (every bucket with ``anonymous``), their timeouts and retries."""
+        return cls.reaching(settings.s3 if settings.s3.given() else None, settings.remote, anonymous=anonymous)
+
+    @classmethod
+    def reaching(cls, s3: S3Settings | None, remote: RemoteSettings | None, *, anonymous: bool = False) -> Stores:
+        """:meth:`of` from its parts (None: the environment's keys; the defaults of ``remote``)."""
         return cls(
-            s3=settings.s3 if settings.s3.given() else None,
-            anonymous=True if anonymous else settings.remote.anonymous,
-            transport=Transport.of(settings.remote),
+            s3=s3,
+            anonymous=True if anonymous else (remote.anonymous if remote is not None else ()),
+            transport=Transport.of(remote) if remote is not None else None,
         )
 
     def prefetch_heads(self, urls: Iterable[str], concurrency: int = 16) -> None:

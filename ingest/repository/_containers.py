@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 import icechunk
 from icechunk.credentials import AnyCredential
 
-from ingest.remote import is_remote
+from ingest.remote import is_remote, unsigned
 from ingest.storage import FILE_SCHEME, Location, local_url
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def _prefixes(config: icechunk.RepositoryConfig | None) -> set[str]:
 
 
 def _s3_credentials(prefix: str, s3: S3Settings | None, anonymous: Sequence[str]) -> Any:
-    if (s3 is not None and s3.anonymous) or any(prefix.startswith(public) for public in anonymous):
+    if (s3 is not None and s3.anonymous) or unsigned(prefix, anonymous):
         return icechunk.s3_anonymous_credentials()
     if s3 is not None and s3.access_key_id and s3.secret_access_key:
         return icechunk.s3_static_credentials(
