@@ -9,6 +9,7 @@ and ``configs/default.toml``.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -56,6 +57,11 @@ class RemoteSettings(BaseModel):
     # backoff, and the longest all of one request's retries may take.
     retries: int = Field(default=4, ge=0)
     retry_timeout_s: float = Field(default=180.0, gt=0)
+    # The region of buckets outside the one set for everything (s3.region, AWS_REGION), by bucket:
+    # {"sentinel-cogs": "us-west-2"}. A bucket not named here has its region asked of S3 once per process (an
+    # unsigned HEAD of the bucket, which S3 answers with its region), unless find_regions is false.
+    regions: dict[str, str] = Field(default_factory=dict)
+    find_regions: bool = True
 
     @field_validator("anonymous")
     @classmethod
@@ -67,6 +73,16 @@ class RemoteSettings(BaseModel):
             # "s3://bucket" names the bucket, not every bucket whose name starts so.
             prefixes.append(value if value == "s3://" or value.endswith("/") else value + "/")
         return prefixes
+
+    @field_validator("regions")
+    @classmethod
+    def _regions(cls, values: dict[str, str]) -> dict[str, str]:
+        for bucket, region in values.items():
+            if not bucket or "/" in bucket or ":" in bucket:
+                raise ValueError(f"regions: {bucket!r} is not a bucket name (name the bucket alone, no s3://)")
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", region):
+                raise ValueError(f"regions: {region!r} (bucket {bucket}) is not a region name such as us-west-2")
+        return values
 
 
 class CommitSettings(BaseModel):

@@ -1,15 +1,23 @@
-"""A proxy on 127.0.0.1 in front of an S3 server (moto) that notes, for each request, whether it was signed.
+"""A proxy on 127.0.0.1 in front of an S3 server (moto) that notes, for each request, whether it was signed, and
+refuses a request signed for another region than its bucket's, as S3 does.
 
 moto checks no signature unless told to, and with its checks on it refuses
 unsigned requests even to a bucket whose policy makes it public; so whether a
 client reads a public bucket unsigned cannot be told from moto's answers. This
 proxy passes every request on as it came (the signature too: moto ignores it)
-and keeps, per request, the method, the path and whether it carried a SigV4
-signature (an ``Authorization`` header, or ``X-Amz-Signature`` in the query).
+and keeps, per request, the method, the path, whether it carried a SigV4
+signature (an ``Authorization`` header, or ``X-Amz-Signature`` in the query)
+and the region of the signature's scope.
 
-``GET /__requests__`` answers those notes as JSON (``[[method, path, signed],
-...]``) and is not passed on. Run as ``python -m tests._signature_proxy PORT
-TARGET_PORT``; SIGTERM stops it.
+moto does not care which region a request was signed for either. S3 does:
+a request for a bucket signed for another region than the bucket's gets a 301
+``PermanentRedirect`` without a ``Location``, naming the bucket's region in
+``x-amz-bucket-region``. So does this proxy, the bucket's region being the
+one moto names for it (asked once, with a HEAD of the bucket).
+
+``GET /__requests__`` answers those notes as JSON (``[[method, path, signed,
+region], ...]``) and is not passed on. Run as ``python -m
+tests._signature_proxy PORT TARGET_PORT``; SIGTERM stops it.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -24,6 +33,9 @@ from urllib.parse import urlsplit
 from tests._http_server import serve_until_terminated
 
 _HOP_BY_HOP = frozenset(("connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"))
+_SCOPE = re.compile(r"credential=[^/\s,&]+(?:/|%2f)\d{8}(?:/|%2f)([a-z0-9-]+)(?:/|%2f)s3", re.IGNORECASE)
+"""The region in a SigV4 credential scope (``AKID/20261205/us-east-1/s3/aws4_request``), in a header or a
+query (``X-Amz-Credential=AKID%2F...``)."""
 
 
 class SignatureProxy(ThreadingHTTPServer):
@@ -32,8 +44,27 @@ class SignatureProxy(ThreadingHTTPServer):
     def __init__(self, port: int, target: int) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.target = target
-        self.notes: list[tuple[str, str, bool]] = []
+        self.notes: list[tuple[str, str, bool, str | None]] = []
         self.lock = threading.Lock()
+        self.regions: dict[str, str] = {}
+
+    def bucket_region(self, bucket: str) -> str | None:
+        """The region the S3 server names for ``bucket`` (None: no such bucket yet, or none named)."""
+        with self.lock:
+            if bucket in self.regions:
+                return self.regions[bucket]
+        upstream = http.client.HTTPConnection("127.0.0.1", self.target, timeout=60)
+        try:
+            upstream.request("HEAD", f"/{bucket}")
+            answer = upstream.getresponse()
+            answer.read()
+            region = answer.getheader("x-amz-bucket-region") if answer.status == 200 else None
+        finally:
+            upstream.close()
+        if region:
+            with self.lock:
+                self.regions[bucket] = region
+        return region
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -55,9 +86,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         parts = urlsplit(self.path)
         signed = "authorization" in {key.lower() for key in self.headers} or "x-amz-signature=" in parts.query.lower()
+        scope = _SCOPE.search(f"{self.headers.get('Authorization') or ''} {parts.query}") if signed else None
+        region = scope.group(1) if scope else None
         with self.server.lock:
-            self.server.notes.append((self.command, parts.path, signed))
+            self.server.notes.append((self.command, parts.path, signed, region))
         body = self._body()
+        bucket = parts.path.lstrip("/").split("/", 1)[0]
+        expected = self.server.bucket_region(bucket) if bucket and region else None
+        if expected is not None and expected != region:
+            self._wrong_region(bucket, region, expected)
+            return
         upstream = http.client.HTTPConnection("127.0.0.1", self.server.target, timeout=60)
         try:
             headers = {key: value for key, value in self.headers.items() if key.lower() not in _HOP_BY_HOP}
@@ -75,6 +113,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
+
+    def _wrong_region(self, bucket: str, region: str | None, expected: str) -> None:
+        """S3's answer to a request signed for another region than the bucket's: a redirect that names no place
+        to go, only the bucket's region."""
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>PermanentRedirect</Code>'
+            f"<Message>signed for {region}: bucket {bucket} is in {expected}</Message>"
+            f"<Bucket>{bucket}</Bucket><Endpoint>s3.{expected}.amazonaws.com</Endpoint></Error>"
+        ).encode()
+        self.send_response(301, "Moved Permanently")
+        self.send_header("x-amz-bucket-region", expected)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def _body(self) -> bytes | None:
         """The request's body, sent with a length or in chunks (pyarrow's S3 writes chunked)."""

@@ -152,18 +152,22 @@ class MotoServer:
             force_path_style=True,
         )
 
-    def create_bucket(self) -> str:
+    def create_bucket(self, region: str = "us-east-1") -> str:
+        """A new bucket, in ``region`` (moto names it in its answer to a HEAD of the bucket, as S3 does)."""
         import boto3
 
         bucket = f"floe-{uuid.uuid4().hex[:12]}"
         client = boto3.client(
             "s3",
             endpoint_url=self.endpoint,
-            region_name="us-east-1",
+            region_name=region,
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
         )
-        client.create_bucket(Bucket=bucket)
+        if region == "us-east-1":
+            client.create_bucket(Bucket=bucket)
+        else:
+            client.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region})
         return bucket
 
     def stop(self) -> None:
@@ -240,6 +244,11 @@ class SignatureProxy:
 
     def requests(self) -> list[tuple[str, str, bool]]:
         """(method, path, signed) of every request passed on so far, in order."""
+        return [(method, path, signed) for method, path, signed, _ in self.notes()]
+
+    def notes(self) -> list[tuple[str, str, bool, str | None]]:
+        """(method, path, signed, the region it was signed for) of every request so far, in order; a request
+        refused for its region (tests/_signature_proxy.py) among them."""
         with urllib.request.urlopen(f"{self.endpoint}/__requests__", timeout=10) as answer:
             return [tuple(note) for note in json.loads(answer.read())]
 
@@ -250,7 +259,8 @@ class SignatureProxy:
 
 @pytest.fixture
 def signature_proxy(moto_server) -> Iterator[SignatureProxy]:
-    """A proxy of moto on 127.0.0.1 that notes whether each request was signed (a subprocess, stopped by pid)."""
+    """A proxy of moto on 127.0.0.1 that notes whether each request was signed, and for which region, and
+    refuses one signed for another region than its bucket's, as S3 does (a subprocess, stopped by pid)."""
     port = free_port()
     process = _test_server("_signature_proxy", str(port), str(moto_server.port))
     proxy = SignatureProxy(f"http://127.0.0.1:{port}", process)

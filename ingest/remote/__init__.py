@@ -25,6 +25,9 @@ configuration for the rasters it reads, :mod:`ingest.remote._gdal`):
   (``FLOE_REMOTE__ANONYMOUS``; ``floe ingest --anonymous`` adds ``s3://``,
   every bucket) are read unsigned, by obstore and by GDAL
   (:class:`GdalOptions`), whatever credentials are set for the rest.
+- Regions: each bucket is reached in its own region (``remote.regions``, else
+  the one S3 names when asked once per process), not only the one set for
+  everything (:mod:`ingest.remote._regions`).
 
 Transient failures (connection errors, 5xx, timeouts of reads) are retried by
 obstore with exponential backoff and jitter (:attr:`Transport.max_retries`
@@ -36,6 +39,7 @@ what still fails is a :class:`RemoteError` with a short reason
 """
 
 from ingest.remote._gdal import GDAL_CREDENTIALS, GDAL_REMOTE_OPTIONS, GdalOptions, gdal_options, gdal_path
+from ingest.remote._regions import Regions
 from ingest.remote._stores import (
     REMOTE_SCHEMES,
     SUPPORTED,
@@ -59,6 +63,7 @@ __all__ = [
     "REMOTE_SCHEMES",
     "SUPPORTED",
     "GdalOptions",
+    "Regions",
     "RemoteError",
     "Stores",
     "Transport",

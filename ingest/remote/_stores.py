@@ -19,6 +19,7 @@ from obstore.store import HTTPStore, S3Store
 
 from ingest._threads import interruptible, on_daemon_thread
 from ingest.errors import InvalidSource
+from ingest.remote._regions import Regions
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config, S3Credential
@@ -179,6 +180,12 @@ def describe(error: BaseException) -> str:
         return "unknown host (DNS lookup failed)"
     if "tcp connect error" in lowered or "error sending request" in lowered:
         return f"cannot connect{after}"
+    if "redirect without location" in lowered or "permanentredirect" in lowered:
+        # What AWS answers a request signed for another region than the bucket's (obstore follows no redirect).
+        return (
+            "the bucket is in another region than the one requests were signed for: name its region in "
+            "remote.regions (FLOE_REMOTE__REGIONS)"
+        )
     if "builder error" in lowered and "http://" in lowered:
         return "an http:// endpoint needs allow_http (FLOE_S3__ALLOW_HTTP=true or AWS_ALLOW_HTTP=true)"
     if status := _STATUS.search(text):
@@ -257,6 +264,7 @@ class Stores:
         s3: S3Settings | None = None,
         anonymous: bool | Iterable[str] = False,
         transport: Transport | None = None,
+        regions: Regions | None = None,
     ) -> None:
         self.s3 = s3
         every = anonymous is True or bool(s3 is not None and s3.anonymous)
@@ -264,6 +272,8 @@ class Stores:
         self.anonymous: tuple[str, ...] = ("s3://",) if every else prefixes
         """The ``s3://`` prefixes read unsigned (``("s3://",)``: every bucket)."""
         self.transport = transport if transport is not None else Transport()
+        self.regions = regions if regions is not None else Regions.of(s3, None)
+        """Each bucket's region (:mod:`ingest.remote._regions`)."""
         self._stores: dict[tuple[str, str], ObjectStore] = {}
         self.heads: dict[str, dict[str, Any]] = {}
         """What :func:`head` found, by URL, kept for the life of these stores (one batch)."""
@@ -281,6 +291,7 @@ class Stores:
             s3=s3,
             anonymous=True if anonymous else (remote.anonymous if remote is not None else ()),
             transport=Transport.of(remote) if remote is not None else None,
+            regions=Regions.of(s3, remote),
         )
 
     def prefetch_heads(self, urls: Iterable[str], concurrency: int = 16) -> None:
@@ -389,6 +400,8 @@ class Stores:
                 credentials = _StaticCredentials(
                     settings.access_key_id, settings.secret_access_key, settings.session_token
                 )
+        if (bucket_region := self.regions.of_bucket(bucket)) is not None:
+            config["region"] = bucket_region
         if anonymous:
             config["skip_signature"] = True
         elif credentials is None and (profile := _aws_profile()) is not None:

@@ -10,7 +10,8 @@ each place its own container:
   folder would make the config grow with every archive;
 - an S3 bucket (``s3://bucket/``), with the endpoint, region and addressing
   style that reach it (from floe's ``s3`` settings, else the ``AWS_*``
-  environment), never its credentials;
+  environment; the bucket's own region, :class:`~ingest.remote.Regions`),
+  never its credentials;
 - an HTTP host (``https://host:port/``).
 
 floe authorizes every container recorded in a repository's config whenever
@@ -32,7 +33,7 @@ from urllib.parse import urlparse
 import icechunk
 from icechunk.credentials import AnyCredential
 
-from ingest.remote import is_remote, unsigned
+from ingest.remote import Regions, is_remote, unsigned
 from ingest.storage import FILE_SCHEME, Location, local_url
 
 if TYPE_CHECKING:
@@ -110,11 +111,17 @@ def missing_prefixes(config: icechunk.RepositoryConfig | None, urls: Iterable[st
     return sorted(prefix for prefix in needed if not any(prefix.startswith(k) for k in known))
 
 
-def _s3_store(s3: S3Settings | None) -> icechunk.ObjectStoreConfig.S3Compatible | icechunk.ObjectStoreConfig.S3:
-    """Where a bucket's objects are read from: floe's settings where set, else the ``AWS_*`` environment."""
+def _s3_store(
+    s3: S3Settings | None, bucket: str, regions: Regions
+) -> icechunk.ObjectStoreConfig.S3Compatible | icechunk.ObjectStoreConfig.S3:
+    """Where ``bucket``'s objects are read from: floe's settings where set, else the ``AWS_*`` environment; in
+    the bucket's own region where ``regions`` knows it."""
     endpoint = (s3.endpoint_url if s3 is not None else None) or os.environ.get("AWS_ENDPOINT_URL")
     region = (
-        (s3.region if s3 is not None else None) or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        regions.of_bucket(bucket)
+        or (s3.region if s3 is not None else None)
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
     )
     allow_http = bool(s3 is not None and s3.allow_http) or os.environ.get("AWS_ALLOW_HTTP", "").lower() == "true"
     allow_http = allow_http or bool(endpoint and endpoint.startswith("http://"))
@@ -128,15 +135,20 @@ def _s3_store(s3: S3Settings | None) -> icechunk.ObjectStoreConfig.S3Compatible 
 
 
 def with_containers(
-    config: icechunk.RepositoryConfig | None, prefixes: Iterable[str], s3: S3Settings | None = None
+    config: icechunk.RepositoryConfig | None,
+    prefixes: Iterable[str],
+    s3: S3Settings | None = None,
+    regions: Regions | None = None,
 ) -> icechunk.RepositoryConfig:
-    """``config`` (or the default one) with a container for each of ``prefixes`` (see :func:`container_prefix`)."""
+    """``config`` (or the default one) with a container for each of ``prefixes`` (see :func:`container_prefix`),
+    a bucket's in its region where ``regions`` knows it (default: the region set for everything)."""
     updated = config if config is not None else icechunk.RepositoryConfig.default()
+    regions = regions if regions is not None else Regions(find=False)
     for prefix in prefixes:
         parsed = urlparse(prefix)
         store: object
         if parsed.scheme == "s3":
-            store = _s3_store(s3)
+            store = _s3_store(s3, parsed.netloc, regions)
         elif parsed.scheme in ("http", "https"):
             store = icechunk.http_store({"allow_http": "true"} if parsed.scheme == "http" else None)
         else:
@@ -162,8 +174,11 @@ def allow_sources(
     paths: Iterable[str | os.PathLike[str]],
     s3: S3Settings | None,
     anonymous: Sequence[str] = (),
+    *,
+    regions: Regions | None = None,
 ) -> tuple[icechunk.Repository, list[str]]:
-    """``repo`` with containers covering ``paths`` (saved in its config, authorized), and the prefixes added."""
+    """``repo`` with containers covering ``paths`` (saved in its config, authorized; a bucket's in its region,
+    ``regions``), and the prefixes added."""
     urls = [str(path) if is_remote(str(path)) else local_url(path) for path in paths]
     if not missing_prefixes(repo.config, urls):
         return repo, []
@@ -171,7 +186,7 @@ def allow_sources(
         # Another process may have added containers meanwhile: merge into the stored config.
         stored = icechunk.Repository.fetch_config(location.icechunk_storage())
         added = missing_prefixes(stored, urls)
-        config = with_containers(stored, added, s3)
+        config = with_containers(stored, added, s3, regions)
         repo = repo.reopen(config=config, authorize_virtual_chunk_access=container_access(config, s3, anonymous))
         if added:
             repo.save_config()

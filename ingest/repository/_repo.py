@@ -30,6 +30,7 @@ from ingest.errors import (
     RepositoryMoved,
     RepositoryNotFound,
 )
+from ingest.remote import Regions
 from ingest.repository._append import ManifestCache
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import (
@@ -288,8 +289,14 @@ class Repository:
         keep the old config: call it before opening the writers that
         reference them. Returns the container prefixes added.
         """
+        s3 = _s3_of(self.settings)
         self.icechunk, added = allow_sources(
-            self.icechunk, self.location, paths, _s3_of(self.settings), self.settings.remote.anonymous
+            self.icechunk,
+            self.location,
+            paths,
+            s3,
+            self.settings.remote.anonymous,
+            regions=Regions.of(s3, self.settings.remote),
         )
         if added:
             log.info("repository %s may now reference files under %s", self.location.url, ", ".join(added))

@@ -25,9 +25,10 @@ def s3_client(moto_server: MotoServer):
     )
 
 
-def upload(moto_server: MotoServer, folder: Path) -> tuple[str, str]:
-    """Every file of ``folder`` under ``s3://<new bucket>/archive/``; returns the bucket and the folder URL."""
-    bucket = moto_server.create_bucket()
+def upload(moto_server: MotoServer, folder: Path, region: str = "us-east-1") -> tuple[str, str]:
+    """Every file of ``folder`` under ``s3://<new bucket in region>/archive/``; returns the bucket and the folder
+    URL."""
+    bucket = moto_server.create_bucket(region)
     client = s3_client(moto_server)
     for path in sorted(folder.rglob("*")):
         if path.is_file():

@@ -1,0 +1,114 @@
+"""Which region each S3 bucket is reached in (see :mod:`ingest.remote`).
+
+S3 signs a request for one region, and a bucket answers only requests signed
+for its own: AWS answers any other with a redirect without a ``Location``
+(obstore: "Received redirect without LOCATION") or a 400
+``AuthorizationHeaderMalformed``; neither obstore nor Icechunk follows it. A
+public archive rarely lives in the region of the repository it is copied into
+(Sentinel-2 COGs are in ``us-west-2``). So each bucket of a remote source gets
+its own region:
+
+- the one ``remote.regions`` names for it (``FLOE_REMOTE__REGIONS='{"sentinel-cogs": "us-west-2"}'``);
+- else, unless ``remote.find_regions`` is false, the one S3 itself names: one
+  unsigned ``HEAD`` of the bucket at the endpoint (``https://s3.amazonaws.com``
+  without one), whose answer carries ``x-amz-bucket-region`` whatever its
+  status (a 301 to another region, a 403 to a stranger), asked once per process
+  and endpoint;
+- else (not found, no answer) the region set for everything (``s3.region``,
+  ``AWS_REGION``).
+
+It applies to obstore's stores, GDAL's ``/vsis3/`` reads and the virtual chunk
+containers of the buckets; the repository's own storage keeps ``s3.region``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import os
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from ingest.config import RemoteSettings, S3Settings
+
+log = logging.getLogger(__name__)
+
+AWS_ENDPOINT = "https://s3.amazonaws.com"
+"""Where a bucket's region is asked without an endpoint: AWS's global endpoint answers for buckets of any region."""
+
+REGION_HEADER = "x-amz-bucket-region"
+
+PROBE_TIMEOUT_S = 10.0
+"""The longest the question may take (connect and answer), whatever ``remote.connect_timeout_s`` says: the
+answer is only an improvement on the region set for everything."""
+
+_FOUND: dict[tuple[str, str], str | None] = {}
+_FOUND_LOCK = threading.Lock()
+
+
+def s3_endpoint(s3: S3Settings | None) -> str | None:
+    """The S3 endpoint requests go to: floe's setting, else ``AWS_ENDPOINT_URL``; None: AWS itself."""
+    return (s3.endpoint_url if s3 is not None else None) or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+@dataclass(frozen=True)
+class Regions:
+    """The region of each bucket (see the module): ``named`` ones, else asked of ``endpoint`` when ``find``."""
+
+    named: Mapping[str, str] = field(default_factory=dict)
+    find: bool = True
+    endpoint: str | None = None
+    """The S3 endpoint asked (None: AWS's)."""
+    timeout_s: float = PROBE_TIMEOUT_S
+
+    @classmethod
+    def of(cls, s3: S3Settings | None, remote: RemoteSettings | None) -> Regions:
+        """The regions ``remote`` names or lets floe find, at the endpoint ``s3`` (or the environment) sets."""
+        if remote is None:
+            return cls(endpoint=s3_endpoint(s3))
+        return cls(
+            dict(remote.regions),
+            remote.find_regions,
+            s3_endpoint(s3),
+            min(PROBE_TIMEOUT_S, remote.connect_timeout_s + remote.read_timeout_s),
+        )
+
+    def of_bucket(self, bucket: str) -> str | None:
+        """``bucket``'s region; None: the region set for everything applies."""
+        if bucket in self.named:
+            return self.named[bucket]
+        if not self.find:
+            return None
+        key = (self.endpoint or AWS_ENDPOINT, bucket)
+        with _FOUND_LOCK:
+            if key in _FOUND:
+                return _FOUND[key]
+        found = asked_region(key[0], bucket, self.timeout_s)
+        with _FOUND_LOCK:
+            _FOUND.setdefault(key, found)
+            return _FOUND[key]
+
+
+def asked_region(endpoint: str, bucket: str, timeout_s: float) -> str | None:
+    """The region ``endpoint`` names for ``bucket`` in its answer to an unsigned ``HEAD`` of the bucket (any
+    status); None (logged) when it names none or cannot be reached."""
+    url = f"{endpoint.rstrip('/')}/{quote(bucket, safe='')}"
+    request = urllib.request.Request(url, method="HEAD")  # noqa: S310 - an http(s) endpoint of the settings
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310 - as above
+            region = answer.headers.get(REGION_HEADER)
+    except urllib.error.HTTPError as error:  # 301 (another region), 403 (not ours): the header is there too
+        region = error.headers.get(REGION_HEADER) if error.headers is not None else None
+    except (OSError, ValueError, http.client.HTTPException) as error:
+        log.info("the region of bucket %s could not be asked at %s (%s): the region set applies", bucket, url, error)
+        return None
+    if not region:
+        log.debug("%s names no region for bucket %s: the region set applies", endpoint, bucket)
+        return None
+    return region.strip()
