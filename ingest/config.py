@@ -62,14 +62,17 @@ class RemoteSettings(BaseModel):
     # unsigned HEAD of the bucket, which S3 answers with its region), unless find_regions is false.
     regions: dict[str, str] = Field(default_factory=dict)
     find_regions: bool = True
+    # s3:// prefixes (buckets, as a rule) whose requester pays for what it reads (Landsat Collection 2:
+    # "s3://usgs-landsat/"): their requests say so, signed. "s3://": every bucket (`floe ingest --requester-pays`).
+    requester_pays: list[str] = Field(default_factory=list)
 
-    @field_validator("anonymous")
+    @field_validator("anonymous", "requester_pays")
     @classmethod
     def _prefixes(cls, values: list[str]) -> list[str]:
         prefixes = []
         for value in values:
             if not value.startswith("s3://"):
-                raise ValueError(f"anonymous prefix {value!r} is not an s3:// URL (only S3 requests are signed)")
+                raise ValueError(f"prefix {value!r} is not an s3:// URL (only S3 requests are signed)")
             # "s3://bucket" names the bucket, not every bucket whose name starts so.
             prefixes.append(value if value == "s3://" or value.endswith("/") else value + "/")
         return prefixes

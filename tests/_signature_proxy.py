@@ -15,8 +15,14 @@ a request for a bucket signed for another region than the bucket's gets a 301
 ``x-amz-bucket-region``. So does this proxy, the bucket's region being the
 one moto names for it (asked once, with a HEAD of the bucket).
 
+Nor does moto know requester-pays buckets. ``PUT /__requester_pays__/BUCKET``
+makes this proxy treat BUCKET as S3 treats one for a reader that is not its
+owner: a request that does not say its requester pays
+(``x-amz-request-payer: requester``, a header or in the query) gets a 403
+``AccessDenied``. Each note says whether the request said so.
+
 ``GET /__requests__`` answers those notes as JSON (``[[method, path, signed,
-region], ...]``) and is not passed on. Run as ``python -m
+region, paying], ...]``) and is not passed on. Run as ``python -m
 tests._signature_proxy PORT TARGET_PORT``; SIGTERM stops it.
 """
 
@@ -44,9 +50,11 @@ class SignatureProxy(ThreadingHTTPServer):
     def __init__(self, port: int, target: int) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.target = target
-        self.notes: list[tuple[str, str, bool, str | None]] = []
+        self.notes: list[tuple[str, str, bool, str | None, bool]] = []
         self.lock = threading.Lock()
         self.regions: dict[str, str] = {}
+        self.paying: set[str] = set()
+        """Buckets whose requester pays."""
 
     def bucket_region(self, bucket: str) -> str | None:
         """The region the S3 server names for ``bucket`` (None: no such bucket yet, or none named)."""
@@ -84,17 +92,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(body)
             return
+        if self.command == "PUT" and self.path.startswith("/__requester_pays__/"):
+            with self.server.lock:
+                self.server.paying.add(self.path.removeprefix("/__requester_pays__/"))
+            self._answer(200, "OK", b"", {})
+            return
         parts = urlsplit(self.path)
         signed = "authorization" in {key.lower() for key in self.headers} or "x-amz-signature=" in parts.query.lower()
         scope = _SCOPE.search(f"{self.headers.get('Authorization') or ''} {parts.query}") if signed else None
         region = scope.group(1) if scope else None
+        paying = (self.headers.get("x-amz-request-payer") or "").lower() == "requester" or (
+            "x-amz-request-payer=requester" in parts.query.lower()
+        )
         with self.server.lock:
-            self.server.notes.append((self.command, parts.path, signed, region))
+            self.server.notes.append((self.command, parts.path, signed, region, paying))
         body = self._body()
         bucket = parts.path.lstrip("/").split("/", 1)[0]
         expected = self.server.bucket_region(bucket) if bucket and region else None
         if expected is not None and expected != region:
             self._wrong_region(bucket, region, expected)
+            return
+        with self.server.lock:
+            refused = bucket in self.server.paying and not paying
+        if refused:
+            self._payment_required(bucket)
             return
         upstream = http.client.HTTPConnection("127.0.0.1", self.server.target, timeout=60)
         try:
@@ -114,6 +135,27 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(data)
 
+    def _answer(self, status: int, reason: str, body: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status, reason)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _payment_required(self, bucket: str) -> None:
+        """S3's answer to a reader of a requester-pays bucket who does not say it pays (a HEAD of the bucket
+        still names its region)."""
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+            f"<Message>bucket {bucket}: its requester pays, and this request does not say so</Message></Error>"
+        ).encode()
+        headers = {"Content-Type": "application/xml"}
+        if region := self.server.bucket_region(bucket):
+            headers["x-amz-bucket-region"] = region
+        self._answer(403, "Forbidden", body, headers)
+
     def _wrong_region(self, bucket: str, region: str | None, expected: str) -> None:
         """S3's answer to a request signed for another region than the bucket's: a redirect that names no place
         to go, only the bucket's region."""
@@ -122,13 +164,9 @@ class _Handler(BaseHTTPRequestHandler):
             f"<Message>signed for {region}: bucket {bucket} is in {expected}</Message>"
             f"<Bucket>{bucket}</Bucket><Endpoint>s3.{expected}.amazonaws.com</Endpoint></Error>"
         ).encode()
-        self.send_response(301, "Moved Permanently")
-        self.send_header("x-amz-bucket-region", expected)
-        self.send_header("Content-Type", "application/xml")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        self._answer(
+            301, "Moved Permanently", body, {"x-amz-bucket-region": expected, "Content-Type": "application/xml"}
+        )
 
     def _body(self) -> bytes | None:
         """The request's body, sent with a length or in chunks (pyarrow's S3 writes chunked)."""

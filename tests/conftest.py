@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
@@ -235,6 +235,18 @@ def _serving[T](process: subprocess.Popen, probe: Callable[[], object], server: 
         process.wait(timeout=10)
 
 
+class ProxyNote(NamedTuple):
+    """One request as tests/_signature_proxy.py saw it."""
+
+    method: str
+    path: str
+    signed: bool
+    region: str | None
+    """The region of the signature's scope (None: unsigned)."""
+    paying: bool
+    """It said its requester pays (``x-amz-request-payer: requester``)."""
+
+
 @dataclass
 class SignatureProxy:
     """tests/_signature_proxy.py in front of moto: what each request asked for, and whether it was signed."""
@@ -244,13 +256,18 @@ class SignatureProxy:
 
     def requests(self) -> list[tuple[str, str, bool]]:
         """(method, path, signed) of every request passed on so far, in order."""
-        return [(method, path, signed) for method, path, signed, _ in self.notes()]
+        return [(note.method, note.path, note.signed) for note in self.notes()]
 
-    def notes(self) -> list[tuple[str, str, bool, str | None]]:
-        """(method, path, signed, the region it was signed for) of every request so far, in order; a request
-        refused for its region (tests/_signature_proxy.py) among them."""
+    def notes(self) -> list[ProxyNote]:
+        """Every request so far, in order, those refused (tests/_signature_proxy.py) among them."""
         with urllib.request.urlopen(f"{self.endpoint}/__requests__", timeout=10) as answer:
-            return [tuple(note) for note in json.loads(answer.read())]
+            return [ProxyNote(*note) for note in json.loads(answer.read())]
+
+    def requester_pays(self, bucket: str) -> None:
+        """Refuse, from now on, a request for ``bucket`` that does not say its requester pays (as S3 does)."""
+        request = urllib.request.Request(f"{self.endpoint}/__requester_pays__/{bucket}", method="PUT")
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            answer.read()
 
     def s3_settings(self, moto_server: MotoServer) -> S3Settings:
         """moto's settings (its keys), its requests going through this proxy."""

@@ -227,6 +227,18 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             ),
         ),
     ] = False,
+    requester_pays: Annotated[
+        bool,
+        typer.Option(
+            "--requester-pays",
+            help=(
+                "Read s3:// sources and remote rasters as their requester paying (buckets whose owner charges "
+                "readers, such as Landsat Collection 2's s3://usgs-landsat/): requests say so and are signed, so "
+                "your AWS account pays for what is read. Only some buckets: remote.requester_pays "
+                "(FLOE_REMOTE__REQUESTER_PAYS='[\"s3://usgs-landsat/\"]')."
+            ),
+        ),
+    ] = False,
     prune: Annotated[
         bool,
         typer.Option(
@@ -273,7 +285,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         settings_of(ctx).arrays.layout = layout  # type: ignore[assignment]  # checked just above
     options = _source_options(sources, collections, bbox, datetime_range, search_filter, since, anonymous, prune)
     options.remote_assets = remote_assets
-    _unsigned(ctx, anonymous=anonymous)
+    _unsigned(ctx, anonymous=anonymous, requester_pays=requester_pays)
     with _report_file(report) as sink, floe_errors(_INTERRUPTED):
         try:
             repository = open_repository(ctx)
@@ -348,11 +360,16 @@ def _report_file(report: Path | None) -> Any:
         fail(f"cannot write the report {report}: {error.strerror or error}", 2)
 
 
-def _unsigned(ctx: typer.Context, *, anonymous: bool) -> None:
+def _unsigned(ctx: typer.Context, *, anonymous: bool, requester_pays: bool) -> None:
     """``--anonymous``: every bucket read unsigned, rasters too (actors read the settings), and the virtual
-    references into every bucket; the repository's own storage keeps its credentials."""
+    references into every bucket; the repository's own storage keeps its credentials. ``--requester-pays``:
+    every bucket read as its requester paying."""
+    if anonymous and requester_pays:
+        fail("--anonymous and --requester-pays exclude each other: a requester who pays signs its requests", 2)
     if anonymous:
         settings_of(ctx).remote.anonymous = ["s3://"]
+    if requester_pays:
+        settings_of(ctx).remote.requester_pays = ["s3://"]
 
 
 def _source_options(  # noqa: PLR0917 - one per option of `floe ingest`

@@ -48,6 +48,14 @@ def locate(source: str, stores: Stores | None) -> Place:
                 path=source,
             )
         stores = stores if stores is not None else Stores()
+        if stores.buckets.pays(source):
+            # Icechunk's S3 virtual chunk reads send no x-amz-request-payer (icechunk 2.3,
+            # icechunk/src/virtual_chunks.rs S3Fetcher::fetch_part), so such a bucket refuses them.
+            raise NotVirtualizable(
+                f"granule {source} cannot be referenced: its bucket's requester pays, and Icechunk's reads of "
+                "virtual chunks cannot say so; it is copied",
+                path=source,
+            )
         try:
             described = head(stores, source)
             store, _path = stores.locate(source)

@@ -25,9 +25,10 @@ configuration for the rasters it reads, :mod:`ingest.remote._gdal`):
   (``FLOE_REMOTE__ANONYMOUS``; ``floe ingest --anonymous`` adds ``s3://``,
   every bucket) are read unsigned, by obstore and by GDAL
   (:class:`GdalOptions`), whatever credentials are set for the rest.
-- Regions: each bucket is reached in its own region (``remote.regions``, else
-  the one S3 names when asked once per process), not only the one set for
-  everything (:mod:`ingest.remote._regions`).
+- Buckets (:mod:`ingest.remote._buckets`): each bucket is reached in its own
+  region (``remote.regions``, else the one S3 names when asked once per
+  process), not only the one set for everything; reads under a prefix of
+  ``remote.requester_pays`` say their requester pays.
 
 Transient failures (connection errors, 5xx, timeouts of reads) are retried by
 obstore with exponential backoff and jitter (:attr:`Transport.max_retries`
@@ -38,8 +39,8 @@ what still fails is a :class:`RemoteError` with a short reason
 (:meth:`Transport.of`). Credentials are used, never written anywhere.
 """
 
+from ingest.remote._buckets import Buckets
 from ingest.remote._gdal import GDAL_CREDENTIALS, GDAL_REMOTE_OPTIONS, GdalOptions, gdal_options, gdal_path
-from ingest.remote._regions import Regions
 from ingest.remote._stores import (
     REMOTE_SCHEMES,
     SUPPORTED,
@@ -62,8 +63,8 @@ __all__ = [
     "GDAL_REMOTE_OPTIONS",
     "REMOTE_SCHEMES",
     "SUPPORTED",
+    "Buckets",
     "GdalOptions",
-    "Regions",
     "RemoteError",
     "Stores",
     "Transport",

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ingest.remote._regions import Regions
+from ingest.remote._buckets import Buckets
 from ingest.remote._stores import Transport, unsigned, url_scheme
 
 if TYPE_CHECKING:
@@ -45,27 +45,30 @@ through a session)."""
 
 class GdalOptions(dict[str, str]):
     """GDAL configuration for remote rasters (:func:`gdal_options`), which knows the ``s3://`` prefixes to
-    read unsigned and each bucket's region: :meth:`for_url` gives the options for one raster."""
+    read unsigned and what it knows of buckets (:class:`Buckets`): :meth:`for_url` gives the options for one
+    raster."""
 
-    def __init__(self, options: dict[str, str], anonymous: Iterable[str] = (), regions: Regions | None = None) -> None:
+    def __init__(self, options: dict[str, str], anonymous: Iterable[str] = (), buckets: Buckets | None = None) -> None:
         super().__init__(options)
         self.anonymous = tuple(anonymous)
-        self.regions = regions if regions is not None else Regions(find=False)
+        self.buckets = buckets if buckets is not None else Buckets(find=False)
 
     def for_url(self, url: str) -> dict[str, str]:
-        """The options to read ``url`` with: in its bucket's region, without credentials and unsigned under an
-        anonymous prefix."""
+        """The options to read ``url`` with: in its bucket's region; without credentials and unsigned under an
+        anonymous prefix, else saying its requester pays under such a prefix."""
         options = dict(self)
-        if url_scheme(url) == "s3" and (region := self.regions.of_bucket(urlparse(url).netloc)) is not None:
+        if url_scheme(url) == "s3" and (region := self.buckets.region(urlparse(url).netloc)) is not None:
             options["AWS_REGION"] = region
         if not unsigned(url, self.anonymous):
+            if self.buckets.pays(url):
+                options["AWS_REQUEST_PAYER"] = "requester"
             return options
         options = {key: value for key, value in options.items() if key not in GDAL_CREDENTIALS}
         options["AWS_NO_SIGN_REQUEST"] = "YES"
         return options
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (GdalOptions, (dict(self), self.anonymous, self.regions))
+        return (GdalOptions, (dict(self), self.anonymous, self.buckets))
 
 
 def gdal_options(
@@ -101,7 +104,7 @@ def gdal_options(
             options["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
             if s3.session_token:
                 options["AWS_SESSION_TOKEN"] = s3.session_token
-    regions = Regions.of(s3, remote)
+    buckets = Buckets.of(s3, remote)
     if anonymous or (s3 is not None and s3.anonymous):
-        return GdalOptions(options, ("s3://",), regions)
-    return GdalOptions(options, remote.anonymous if remote is not None else (), regions)
+        return GdalOptions(options, ("s3://",), buckets)
+    return GdalOptions(options, remote.anonymous if remote is not None else (), buckets)

@@ -19,7 +19,7 @@ from obstore.store import HTTPStore, S3Store
 
 from ingest._threads import interruptible, on_daemon_thread
 from ingest.errors import InvalidSource
-from ingest.remote._regions import Regions
+from ingest.remote._buckets import Buckets
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config, S3Credential
@@ -264,7 +264,7 @@ class Stores:
         s3: S3Settings | None = None,
         anonymous: bool | Iterable[str] = False,
         transport: Transport | None = None,
-        regions: Regions | None = None,
+        buckets: Buckets | None = None,
     ) -> None:
         self.s3 = s3
         every = anonymous is True or bool(s3 is not None and s3.anonymous)
@@ -272,8 +272,8 @@ class Stores:
         self.anonymous: tuple[str, ...] = ("s3://",) if every else prefixes
         """The ``s3://`` prefixes read unsigned (``("s3://",)``: every bucket)."""
         self.transport = transport if transport is not None else Transport()
-        self.regions = regions if regions is not None else Regions.of(s3, None)
-        """Each bucket's region (:mod:`ingest.remote._regions`)."""
+        self.buckets = buckets if buckets is not None else Buckets.of(s3, None)
+        """Each bucket's region, and whose requester pays (:mod:`ingest.remote._buckets`)."""
         self._stores: dict[tuple[str, str], ObjectStore] = {}
         self.heads: dict[str, dict[str, Any]] = {}
         """What :func:`head` found, by URL, kept for the life of these stores (one batch)."""
@@ -291,7 +291,7 @@ class Stores:
             s3=s3,
             anonymous=True if anonymous else (remote.anonymous if remote is not None else ()),
             transport=Transport.of(remote) if remote is not None else None,
-            regions=Regions.of(s3, remote),
+            buckets=Buckets.of(s3, remote),
         )
 
     def prefetch_heads(self, urls: Iterable[str], concurrency: int = 16) -> None:
@@ -363,18 +363,20 @@ class Stores:
 
     def bucket_store(self, bucket: str, key: str, *, url: str | None = None) -> ObjectStore:
         """The store that reads the object ``key`` of ``bucket``: unsigned under an anonymous prefix, else signed
-        (one of each per bucket). ``url`` names the object in errors (default: ``s3://bucket/key``).
+        (and saying its requester pays under such a prefix); one of each kind per bucket. ``url`` names the
+        object in errors (default: ``s3://bucket/key``).
 
         Raises:
             RemoteError: obstore refuses to build the store, or an AWS profile holds no usable credentials.
         """
         url = url if url is not None else f"s3://{bucket}/{key}"
         anonymous = unsigned(f"s3://{bucket}/{key}", self.anonymous)
-        cache_key = ("s3", bucket + ("#unsigned" if anonymous else ""))
+        paying = not anonymous and self.buckets.pays(f"s3://{bucket}/{key}")
+        cache_key = ("s3", bucket + ("#unsigned" if anonymous else "") + ("#paying" if paying else ""))
         store = self._stores.get(cache_key)
         if store is None:
             try:
-                store = self._s3_store(bucket, anonymous=anonymous)
+                store = self._s3_store(bucket, anonymous=anonymous, paying=paying)
             except RemoteError as error:
                 raise RemoteError(url, f"{error.url}: {error.reason}") from error
             except Exception as error:
@@ -382,7 +384,7 @@ class Stores:
             self._stores[cache_key] = store
         return store
 
-    def _s3_store(self, bucket: str, *, anonymous: bool) -> ObjectStore:
+    def _s3_store(self, bucket: str, *, anonymous: bool, paying: bool = False) -> ObjectStore:
         settings = self.s3
         config: S3Config = {}
         credentials: _StaticCredentials | None = None
@@ -400,8 +402,10 @@ class Stores:
                 credentials = _StaticCredentials(
                     settings.access_key_id, settings.secret_access_key, settings.session_token
                 )
-        if (bucket_region := self.regions.of_bucket(bucket)) is not None:
+        if (bucket_region := self.buckets.region(bucket)) is not None:
             config["region"] = bucket_region
+        if paying:
+            config["request_payer"] = True
         if anonymous:
             config["skip_signature"] = True
         elif credentials is None and (profile := _aws_profile()) is not None:

@@ -10,8 +10,8 @@ each place its own container:
   folder would make the config grow with every archive;
 - an S3 bucket (``s3://bucket/``), with the endpoint, region and addressing
   style that reach it (from floe's ``s3`` settings, else the ``AWS_*``
-  environment; the bucket's own region, :class:`~ingest.remote.Regions`),
-  never its credentials;
+  environment; the bucket's own region, and whether its requester pays:
+  :class:`~ingest.remote.Buckets`), never its credentials;
 - an HTTP host (``https://host:port/``).
 
 floe authorizes every container recorded in a repository's config whenever
@@ -33,7 +33,7 @@ from urllib.parse import urlparse
 import icechunk
 from icechunk.credentials import AnyCredential
 
-from ingest.remote import Regions, is_remote, unsigned
+from ingest.remote import Buckets, is_remote, unsigned
 from ingest.storage import FILE_SCHEME, Location, local_url
 
 if TYPE_CHECKING:
@@ -112,13 +112,13 @@ def missing_prefixes(config: icechunk.RepositoryConfig | None, urls: Iterable[st
 
 
 def _s3_store(
-    s3: S3Settings | None, bucket: str, regions: Regions
+    s3: S3Settings | None, bucket: str, buckets: Buckets
 ) -> icechunk.ObjectStoreConfig.S3Compatible | icechunk.ObjectStoreConfig.S3:
     """Where ``bucket``'s objects are read from: floe's settings where set, else the ``AWS_*`` environment; in
-    the bucket's own region where ``regions`` knows it."""
+    the bucket's own region where ``buckets`` knows it, saying its requester pays where they say so."""
     endpoint = (s3.endpoint_url if s3 is not None else None) or os.environ.get("AWS_ENDPOINT_URL")
     region = (
-        regions.of_bucket(bucket)
+        buckets.region(bucket)
         or (s3.region if s3 is not None else None)
         or os.environ.get("AWS_REGION")
         or os.environ.get("AWS_DEFAULT_REGION")
@@ -131,6 +131,7 @@ def _s3_store(
         allow_http=allow_http,
         s3_compatible=bool(endpoint),
         force_path_style=bool(endpoint) or bool(s3 is not None and s3.force_path_style),
+        requester_pays=buckets.pays(f"s3://{bucket}/"),
     )
 
 
@@ -138,17 +139,18 @@ def with_containers(
     config: icechunk.RepositoryConfig | None,
     prefixes: Iterable[str],
     s3: S3Settings | None = None,
-    regions: Regions | None = None,
+    buckets: Buckets | None = None,
 ) -> icechunk.RepositoryConfig:
     """``config`` (or the default one) with a container for each of ``prefixes`` (see :func:`container_prefix`),
-    a bucket's in its region where ``regions`` knows it (default: the region set for everything)."""
+    a bucket's as ``buckets`` know it (its region, whether its requester pays; default: the region set for
+    everything)."""
     updated = config if config is not None else icechunk.RepositoryConfig.default()
-    regions = regions if regions is not None else Regions(find=False)
+    buckets = buckets if buckets is not None else Buckets(find=False)
     for prefix in prefixes:
         parsed = urlparse(prefix)
         store: object
         if parsed.scheme == "s3":
-            store = _s3_store(s3, parsed.netloc, regions)
+            store = _s3_store(s3, parsed.netloc, buckets)
         elif parsed.scheme in ("http", "https"):
             store = icechunk.http_store({"allow_http": "true"} if parsed.scheme == "http" else None)
         else:
@@ -175,10 +177,10 @@ def allow_sources(
     s3: S3Settings | None,
     anonymous: Sequence[str] = (),
     *,
-    regions: Regions | None = None,
+    buckets: Buckets | None = None,
 ) -> tuple[icechunk.Repository, list[str]]:
-    """``repo`` with containers covering ``paths`` (saved in its config, authorized; a bucket's in its region,
-    ``regions``), and the prefixes added."""
+    """``repo`` with containers covering ``paths`` (saved in its config, authorized; a bucket's as ``buckets``
+    know it), and the prefixes added."""
     urls = [str(path) if is_remote(str(path)) else local_url(path) for path in paths]
     if not missing_prefixes(repo.config, urls):
         return repo, []
@@ -186,7 +188,7 @@ def allow_sources(
         # Another process may have added containers meanwhile: merge into the stored config.
         stored = icechunk.Repository.fetch_config(location.icechunk_storage())
         added = missing_prefixes(stored, urls)
-        config = with_containers(stored, added, s3, regions)
+        config = with_containers(stored, added, s3, buckets)
         repo = repo.reopen(config=config, authorize_virtual_chunk_access=container_access(config, s3, anonymous))
         if added:
             repo.save_config()

@@ -30,7 +30,7 @@ from ingest.errors import (
     RepositoryMoved,
     RepositoryNotFound,
 )
-from ingest.remote import Regions
+from ingest.remote import Buckets
 from ingest.repository._append import ManifestCache
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import (
@@ -296,7 +296,7 @@ class Repository:
             paths,
             s3,
             self.settings.remote.anonymous,
-            regions=Regions.of(s3, self.settings.remote),
+            buckets=Buckets.of(s3, self.settings.remote),
         )
         if added:
             log.info("repository %s may now reference files under %s", self.location.url, ", ".join(added))

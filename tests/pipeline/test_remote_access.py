@@ -75,7 +75,7 @@ def test_a_public_prefix_is_read_unsigned_and_the_rest_of_the_bucket_signed(
     # ... and the rest of the same bucket (the other collections, the listing) with the keys set for it.
     for area in ("archive/sample-dem/", "archive/sample-landcover/"):
         assert _signing_by_area(notes, bucket, area) == {True}, area
-    # (The HEADs of the bucket itself ask S3 its region, unsigned: tests/pipeline/test_bucket_regions.py.)
+    # (The HEADs of the bucket itself ask S3 its region, unsigned: tests/pipeline/test_buckets.py.)
     rest = [note for note in notes if not note[1].startswith(f"/{bucket}/archive/sample-optical/")]
     assert all(signed for method, path, signed in rest if (method, path) != ("HEAD", f"/{bucket}"))
 

@@ -25,7 +25,7 @@ from ingest import Repository
 from ingest.config import S3Settings
 from ingest.pipeline import SourceOptions, ingest_items, read_items
 from ingest.pipeline._remote import RemoteReader
-from ingest.remote import Regions, Stores, Transport, join_url
+from ingest.remote import Buckets, Stores, Transport, join_url
 from tests.conftest import GATE_BYTES, MotoServer, free_port, make_item
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -560,7 +560,7 @@ def test_keys_and_region_come_from_an_aws_profile(moto_server, tmp_path, monkeyp
     monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
 
     monkeypatch.setenv("AWS_PROFILE", "reader")
-    store, _path = Stores(regions=Regions(find=False)).locate(url)
+    store, _path = Stores(buckets=Buckets(find=False)).locate(url)
     assert store.config["region"] == "eu-west-3"
     # Where S3 names the bucket's own region (moto: us-east-1), that one is what signs.
     store, _path = Stores().locate(url)

@@ -1,8 +1,9 @@
-"""Which region each S3 bucket is reached in (see :mod:`ingest.remote`).
+"""What floe knows of each S3 bucket it reads: the region it is reached in, and whether its requester pays
+(see :mod:`ingest.remote`).
 
-S3 signs a request for one region, and a bucket answers only requests signed
-for its own: AWS answers any other with a redirect without a ``Location``
-(obstore: "Received redirect without LOCATION") or a 400
+Regions. S3 signs a request for one region, and a bucket answers only
+requests signed for its own: AWS answers any other with a redirect without a
+``Location`` (obstore: "Received redirect without LOCATION") or a 400
 ``AuthorizationHeaderMalformed``; neither obstore nor Icechunk follows it. A
 public archive rarely lives in the region of the repository it is copied into
 (Sentinel-2 COGs are in ``us-west-2``). So each bucket of a remote source gets
@@ -17,8 +18,15 @@ its own region:
 - else (not found, no answer) the region set for everything (``s3.region``,
   ``AWS_REGION``).
 
-It applies to obstore's stores, GDAL's ``/vsis3/`` reads and the virtual chunk
-containers of the buckets; the repository's own storage keeps ``s3.region``.
+Requester pays. A bucket whose owner charges readers for what they read
+(Landsat Collection 2, ``s3://usgs-landsat/``) refuses (403) a request that
+does not say its requester pays (``x-amz-request-payer: requester``). Reads
+under a prefix of ``remote.requester_pays`` (``floe ingest --requester-pays``:
+``s3://``, every bucket) say so; they are signed (an anonymous reader cannot
+pay).
+
+Both apply to obstore's stores, GDAL's ``/vsis3/`` reads and the virtual chunk
+containers of the buckets; the repository's own storage keeps ``s3.*``.
 """
 
 from __future__ import annotations
@@ -58,18 +66,22 @@ def s3_endpoint(s3: S3Settings | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class Regions:
-    """The region of each bucket (see the module): ``named`` ones, else asked of ``endpoint`` when ``find``."""
+class Buckets:
+    """Each bucket's region (see the module): ``named`` ones, else asked of ``endpoint`` when ``find``; and the
+    ``s3://`` prefixes whose requester pays."""
 
     named: Mapping[str, str] = field(default_factory=dict)
     find: bool = True
     endpoint: str | None = None
     """The S3 endpoint asked (None: AWS's)."""
     timeout_s: float = PROBE_TIMEOUT_S
+    paying: tuple[str, ...] = ()
+    """``s3://`` prefixes read as their requester paying (``("s3://",)``: every bucket)."""
 
     @classmethod
-    def of(cls, s3: S3Settings | None, remote: RemoteSettings | None) -> Regions:
-        """The regions ``remote`` names or lets floe find, at the endpoint ``s3`` (or the environment) sets."""
+    def of(cls, s3: S3Settings | None, remote: RemoteSettings | None) -> Buckets:
+        """What ``remote`` says of buckets (regions named or to find, requester pays), at the endpoint ``s3`` (or
+        the environment) sets."""
         if remote is None:
             return cls(endpoint=s3_endpoint(s3))
         return cls(
@@ -77,9 +89,14 @@ class Regions:
             remote.find_regions,
             s3_endpoint(s3),
             min(PROBE_TIMEOUT_S, remote.connect_timeout_s + remote.read_timeout_s),
+            tuple(remote.requester_pays),
         )
 
-    def of_bucket(self, bucket: str) -> str | None:
+    def pays(self, url: str) -> bool:
+        """Whether reading the ``s3://`` URL ``url`` (an object, or a bucket's prefix) says its requester pays."""
+        return url.startswith("s3://") and any(url.startswith(prefix) for prefix in self.paying)
+
+    def region(self, bucket: str) -> str | None:
         """``bucket``'s region; None: the region set for everything applies."""
         if bucket in self.named:
             return self.named[bucket]

@@ -1,9 +1,11 @@
-"""A source bucket in another region than the one set for everything is read in its own region: by obstore (items,
-HEADs), by GDAL (raster copies), by Icechunk (virtual references) and by ``check --deep``.
+"""What each source bucket needs, for every reader (obstore for items and HEADs, GDAL for raster copies,
+Icechunk for virtual references, ``check --deep``): its own region, and for a requester-pays bucket, requests
+that say their requester pays.
 
-moto does not care which region a request was signed for; S3 does, and so does tests/_signature_proxy.py in
-front of moto: a request signed for another region than its bucket's gets S3's 301 without a place to go. The
-repository's settings say ``us-east-1`` throughout; the archive's bucket is in ``eu-west-3``.
+moto cares for neither; S3 does, and so does tests/_signature_proxy.py in front of moto: a request signed for
+another region than its bucket's gets S3's 301 without a place to go, and a request for a requester-pays bucket
+that does not say it pays gets S3's 403. The repository's settings say ``us-east-1`` throughout; the archive's
+bucket is in ``eu-west-3`` (regions) or marked requester-pays at the proxy.
 """
 
 from __future__ import annotations
@@ -12,13 +14,16 @@ import pickle
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from ingest import Repository, Settings
+from ingest.cli import app
 from ingest.config import RemoteSettings
 from ingest.lifecycle import check_ref
 from ingest.pipeline import SourceOptions, ingest_items, ingest_with_ray
-from ingest.remote import GdalOptions, Regions, RemoteError, Stores, describe, gdal_options, head
+from ingest.remote import Buckets, GdalOptions, RemoteError, Stores, describe, gdal_options, head
 from ingest.sample import make_archive
+from tests.conftest import ProxyNote
 from tests.pipeline._remote_archive import assert_arrays_equal_the_files, upload
 
 REGION = "eu-west-3"
@@ -31,19 +36,17 @@ def archive(tmp_path_factory) -> tuple[Path, list[Path]]:
     return folder, make_archive(folder, granules=GRANULES, seed=31)
 
 
-def _bucket_requests(
-    notes: list[tuple[str, str, bool, str | None]], bucket: str
-) -> list[tuple[str, str, bool, str | None]]:
+def _bucket_requests(notes: list[ProxyNote], bucket: str) -> list[ProxyNote]:
     """The requests for ``bucket``'s objects and listings (not the HEADs of the bucket that ask its region)."""
     return [
-        note for note in notes if note[1].startswith(f"/{bucket}/") or (note[1] == f"/{bucket}" and note[0] != "HEAD")
+        note
+        for note in notes
+        if note.path.startswith(f"/{bucket}/") or (note.path == f"/{bucket}" and note.method != "HEAD")
     ]
 
 
-def _region_questions(
-    notes: list[tuple[str, str, bool, str | None]], bucket: str
-) -> list[tuple[str, str, bool, str | None]]:
-    return [note for note in notes if note[0] == "HEAD" and note[1] == f"/{bucket}"]
+def _region_questions(notes: list[ProxyNote], bucket: str) -> list[ProxyNote]:
+    return [note for note in notes if note.method == "HEAD" and note.path == f"/{bucket}"]
 
 
 @pytest.mark.usefixtures("ray_cluster")
@@ -65,10 +68,10 @@ def test_a_bucket_in_another_region_is_read_in_its_own_by_items_heads_and_gdal(
     # The listing and items (obstore), the COGs' HEADs (obstore) and ranges (GDAL, in the actors) ...
     assert {("GET", ".json"), ("HEAD", ".tif"), ("GET", ".tif")} <= {(note[0], Path(note[1]).suffix) for note in reads}
     # ... every one signed for the bucket's region, none refused.
-    assert {(signed, region) for _, _, signed, region in reads} == {(True, REGION)}
+    assert {(signed, region) for _, _, signed, region, _ in reads} == {(True, REGION)}
     # The region was asked of S3 by unsigned HEADs of the bucket (once in each process that reads it).
     questions = _region_questions(notes, bucket)
-    assert questions and not any(signed for _, _, signed, _ in questions)
+    assert questions and not any(signed for _, _, signed, _, _ in questions)
 
 
 @pytest.mark.usefixtures("ray_cluster")
@@ -95,7 +98,7 @@ def test_without_its_region_a_bucket_elsewhere_is_refused_with_a_reason_and_with
     notes = signature_proxy.notes()[before:]
     reads = _bucket_requests(notes, bucket)
     assert ("GET", ".tif") in {(note[0], Path(note[1]).suffix) for note in reads}  # GDAL copied the rasters
-    assert {region for _, _, _, region in reads} == {REGION}
+    assert {region for _, _, _, region, _ in reads} == {REGION}
     assert _region_questions(notes, bucket) == []  # named: nothing asked
 
 
@@ -121,25 +124,25 @@ def test_virtual_references_into_a_bucket_elsewhere_are_read_and_checked_in_its_
     before = len(signature_proxy.notes())
     assert_arrays_equal_the_files(Repository.open(tmp_path / "repo", settings), folder, item_files, url)
     chunk_reads = [note for note in signature_proxy.notes()[before:] if note[1].endswith(".tif")]
-    assert chunk_reads and {(signed, region) for _, _, signed, region in chunk_reads} == {(True, REGION)}
+    assert chunk_reads and {(signed, region) for _, _, signed, region, _ in chunk_reads} == {(True, REGION)}
     before = len(signature_proxy.notes())
     assert check_ref(Repository.open(tmp_path / "repo", settings), "main", deep=True) == []
     heads = [note for note in signature_proxy.notes()[before:] if note[0] == "HEAD" and note[1].endswith(".tif")]
-    assert len(heads) == len(referenced) and {region for _, _, _, region in heads} == {REGION}
+    assert len(heads) == len(referenced) and {region for _, _, _, region, _ in heads} == {REGION}
 
 
 def test_a_bucket_s_region_is_asked_once_a_process_and_a_named_one_wins(moto_server, signature_proxy):
     bucket = moto_server.create_bucket(REGION)
     s3 = signature_proxy.s3_settings(moto_server)
-    assert Regions.of(s3, None).of_bucket(bucket) == REGION
-    assert Regions.of(s3, RemoteSettings()).of_bucket(bucket) == REGION  # remembered: not asked again
+    assert Buckets.of(s3, None).region(bucket) == REGION
+    assert Buckets.of(s3, RemoteSettings()).region(bucket) == REGION  # remembered: not asked again
     assert len(_region_questions(signature_proxy.notes(), bucket)) == 1
-    assert Regions.of(s3, RemoteSettings(regions={bucket: "ap-south-1"})).of_bucket(bucket) == "ap-south-1"
-    assert Regions.of(s3, RemoteSettings(find_regions=False)).of_bucket(moto_server.create_bucket(REGION)) is None
+    assert Buckets.of(s3, RemoteSettings(regions={bucket: "ap-south-1"})).region(bucket) == "ap-south-1"
+    assert Buckets.of(s3, RemoteSettings(find_regions=False)).region(moto_server.create_bucket(REGION)) is None
     # A bucket in the region set, and a server that cannot be reached, leave the region set as it is.
-    assert Regions.of(s3, None).of_bucket(moto_server.create_bucket()) == "us-east-1"
+    assert Buckets.of(s3, None).region(moto_server.create_bucket()) == "us-east-1"
     unreachable = s3.model_copy(update={"endpoint_url": "http://127.0.0.1:9"})
-    assert Regions.of(unreachable, None).of_bucket(bucket) is None
+    assert Buckets.of(unreachable, None).region(bucket) is None
 
 
 def test_gdal_options_and_stores_take_the_bucket_s_region(moto_server, signature_proxy):
@@ -169,3 +172,82 @@ def test_a_request_refused_for_its_region_says_what_to_set(moto_server, signatur
     assert describe(RuntimeError("Received redirect without LOCATION, this normally indicates ...")).startswith(
         "the bucket is in another region"
     )
+
+
+# -- requester pays --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_floe_ingest_requester_pays_reads_a_requester_pays_bucket_saying_so(
+    tmp_path, archive, moto_server, signature_proxy, monkeypatch
+):
+    folder, item_files = archive
+    bucket, url = upload(moto_server, folder)
+    signature_proxy.requester_pays(bucket)
+    s3 = signature_proxy.s3_settings(moto_server)
+    for name, value in s3.model_dump(exclude_defaults=True).items():
+        monkeypatch.setenv(f"FLOE_S3__{name.upper()}", str(value))
+    root = str(tmp_path / "repo")
+    runner = CliRunner()
+
+    refused = runner.invoke(app, ["--root", root, "ingest", url, "--remote-assets", "--workers", "2"])
+    assert refused.exit_code != 0 and "HTTP 403" in refused.output, refused.output
+
+    result = runner.invoke(
+        app, ["--root", root, "ingest", url, "--requester-pays", "--remote-assets", "--workers", "2"]
+    )
+
+    assert result.exit_code == 0, result.output
+    assert_arrays_equal_the_files(Repository.open(root, Settings(s3=s3)), folder, item_files, url)
+    reads = _bucket_requests(signature_proxy.notes(), bucket)
+    # The listing and items (obstore), the COGs' HEADs (obstore) and ranges (GDAL, in the actors), each signed and
+    # saying its requester pays, past the first run's refused listing.
+    paid = reads[[note.paying for note in reads].index(True) :]
+    assert {("GET", ".json"), ("HEAD", ".tif"), ("GET", ".tif")} <= {
+        (note.method, Path(note.path).suffix) for note in paid
+    }
+    assert {(note.signed, note.paying) for note in paid} == {(True, True)}
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_virtual_granules_of_a_requester_pays_bucket_are_copied_and_say_why(
+    tmp_path, archive, moto_server, signature_proxy
+):
+    folder, item_files = archive
+    bucket, url = upload(moto_server, folder)
+    signature_proxy.requester_pays(bucket)
+    settings = Settings(
+        s3=signature_proxy.s3_settings(moto_server), remote=RemoteSettings(requester_pays=[f"s3://{bucket}"])
+    )
+    repository = Repository.create(tmp_path / "repo", settings)
+
+    report = ingest_with_ray(
+        repository, [url], workers=2, batch_size=2, virtual=True, options=SourceOptions(remote_assets=True)
+    )
+
+    # Icechunk's reads of virtual chunks cannot say their requester pays: each granule is copied, and says why.
+    assert report.rejected == [] and report.virtual == 0
+    assert len(report.fallbacks) == len(item_files)
+    assert all("requester pays" in fallback.reason for fallback in report.fallbacks)
+    assert_arrays_equal_the_files(Repository.open(tmp_path / "repo", settings), folder, item_files, url)
+    reads = _bucket_requests(signature_proxy.notes(), bucket)
+    assert ("GET", ".tif") in {(note.method, Path(note.path).suffix) for note in reads}
+    assert {(note.signed, note.paying) for note in reads} == {(True, True)}
+
+
+def test_requester_pays_prefixes_reach_gdal_and_stores_and_exclude_anonymous(moto_server, signature_proxy):
+    s3 = signature_proxy.s3_settings(moto_server)
+    remote = RemoteSettings(requester_pays=["s3://landsat"], anonymous=["s3://public/"])
+    assert remote.requester_pays == ["s3://landsat/"]  # a bucket, not every bucket whose name starts so
+    options = gdal_options(s3, remote=remote)
+    assert options.for_url("s3://landsat/a.tif")["AWS_REQUEST_PAYER"] == "requester"
+    assert "AWS_REQUEST_PAYER" not in options.for_url("s3://landsat-other/a.tif")
+    assert "AWS_REQUEST_PAYER" not in options.for_url("s3://public/a.tif")  # unsigned: nobody to charge
+    again = pickle.loads(pickle.dumps(options))
+    assert again.for_url("s3://landsat/a.tif")["AWS_REQUEST_PAYER"] == "requester"
+    stores = Stores.reaching(s3, remote)
+    assert stores.bucket_store("landsat", "a.tif").config["request_payer"] in (True, "true")
+    assert "request_payer" not in stores.bucket_store("landsat-other", "a.tif").config
+
+    both = CliRunner().invoke(app, ["ingest", "s3://b/x.json", "--anonymous", "--requester-pays"])
+    assert both.exit_code == 2 and "exclude each other" in both.output
