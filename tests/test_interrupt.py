@@ -3,9 +3,11 @@ batches kept; the same command run again goes on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -23,8 +25,9 @@ ITEMS = 3000
 BATCH = 100
 
 # A terminal's Ctrl-C reaches a Python whose SIGINT handler is the default one; a test run in the background
-# may have inherited SIGINT ignored, so the command installs Python's handler itself.
-FLOE = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from ingest.cli import app; app()"
+# may have inherited SIGINT ignored, so the command installs Python's handler itself. `run` is the `floe` command
+# (the watchdog of ingest/cli/_interrupt.py armed).
+FLOE = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from ingest.cli import run; run()"
 
 
 def _commits(root: Path) -> int:
@@ -233,3 +236,53 @@ def test_a_pool_starts_a_thread_for_a_call_only():
         assert ours() == 0  # a batch of items alone reads no raster: no thread
         assert pool.submit(int, "7").result() == 7
         assert ours() == 1
+
+
+class _Blackhole:
+    """A server on 127.0.0.1 that accepts connections and never answers (a stalled S3 endpoint)."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        self.connections: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="blackhole", daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                self.connections.append(self.socket.accept()[0])
+
+    def close(self) -> None:
+        for connection in [*self.connections, self.socket]:
+            connection.close()
+
+
+STORAGE_STOPS_WITHIN = 45
+"""Seconds a command inside a stalled Icechunk call has after Ctrl-C: the watchdog's 5 s, and the start of a busy
+machine's Python; Icechunk itself waited more than 100 s, Ctrl-C doing nothing meanwhile."""
+
+
+def test_ctrl_c_ends_a_command_stuck_inside_an_icechunk_call(monkeypatch):
+    blackhole = _Blackhole()
+    settings = {
+        "ENDPOINT_URL": f"http://127.0.0.1:{blackhole.port}",
+        "ALLOW_HTTP": "true",
+        "FORCE_PATH_STYLE": "true",
+        "REGION": "us-east-1",
+        "ACCESS_KEY_ID": "testing",
+        "SECRET_ACCESS_KEY": "testing",
+    }
+    for name, value in settings.items():
+        monkeypatch.setenv(f"FLOE_S3__{name}", value)
+    command = [sys.executable, "-c", FLOE, "--root", "s3://stalled/repo", "log"]
+    try:
+        # Icechunk's open of the repository waits for the endpoint's answer, in Rust, on the main thread.
+        code, _, err = _interrupted(
+            command, lambda process: _wait_asleep(process, lambda: bool(blackhole.connections)), STORAGE_STOPS_WITHIN
+        )
+    finally:
+        blackhole.close()
+
+    assert code == EXIT_INTERRUPTED, err
+    assert "interrupted: a call into storage did not return within 5 s of Ctrl-C" in err, err
+    assert "nothing half-written is visible" in err and "Traceback" not in err, err
