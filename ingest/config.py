@@ -21,6 +21,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+REGION_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+"""What an S3 region's name looks like (``us-west-2``, ``eu-central-1``, a server's own such as ``garage``): it goes
+into hosts and signatures, so nothing else is taken for one (a setting, or a server's answer)."""
+
 DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
 
 
@@ -83,7 +87,7 @@ class RemoteSettings(BaseModel):
         for bucket, region in values.items():
             if not bucket or "/" in bucket or ":" in bucket:
                 raise ValueError(f"regions: {bucket!r} is not a bucket name (name the bucket alone, no s3://)")
-            if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", region):
+            if not REGION_NAME.fullmatch(region):
                 raise ValueError(f"regions: {region!r} (bucket {bucket}) is not a region name such as us-west-2")
         return values
 

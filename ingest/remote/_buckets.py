@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from ingest.config import REGION_NAME
+
 if TYPE_CHECKING:
     from ingest.config import RemoteSettings, S3Settings
 
@@ -125,7 +127,8 @@ def asked_region(endpoint: str, bucket: str, timeout_s: float) -> str | None:
     except (OSError, ValueError, http.client.HTTPException) as error:
         log.info("the region of bucket %s could not be asked at %s (%s): the region set applies", bucket, url, error)
         return None
-    if not region:
-        log.debug("%s names no region for bucket %s: the region set applies", endpoint, bucket)
+    region = (region or "").strip()
+    if not REGION_NAME.fullmatch(region):
+        log.debug("%s names no region for bucket %s (%r): the region set applies", endpoint, bucket, region[:80])
         return None
-    return region.strip()
+    return region

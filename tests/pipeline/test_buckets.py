@@ -11,6 +11,8 @@ bucket is in ``eu-west-3`` (regions) or marked requester-pays at the proxy.
 from __future__ import annotations
 
 import pickle
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from ingest.config import RemoteSettings
 from ingest.lifecycle import check_ref
 from ingest.pipeline import SourceOptions, ingest_items, ingest_with_ray
 from ingest.remote import Buckets, GdalOptions, RemoteError, Stores, describe, gdal_options, head
+from ingest.remote._buckets import asked_region
 from ingest.sample import make_archive
 from tests.conftest import ProxyNote
 from tests.pipeline._remote_archive import assert_arrays_equal_the_files, upload
@@ -143,6 +146,36 @@ def test_a_bucket_s_region_is_asked_once_a_process_and_a_named_one_wins(moto_ser
     assert Buckets.of(s3, None).region(moto_server.create_bucket()) == "us-east-1"
     unreachable = s3.model_copy(update={"endpoint_url": "http://127.0.0.1:9"})
     assert Buckets.of(unreachable, None).region(bucket) is None
+
+
+class _RegionAnswers(BaseHTTPRequestHandler):
+    """Answers a HEAD of ``/<status>/<region>`` with that status and that region in ``x-amz-bucket-region``, as
+    S3 answers a HEAD of a bucket: 200 (its own), 301 without a Location (another region's), 403 (not yours)."""
+
+    def do_HEAD(self) -> None:
+        _, status, region = self.path.split("/", 2)
+        self.send_response(int(status))
+        self.send_header("x-amz-bucket-region", region.replace("%20", " "))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+def test_the_region_is_read_from_any_answer_and_a_hostile_one_is_not_taken():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RegionAnswers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for status in ("200", "301", "403"):
+            assert asked_region(f"{endpoint}/{status}", REGION, 5) == REGION, status
+        # A name that is no region's (it would go into a host name and a signature) leaves the region set.
+        for hostile in ("evil.example.com", "us-west-2%20x", "US-WEST-2"):
+            assert asked_region(f"{endpoint}/200", hostile, 5) is None, hostile
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_gdal_options_and_stores_take_the_bucket_s_region(moto_server, signature_proxy):
