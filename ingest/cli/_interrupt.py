@@ -35,8 +35,8 @@ GRACE_SECONDS = 5.0
 """How long Python's own handling of a Ctrl-C may take to start before the process ends without it."""
 
 STUCK_MESSAGE = (
-    "interrupted: a call into storage did not return within {grace:g} s of Ctrl-C, so the process ends "
-    "without waiting for it; commits made before stay, and nothing half-written is visible\n"
+    "interrupted: the call under way (storage, as a rule) did not return within {grace:g} s of Ctrl-C, so the "
+    "process ends without waiting for it; commits made before stay, and nothing half-written is visible\n"
 )
 AGAIN_MESSAGE = (
     "interrupted again: the process ends now; commits made before stay, and nothing half-written is visible\n"
