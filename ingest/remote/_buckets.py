@@ -37,7 +37,7 @@ import os
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -60,6 +60,11 @@ answer is only an improvement on the region set for everything."""
 
 _FOUND: dict[tuple[str, str], str | None] = {}
 _FOUND_LOCK = threading.Lock()
+
+
+def under_prefix(url: str, prefixes: Iterable[str]) -> bool:
+    """Whether ``url`` is an ``s3://`` URL under one of ``prefixes`` (``s3://`` itself: every bucket)."""
+    return url.startswith("s3://") and any(url.startswith(prefix) for prefix in prefixes)
 
 
 def s3_endpoint(s3: S3Settings | None) -> str | None:
@@ -96,7 +101,7 @@ class Buckets:
 
     def pays(self, url: str) -> bool:
         """Whether reading the ``s3://`` URL ``url`` (an object, or a bucket's prefix) says its requester pays."""
-        return url.startswith("s3://") and any(url.startswith(prefix) for prefix in self.paying)
+        return under_prefix(url, self.paying)
 
     def region(self, bucket: str) -> str | None:
         """``bucket``'s region; None: the region set for everything applies."""

@@ -3,12 +3,11 @@ timeouts and retries, credentials, and the prefixes read unsigned (see :mod:`ing
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from ingest.remote._buckets import Buckets
+from ingest.remote._buckets import Buckets, s3_endpoint
 from ingest.remote._stores import Transport, unsigned, url_scheme
 
 if TYPE_CHECKING:
@@ -88,7 +87,7 @@ def gdal_options(
     options["GDAL_HTTP_LOW_SPEED_TIME"] = str(max(1, round(transport.read_timeout.total_seconds())))
     options["GDAL_HTTP_CONNECTTIMEOUT"] = str(max(1, round(transport.connect_timeout.total_seconds())))
     options["GDAL_HTTP_MAX_RETRY"] = str(transport.max_retries)
-    endpoint = (s3.endpoint_url if s3 is not None else None) or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = s3_endpoint(s3)
     if endpoint:
         parsed = urlparse(endpoint)
         options["AWS_S3_ENDPOINT"] = parsed.netloc or endpoint

@@ -19,7 +19,7 @@ from obstore.store import HTTPStore, S3Store
 
 from ingest._threads import interruptible, on_daemon_thread
 from ingest.errors import InvalidSource
-from ingest.remote._buckets import Buckets
+from ingest.remote._buckets import Buckets, under_prefix
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config, S3Credential
@@ -112,7 +112,7 @@ class Transport:
 
 def unsigned(url: str, prefixes: Iterable[str]) -> bool:
     """Whether ``url`` is an ``s3://`` URL under one of the anonymous ``prefixes`` (read without signing)."""
-    return url.startswith("s3://") and any(url.startswith(prefix) for prefix in prefixes)
+    return under_prefix(url, prefixes)
 
 
 def file_url_path(url: str) -> Path:

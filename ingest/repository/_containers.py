@@ -34,6 +34,7 @@ import icechunk
 from icechunk.credentials import AnyCredential
 
 from ingest.remote import Buckets, is_remote, unsigned
+from ingest.remote._buckets import s3_endpoint
 from ingest.storage import FILE_SCHEME, Location, local_url
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def _s3_store(
 ) -> icechunk.ObjectStoreConfig.S3Compatible | icechunk.ObjectStoreConfig.S3:
     """Where ``bucket``'s objects are read from: floe's settings where set, else the ``AWS_*`` environment; in
     the bucket's own region where ``buckets`` knows it, saying its requester pays where they say so."""
-    endpoint = (s3.endpoint_url if s3 is not None else None) or os.environ.get("AWS_ENDPOINT_URL")
+    endpoint = s3_endpoint(s3)
     region = (
         buckets.region(bucket)
         or (s3.region if s3 is not None else None)
