@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import (
@@ -69,6 +70,35 @@ class RemoteSettings(BaseModel):
     # s3:// prefixes (buckets, as a rule) whose requester pays for what it reads (Landsat Collection 2:
     # "s3://usgs-landsat/"): their requests say so, signed. "s3://": every bucket (`floe ingest --requester-pays`).
     requester_pays: list[str] = Field(default_factory=list)
+    # Azure Blob Storage containers that refuse anonymous reads are read with SAS tokens from this service:
+    # GET {sas_token_url}/{account}/{container} answers {"token": ..., "msft:expiry": ...}. `floe ingest
+    # --planetary-computer` sets Planetary Computer's (https://planetarycomputer.microsoft.com/api/sas/v1/token).
+    # Tokens are asked for when needed, renewed before they expire, and never written anywhere.
+    sas_token_url: str | None = None
+    # Sent to the token service as Ocp-Apim-Subscription-Key (Planetary Computer's optional subscription key).
+    # Set it in the environment (FLOE_REMOTE__SAS_SUBSCRIPTION_KEY), not in a file that is shared.
+    sas_subscription_key: str | None = None
+    # Blob endpoints addressed path-style (Azurite, Azure Stack), as host:port: their URLs are
+    # http(s)://host:port/{account}/{container}/{blob}.
+    blob_path_style: list[str] = Field(default_factory=list)
+
+    @field_validator("sas_token_url")
+    @classmethod
+    def _token_service(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        parsed = urlparse(value)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.query:
+            raise ValueError(f"sas_token_url {value!r} is not an http(s):// URL without a query")
+        return value.rstrip("/")
+
+    @field_validator("blob_path_style")
+    @classmethod
+    def _hosts(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not value or "/" in value or "?" in value:
+                raise ValueError(f"blob_path_style: {value!r} is not a host[:port] (no scheme, no path)")
+        return [value.lower() for value in values]
 
     @field_validator("anonymous", "requester_pays")
     @classmethod

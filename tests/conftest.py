@@ -206,6 +206,43 @@ def http_server(tmp_path_factory) -> Iterator[HttpServer]:
     yield from _serving(process, server.sent, server)
 
 
+@dataclass
+class BlobServer:
+    """tests/_blob_server.py: blobs addressed path-style (``/<account>/<container>/<blob>``, the files of
+    ``folder``) that refuse reads without a SAS token, and the token service that issues them."""
+
+    folder: Path
+    url: str
+    process: subprocess.Popen
+
+    @property
+    def host(self) -> str:
+        return self.url.removeprefix("http://")
+
+    @property
+    def token_service(self) -> str:
+        return f"{self.url}/__sas__/token"
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.url}/__sas__/stats", timeout=10) as answer:
+            return json.loads(answer.read())
+
+    def set(self, what: str, value: object) -> None:
+        """``ttl`` (seconds a token is valid) or ``mode`` (``ok``, ``garbage``)."""
+        with urllib.request.urlopen(f"{self.url}/__sas__/{what}/{value}", timeout=10) as answer:
+            answer.read()
+
+
+@pytest.fixture(scope="module")
+def blob_server(tmp_path_factory) -> Iterator[BlobServer]:
+    """tests/_blob_server.py serving a folder of its own on 127.0.0.1, as a subprocess."""
+    folder = tmp_path_factory.mktemp("blobs")
+    port = free_port()
+    process = _test_server("_blob_server", str(folder), str(port))
+    server = BlobServer(folder, f"http://127.0.0.1:{port}", process)
+    yield from _serving(process, server.stats, server)
+
+
 def _test_server(module: str, *arguments: str) -> subprocess.Popen:
     """``python -m tests.<module> arguments...``: one of the test servers, started quietly."""
     return subprocess.Popen(

@@ -239,6 +239,19 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             ),
         ),
     ] = False,
+    planetary_computer: Annotated[
+        bool,
+        typer.Option(
+            "--planetary-computer",
+            help=(
+                "Read Azure blobs (https://ACCOUNT.blob.core.windows.net/...: Planetary Computer's COGs and "
+                "stac-geoparquet) with SAS tokens from Planetary Computer's token service, one per container, "
+                "renewed before they expire; rows keep the unsigned URLs and nothing stores a token. On by itself "
+                "for sources on planetarycomputer.microsoft.com. Another service: remote.sas_token_url; a "
+                "subscription key: FLOE_REMOTE__SAS_SUBSCRIPTION_KEY."
+            ),
+        ),
+    ] = False,
     prune: Annotated[
         bool,
         typer.Option(
@@ -286,6 +299,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     options = _source_options(sources, collections, bbox, datetime_range, search_filter, since, anonymous, prune)
     options.remote_assets = remote_assets
     _unsigned(ctx, anonymous=anonymous, requester_pays=requester_pays)
+    _signed_blobs(ctx, sources, asked=planetary_computer)
     with _report_file(report) as sink, floe_errors(_INTERRUPTED):
         try:
             repository = open_repository(ctx)
@@ -370,6 +384,20 @@ def _unsigned(ctx: typer.Context, *, anonymous: bool, requester_pays: bool) -> N
         settings_of(ctx).remote.anonymous = ["s3://"]
     if requester_pays:
         settings_of(ctx).remote.requester_pays = ["s3://"]
+
+
+def _signed_blobs(ctx: typer.Context, sources: list[str], *, asked: bool) -> None:
+    """``--planetary-computer``, or a source on Planetary Computer's host (whose items' assets cannot be read
+    otherwise): Azure blobs are read with Planetary Computer's SAS tokens, unless remote.sas_token_url names
+    another service."""
+    from ingest.remote import PLANETARY_COMPUTER, planetary_computer_source
+
+    remote = settings_of(ctx).remote
+    if remote.sas_token_url is not None or not (asked or planetary_computer_source(sources)):
+        return
+    remote.sas_token_url = PLANETARY_COMPUTER
+    if not asked:
+        stderr.print("Azure blobs are read with SAS tokens from Planetary Computer's token service")
 
 
 def _source_options(  # noqa: PLR0917 - one per option of `floe ingest`

@@ -90,9 +90,9 @@ class _Target:
 
     @property
     def name(self) -> str:
-        """The object's name: its path in the URL (a signed URL's object is requested at the empty path of a
-        store of its own, but is named by its URL's path all the same)."""
-        return unquote(urlparse(self.url).path.lstrip("/")) if urlparse(self.url).query else self.path
+        """The object's name: its path in the URL (a signed URL's object, or one signed with a SAS token, is
+        requested at the empty path of a store of its own, but is named by its URL's path all the same)."""
+        return self.path or unquote(urlparse(self.url).path.lstrip("/"))
 
 
 FOLDER_READS = 16

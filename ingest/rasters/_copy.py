@@ -36,6 +36,7 @@ from ingest.remote import (
     gdal_options,
     gdal_path,
     is_remote,
+    redacted,
 )
 from ingest.stac import DATETIME, ITEM, SLOT
 
@@ -80,9 +81,15 @@ def read_granule(
     source = str(path)
     if not is_remote(source):
         return _read(source, source)
-    with _remote_env(gdal_env if gdal_env is not None else gdal_options(), source):
+    options = gdal_env if gdal_env is not None else gdal_options()
+    try:
+        # Signed with its container's SAS token where it takes one (GdalOptions); errors name ``source``, unsigned.
+        opened_as = options.path(source) if isinstance(options, GdalOptions) else gdal_path(source)
+    except RemoteError as error:
+        raise InvalidRaster(f"granule {source} cannot be read: {error.reason}", path=source) from error
+    with _remote_env(options, source):
         try:
-            return _read(source, gdal_path(source))
+            return _read(source, opened_as)
         except InvalidRaster as error:
             raise _why_unrecognized(source, stores, error) from error
 
@@ -248,11 +255,12 @@ def _open_failure(source: str, exc: BaseException) -> str:
 
 
 def _detail(exc: BaseException) -> str:
-    """GDAL's reason: rasterio's read errors say 'see previous exception' and chain the real one."""
+    """GDAL's reason: rasterio's read errors say 'see previous exception' and chain the real one. URLs in it lose
+    their query (GDAL names what it opened: a signed URL's query is a credential)."""
     parts = [str(exc)]
     if exc.__cause__ is not None:
         parts.append(str(exc.__cause__))
-    return "; ".join(part for part in parts if part)
+    return redacted("; ".join(part for part in parts if part))
 
 
 def _close(obj: Any) -> None:

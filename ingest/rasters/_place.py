@@ -48,6 +48,14 @@ def locate(source: str, stores: Stores | None) -> Place:
                 path=source,
             )
         stores = stores if stores is not None else Stores()
+        if stores.tokens.covers(source):
+            # A reference would have to carry the token, a credential that expires within hours; what GDAL reads
+            # is opened at the signed URL instead (ingest.remote.GdalOptions.path).
+            raise NotVirtualizable(
+                f"granule {source} cannot be referenced: its container is read with SAS tokens, which expire "
+                "and are never stored; it is copied",
+                path=source,
+            )
         if stores.buckets.pays(source):
             # Icechunk's S3 virtual chunk reads send no x-amz-request-payer (icechunk 2.3,
             # icechunk/src/virtual_chunks.rs S3Fetcher::fetch_part), so such a bucket refuses them.

@@ -29,6 +29,10 @@ configuration for the rasters it reads, :mod:`ingest.remote._gdal`):
   region (``remote.regions``, else the one S3 names when asked once per
   process), not only the one set for everything; reads under a prefix of
   ``remote.requester_pays`` say their requester pays.
+- Azure blobs (:mod:`ingest.remote._tokens`): with ``remote.sas_token_url``
+  (``floe ingest --planetary-computer``), blob URLs are read signed with
+  their container's SAS token, asked for per container and renewed before it
+  expires; what floe records and reports keeps the unsigned URL.
 
 Transient failures (connection errors, 5xx, timeouts of reads) are retried by
 obstore with exponential backoff and jitter (:attr:`Transport.max_retries`
@@ -57,15 +61,18 @@ from ingest.remote._stores import (
     unsigned,
     url_scheme,
 )
+from ingest.remote._tokens import PLANETARY_COMPUTER, SasTokens, planetary_computer_source, redacted
 
 __all__ = [
     "GDAL_CREDENTIALS",
     "GDAL_REMOTE_OPTIONS",
+    "PLANETARY_COMPUTER",
     "REMOTE_SCHEMES",
     "SUPPORTED",
     "Buckets",
     "GdalOptions",
     "RemoteError",
+    "SasTokens",
     "Stores",
     "Transport",
     "describe",
@@ -76,6 +83,8 @@ __all__ = [
     "head",
     "is_remote",
     "join_url",
+    "planetary_computer_source",
+    "redacted",
     "unreachable",
     "unsigned",
     "url_scheme",

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ingest.remote._buckets import Buckets, s3_endpoint
-from ingest.remote._stores import Transport, unsigned, url_scheme
+from ingest.remote._stores import RemoteError, Transport, unsigned, url_scheme
+from ingest.remote._tokens import SasTokens, TokenError
 
 if TYPE_CHECKING:
     from ingest.config import RemoteSettings, S3Settings
@@ -44,13 +45,32 @@ through a session)."""
 
 class GdalOptions(dict[str, str]):
     """GDAL configuration for remote rasters (:func:`gdal_options`), which knows the ``s3://`` prefixes to
-    read unsigned and what it knows of buckets (:class:`Buckets`): :meth:`for_url` gives the options for one
-    raster."""
+    read unsigned, what it knows of buckets (:class:`Buckets`) and where SAS tokens come from
+    (:class:`SasTokens`): :meth:`for_url` gives the options for one raster, :meth:`path` what GDAL opens."""
 
-    def __init__(self, options: dict[str, str], anonymous: Iterable[str] = (), buckets: Buckets | None = None) -> None:
+    def __init__(
+        self,
+        options: dict[str, str],
+        anonymous: Iterable[str] = (),
+        buckets: Buckets | None = None,
+        tokens: SasTokens | None = None,
+    ) -> None:
         super().__init__(options)
         self.anonymous = tuple(anonymous)
         self.buckets = buckets if buckets is not None else Buckets(find=False)
+        self.tokens = tokens if tokens is not None else SasTokens()
+
+    def path(self, url: str) -> str:
+        """What GDAL opens to read ``url``: :func:`gdal_path` of it, signed with its container's SAS token where
+        it takes one.
+
+        Raises:
+            RemoteError: no token could be had for it.
+        """
+        try:
+            return gdal_path(self.tokens.sign(url))
+        except TokenError as error:
+            raise RemoteError(url, str(error)) from error
 
     def for_url(self, url: str) -> dict[str, str]:
         """The options to read ``url`` with: in its bucket's region; without credentials and unsigned under an
@@ -67,7 +87,7 @@ class GdalOptions(dict[str, str]):
         return options
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (GdalOptions, (dict(self), self.anonymous, self.buckets))
+        return (GdalOptions, (dict(self), self.anonymous, self.buckets, self.tokens))
 
 
 def gdal_options(
@@ -103,7 +123,7 @@ def gdal_options(
             options["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
             if s3.session_token:
                 options["AWS_SESSION_TOKEN"] = s3.session_token
-    buckets = Buckets.of(s3, remote)
+    buckets, tokens = Buckets.of(s3, remote), SasTokens.of(remote)
     if anonymous or (s3 is not None and s3.anonymous):
-        return GdalOptions(options, ("s3://",), buckets)
-    return GdalOptions(options, remote.anonymous if remote is not None else (), buckets)
+        return GdalOptions(options, ("s3://",), buckets, tokens)
+    return GdalOptions(options, remote.anonymous if remote is not None else (), buckets, tokens)

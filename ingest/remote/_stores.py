@@ -20,6 +20,7 @@ from obstore.store import HTTPStore, S3Store
 from ingest._threads import interruptible, on_daemon_thread
 from ingest.errors import InvalidSource
 from ingest.remote._buckets import Buckets, under_prefix
+from ingest.remote._tokens import SasTokens, TokenError, redacted
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config, S3Credential
@@ -180,18 +181,31 @@ def describe(error: BaseException) -> str:
         return "unknown host (DNS lookup failed)"
     if "tcp connect error" in lowered or "error sending request" in lowered:
         return f"cannot connect{after}"
+    if (known := _store_refusal(lowered, code.group(1) if code else None)) is not None:
+        return known
+    if "builder error" in lowered and "http://" in lowered:
+        return "an http:// endpoint needs allow_http (FLOE_S3__ALLOW_HTTP=true or AWS_ALLOW_HTTP=true)"
+    if status := _STATUS.search(text):
+        return f"HTTP {status.group(1)}{code_note}{after}"
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return redacted(first)[:300]
+
+
+def _store_refusal(lowered: str, code: str | None) -> str | None:
+    """What to do about a store's refusal that settings answer, from its error text (lower case) and code."""
     if "redirect without location" in lowered or "permanentredirect" in lowered:
         # What AWS answers a request signed for another region than the bucket's (obstore follows no redirect).
         return (
             "the bucket is in another region than the one requests were signed for: name its region in "
             "remote.regions (FLOE_REMOTE__REGIONS)"
         )
-    if "builder error" in lowered and "http://" in lowered:
-        return "an http:// endpoint needs allow_http (FLOE_S3__ALLOW_HTTP=true or AWS_ALLOW_HTTP=true)"
-    if status := _STATUS.search(text):
-        return f"HTTP {status.group(1)}{code_note}{after}"
-    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    return first[:300]
+    if code == "PublicAccessNotPermitted":
+        # Azure's answer (409) to an unsigned read of a storage account that allows none (Planetary Computer's).
+        return (
+            "the storage account allows no anonymous reads (HTTP 409, PublicAccessNotPermitted): its blobs need a "
+            "SAS token (floe ingest --planetary-computer, or remote.sas_token_url)"
+        )
+    return None
 
 
 def _environment_client_options(prefix: str) -> dict[str, Any]:
@@ -265,6 +279,7 @@ class Stores:
         anonymous: bool | Iterable[str] = False,
         transport: Transport | None = None,
         buckets: Buckets | None = None,
+        tokens: SasTokens | None = None,
     ) -> None:
         self.s3 = s3
         every = anonymous is True or bool(s3 is not None and s3.anonymous)
@@ -274,6 +289,8 @@ class Stores:
         self.transport = transport if transport is not None else Transport()
         self.buckets = buckets if buckets is not None else Buckets.of(s3, None)
         """Each bucket's region, and whose requester pays (:mod:`ingest.remote._buckets`)."""
+        self.tokens = tokens if tokens is not None else SasTokens()
+        """The SAS tokens Azure blob URLs are read with (:mod:`ingest.remote._tokens`)."""
         self._stores: dict[tuple[str, str], ObjectStore] = {}
         self.heads: dict[str, dict[str, Any]] = {}
         """What :func:`head` found, by URL, kept for the life of these stores (one batch)."""
@@ -292,6 +309,7 @@ class Stores:
             anonymous=True if anonymous else (remote.anonymous if remote is not None else ()),
             transport=Transport.of(remote) if remote is not None else None,
             buckets=Buckets.of(s3, remote),
+            tokens=SasTokens.of(remote),
         )
 
     def prefetch_heads(self, urls: Iterable[str], concurrency: int = 16) -> None:
@@ -337,16 +355,22 @@ class Stores:
             raise RemoteError(url, f"names no {what}")
         if parsed.query and scheme == "s3":
             raise RemoteError(url, "an s3:// URL with a query string is not supported (objects are named by key)")
-        if parsed.query:
+        signed = url
+        if self.tokens.covers(url):
+            try:
+                signed = self.tokens.sign(url)
+            except TokenError as error:
+                raise RemoteError(url, str(error)) from error
+        if signed != url or parsed.query:
             # A signed URL (S3 presigned, Azure SAS, a token): the query goes with every request, so the URL is
             # a store of its own, its one object at the empty path.
-            store = self._stores.get((scheme, url))
+            store = self._stores.get((scheme, signed))
             if store is None:
                 try:
-                    store = self._http_store(scheme, url)
+                    store = self._http_store(scheme, signed)
                 except Exception as error:
                     raise RemoteError(url, f"cannot set up a client for it ({describe(error)})") from error
-                self._stores[(scheme, url)] = store
+                self._stores[(scheme, signed)] = store
             return store, ""
         path = unquote(parsed.path.lstrip("/"))
         if scheme == "s3":

@@ -1,0 +1,196 @@
+"""SAS tokens for Azure Blob Storage containers, from a token service such as Planetary Computer's (see
+:mod:`ingest.remote`).
+
+Planetary Computer keeps its COGs (and its stac-geoparquet items) in Azure
+Blob Storage accounts that refuse anonymous reads (HTTP 409
+``PublicAccessNotPermitted``). Its token service hands out a read-only SAS
+token per container to anyone: ``GET {service}/{account}/{container}``
+answers ``{"token": "st=...&se=...&sig=...", "msft:expiry": "<RFC 3339>"}``
+(an optional subscription key goes in ``Ocp-Apim-Subscription-Key``), and a
+blob is read at ``{url}?{token}``.
+
+With ``remote.sas_token_url`` set (``floe ingest --planetary-computer`` sets
+Planetary Computer's), every read of a blob URL
+(``https://{account}.blob.core.windows.net/{container}/{blob}``, or
+``/{account}/{container}/{blob}`` on a host of ``remote.blob_path_style``,
+as Azurite addresses them) goes to the signed URL: obstore's (items, HEADs,
+the explaining read) and GDAL's (the pixels). A token is asked for once per
+container and process and asked for again 5 minutes before it expires.
+
+A token is a credential: the URLs floe records (rows, array sources,
+reports) are the unsigned ones, and errors are told without query strings
+(:func:`redacted`). Icechunk's virtual references would have to store it, and
+it expires within the hour, so such rasters are copied, not referenced.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+from urllib.parse import quote, urlparse
+
+if TYPE_CHECKING:
+    from ingest.config import RemoteSettings
+
+PLANETARY_COMPUTER = "https://planetarycomputer.microsoft.com/api/sas/v1/token"
+"""Planetary Computer's token service (``floe ingest --planetary-computer``)."""
+
+PLANETARY_COMPUTER_HOST = "planetarycomputer.microsoft.com"
+"""A STAC API on this host serves items whose assets need its tokens: ``floe ingest`` asks for them by itself."""
+
+BLOB_SUFFIX = ".blob.core.windows.net"
+SUBSCRIPTION_HEADER = "Ocp-Apim-Subscription-Key"
+RENEW_BEFORE = timedelta(minutes=5)
+"""A token with less left than this is asked for again: a granule's reads take seconds, a slow one minutes."""
+
+# Azure's rules for names (which go into the token service's URL): accounts 3-24 lower-case letters and digits,
+# containers 3-63 of those and single hyphens, starting with a letter or digit.
+_ACCOUNT = re.compile(r"[a-z0-9]{3,24}")
+_CONTAINER = re.compile(r"[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}")
+# What a SAS token is made of: query parameters, percent-encoded.
+_TOKEN = re.compile(r"[A-Za-z0-9%&=._~+/:-]{1,4096}")
+_QUERY_IN_URL = re.compile(r"((?:https?|s3)://[^\s?#'\"<>]*)\?[^\s#'\"<>]*")
+
+_ISSUED: dict[tuple[str, str, str], tuple[str, datetime]] = {}
+_ISSUING = threading.Lock()
+
+
+def redacted(text: str) -> str:
+    """``text`` with the query string of every URL in it cut (a SAS token or a presigned URL's signature is a
+    credential; an error or a report must not carry it)."""
+    return _QUERY_IN_URL.sub(r"\1?...", text)
+
+
+class TokenError(Exception):
+    """No token for a blob URL: why (the URL is told by whoever raises it further)."""
+
+
+@dataclass(frozen=True)
+class SasTokens:
+    """Where SAS tokens come from (``service``, None: nowhere, blob URLs are read as they are), the key sent
+    with each question, and the hosts addressed path-style."""
+
+    service: str | None = None
+    key: str | None = None
+    path_style: tuple[str, ...] = ()
+    timeout_s: float = 30.0
+    retries: int = 4
+
+    @classmethod
+    def of(cls, remote: RemoteSettings | None) -> SasTokens:
+        if remote is None:
+            return cls()
+        return cls(
+            remote.sas_token_url,
+            remote.sas_subscription_key,
+            tuple(remote.blob_path_style),
+            remote.connect_timeout_s + remote.read_timeout_s,
+            remote.retries,
+        )
+
+    def __repr__(self) -> str:  # the key is a credential
+        return f"SasTokens(service={self.service!r}, path_style={self.path_style!r})"
+
+    def container(self, url: str) -> tuple[str, str] | None:
+        """The (account, container) whose token reads ``url``; None: ``url`` is read as it is (no service, not a
+        blob URL, or one that carries a query of its own)."""
+        if self.service is None:
+            return None
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https") or parsed.query:
+            return None
+        host = (parsed.hostname or "").lower()
+        parts = parsed.path.lstrip("/").split("/")
+        if host.endswith(BLOB_SUFFIX):
+            account, container = host[: -len(BLOB_SUFFIX)], parts[0]
+            enough = len(parts) > 1
+        elif parsed.netloc.lower() in self.path_style:
+            account, container = parts[0], parts[1] if len(parts) > 1 else ""
+            enough = len(parts) > 2
+        else:
+            return None
+        if not enough or not _ACCOUNT.fullmatch(account) or not _CONTAINER.fullmatch(container):
+            return None
+        return account, container
+
+    def covers(self, url: str) -> bool:
+        """Whether reading ``url`` takes a token."""
+        return self.container(url) is not None
+
+    def sign(self, url: str) -> str:
+        """``url`` with its container's token (asked for when none is at hand or it expires soon); ``url`` itself
+        when it takes none.
+
+        Raises:
+            TokenError: the service cannot be reached, refuses, or answers with something else than a token.
+        """
+        container = self.container(url)
+        if container is None:
+            return url
+        return f"{url}?{self.token(*container)}"
+
+    def token(self, account: str, container: str) -> str:
+        """The token of ``account``/``container``, at most one question to the service at a time per process."""
+        assert self.service is not None
+        key = (self.service, account, container)
+        with _ISSUING:
+            held = _ISSUED.get(key)
+            if held is not None and held[1] - datetime.now(UTC) > RENEW_BEFORE:
+                return held[0]
+            token, expiry = self._ask(account, container)
+            _ISSUED[key] = (token, expiry)
+            return token
+
+    def _ask(self, account: str, container: str) -> tuple[str, datetime]:
+        assert self.service is not None
+        where = f"{self.service.rstrip('/')}/{quote(account, safe='')}/{quote(container, safe='')}"
+        headers = {"Accept": "application/json"}
+        if self.key:
+            headers[SUBSCRIPTION_HEADER] = self.key
+        failure = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(10.0, 0.2 * 2 ** (attempt - 1)))
+            request = urllib.request.Request(where, headers=headers)  # noqa: S310 - an http(s) URL of the settings
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:  # noqa: S310 - as above
+                    body = answer.read(64 * 1024)
+            except urllib.error.HTTPError as error:
+                failure = f"HTTP {error.code}"
+                if error.code not in (408, 429) and error.code < 500:
+                    break  # refused for good: asking again gets the same answer
+                continue
+            except (OSError, http.client.HTTPException) as error:
+                failure = str(getattr(error, "reason", None) or error) or type(error).__name__
+                continue
+            return _read_answer(body, f"{account}/{container}", where)
+        raise TokenError(f"no SAS token for {account}/{container} from {where} ({failure})")
+
+
+def _read_answer(body: bytes, container: str, where: str) -> tuple[str, datetime]:
+    """The token and its expiry in a token service's answer."""
+    try:
+        answer = json.loads(body)
+        token, expiry_text = answer["token"], answer["msft:expiry"]
+        expiry = datetime.fromisoformat(expiry_text)
+    except (ValueError, TypeError, KeyError) as error:
+        raise TokenError(f"the answer of {where} for {container} is not a SAS token ({type(error).__name__})") from None
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token.lstrip("?")):
+        raise TokenError(f"the answer of {where} for {container} holds no usable SAS token")
+    if expiry.tzinfo is None:
+        expiry = expiry.replace(tzinfo=UTC)
+    return token.lstrip("?"), expiry
+
+
+def planetary_computer_source(sources: Iterable[str]) -> bool:
+    """Whether any of ``sources`` is on Planetary Computer's host (its STAC API, as a rule)."""
+    return any((urlparse(source).hostname or "").lower() == PLANETARY_COMPUTER_HOST for source in sources)
