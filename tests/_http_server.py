@@ -10,6 +10,7 @@ their quotes, as RFC 9110 and nginx do). Range support is what remote rasters wi
 For tests that must see *how* a client reads, a few paths are special:
 
 - ``/__stats__``: JSON, body bytes sent so far per file (relative path);
+- ``/__encodings__``: JSON, ``[path, Accept-Encoding]`` of each request so far (the last 10,000);
 - ``/__gated__/<file>``: the file, but only its first ``--gate-bytes`` bytes
   until ``/__release__`` is requested (``/__hold__`` closes the gate again),
   so a test can prove a client used data before the whole body was sent;
@@ -70,6 +71,7 @@ class FileServer(ThreadingHTTPServer):
         self.released = threading.Event()
         self.barriers: dict[int, threading.Barrier] = {}
         self.barriers_lock = threading.Lock()
+        self.encodings: list[tuple[str, str | None]] = []
         super().__init__(("127.0.0.1", port), _Handler)
 
     def barrier(self, parties: int) -> threading.Barrier:
@@ -103,6 +105,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, *, head: bool) -> None:
         path = unquote(urlparse(self.path).path)
+        if not path.startswith("/__encodings__"):
+            with self.server.sent_lock:
+                self.server.encodings = [*self.server.encodings[-9_999:], (path, self.headers.get("Accept-Encoding"))]
         try:
             if not self._control(path, head):
                 self._object(path, head)
@@ -114,6 +119,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/__stats__":
             with self.server.sent_lock:
                 self._small(HTTPStatus.OK, json.dumps(self.server.sent).encode(), "application/json", head)
+        elif path == "/__encodings__":
+            with self.server.sent_lock:
+                self._small(HTTPStatus.OK, json.dumps(self.server.encodings).encode(), "application/json", head)
         elif path == "/__release__":
             self.server.released.set()
             self._small(HTTPStatus.OK, b"released\n", "text/plain", head)

@@ -322,7 +322,7 @@ def _serve(out: IO[bytes]) -> None:
         return
     root, request = pickle.loads(payload)  # noqa: S301 - from the ingest that started this reader
     _exit_when_orphaned(stdin)
-    io = _session_io()
+    io = _session_io(root)
     seen: set[str] = set()
 
     try:
