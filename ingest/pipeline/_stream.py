@@ -155,25 +155,27 @@ def routed_batches(
     Granules without rasters fill whichever lane's batch is emptiest.
     """
     batches: list[list[Granule]] = [[] for _ in range(lanes)]
+    counts = [0] * lanes  # granules in each lane's batch (a metadata-only search routes every item: C calls only)
     held = [0] * lanes
     given = [0] * lanes
     lane_of: dict[tuple[str, int, int], int] = {}
     for granule, last in with_last(granules):
         place = place_of(granule)
         if place is None:
-            lane = min(range(lanes), key=lambda index: len(batches[index]))
+            lane = counts.index(min(counts))
         else:
             lane = lane_of.get(place, -1)
             if lane < 0:
-                lane = lane_of[place] = min(range(lanes), key=given.__getitem__)
+                lane = lane_of[place] = given.index(min(given))
         given[lane] += 1
         batches[lane].append(granule)
-        if raster_bytes is not None:
+        counts[lane] += 1
+        if raster_bytes is not None and granule.rasters:
             sizes = (VIRTUAL_RASTER_BYTES if virtual else _size(path) for path in granule.rasters.values())
             held[lane] += sum(sizes)
-        if not last and (len(batches[lane]) >= size or (raster_bytes is not None and held[lane] >= raster_bytes)):
+        if not last and (counts[lane] >= size or (raster_bytes is not None and held[lane] >= raster_bytes)):
             yield lane, batches[lane], False
-            batches[lane], held[lane] = [], 0
+            batches[lane], held[lane], counts[lane] = [], 0, 0
     rest = [(lane, batch) for lane, batch in enumerate(batches) if batch]
     for position, (lane, batch) in enumerate(rest, start=1):
         yield lane, batch, position == len(rest)
