@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -25,6 +25,12 @@ from pydantic_settings import (
 REGION_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 """What an S3 region's name looks like (``us-west-2``, ``eu-central-1``, a server's own such as ``garage``): it goes
 into hosts and signatures, so nothing else is taken for one (a setting, or a server's answer)."""
+
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
+"""An HTTP field name (RFC 9110 ``token``)."""
+
+HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]{0,8192}")
+"""An HTTP field value: visible characters, spaces and tabs; never a line break (which would start another header)."""
 
 DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
 
@@ -51,6 +57,8 @@ class RemoteSettings(BaseModel):
     besides the S3 credentials in :class:`S3Settings`. The repository's own storage is not concerned, nor are
     STAC API searches, whose pages take their own time to make (pystac-client under urllib3's retries:
     ``ingest.pipeline._stac_api.TIMEOUT`` and ``RETRIES``)."""
+
+    model_config = ConfigDict(hide_input_in_errors=True)  # a refused header's value is a credential
 
     # s3:// prefixes read unsigned, without credentials (public buckets): "s3://sentinel-cogs/" (a bucket),
     # "s3://bucket/public/" (a prefix of one), "s3://" (every bucket; what `floe ingest --anonymous` adds).
@@ -81,6 +89,27 @@ class RemoteSettings(BaseModel):
     # Blob endpoints addressed path-style (Azurite, Azure Stack), as host:port: their URLs are
     # http(s)://host:port/{account}/{container}/{blob}.
     blob_path_style: list[str] = Field(default_factory=list)
+    # HTTP headers sent to URL prefixes only (an API key, a bearer token): {"https://api.example.com/":
+    # {"Authorization": "Bearer ..."}}. A request gets those of every prefix it starts with; no other request
+    # gets them. `floe ingest --header 'Name: value'` adds one for the http(s) sources it names. Credentials:
+    # set them in the environment (FLOE_REMOTE__HEADERS='{...}'), not in a file that is shared.
+    headers: dict[str, dict[str, str]] = Field(default_factory=dict)
+
+    @field_validator("headers")
+    @classmethod
+    def _headers(cls, values: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for prefix, headers in values.items():
+            parsed = urlparse(prefix)
+            if parsed.scheme not in ("http", "https") or not parsed.netloc:
+                raise ValueError(f"headers: {prefix!r} is not an http(s):// URL prefix")
+            for name, value in headers.items():
+                if not HEADER_NAME.fullmatch(name):
+                    raise ValueError(f"headers for {prefix}: {name!r} is not an HTTP header name")
+                if not HEADER_VALUE.fullmatch(value):
+                    raise ValueError(
+                        f"headers for {prefix}: the value of {name} holds a line break or control character"
+                    )
+        return values
 
     @field_validator("sas_token_url")
     @classmethod
@@ -205,7 +234,10 @@ class ArraysSettings(BaseModel):
 class Settings(BaseSettings):
     """Everything floe can be configured with."""
 
-    model_config = SettingsConfigDict(env_prefix="FLOE_", env_nested_delimiter="__", extra="ignore")
+    # A refused value is not repeated in the error: it may be a credential (a header's token, a key).
+    model_config = SettingsConfigDict(
+        env_prefix="FLOE_", env_nested_delimiter="__", extra="ignore", hide_input_in_errors=True
+    )
 
     root: str = "./floe-data"
     branch: str = "main"

@@ -10,7 +10,9 @@ their quotes, as RFC 9110 and nginx do). Range support is what remote rasters wi
 For tests that must see *how* a client reads, a few paths are special:
 
 - ``/__stats__``: JSON, body bytes sent so far per file (relative path);
-- ``/__encodings__``: JSON, ``[path, Accept-Encoding]`` of each request so far (the last 10,000);
+- ``/__requests__``: JSON, ``[path, Accept-Encoding, Authorization]`` of each request so far (the last 10,000);
+- ``/__auth__/<file>``: the file, only for a request with ``Authorization: Bearer <TOKEN>`` (401 otherwise), as
+  a private STAC API or archive answers;
 - ``/__gated__/<file>``: the file, but only its first ``--gate-bytes`` bytes
   until ``/__release__`` is requested (``/__hold__`` closes the gate again),
   so a test can prove a client used data before the whole body was sent;
@@ -55,6 +57,7 @@ DEFAULT_GATE_BYTES = 2 * 1024 * 1024
 STALL_SECONDS = 120.0
 TOGETHER_SECONDS = 10.0
 SIGNATURE = "floe-signed"
+TOKEN = "floe-test-bearer"
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -71,7 +74,7 @@ class FileServer(ThreadingHTTPServer):
         self.released = threading.Event()
         self.barriers: dict[int, threading.Barrier] = {}
         self.barriers_lock = threading.Lock()
-        self.encodings: list[tuple[str, str | None]] = []
+        self.requests: list[tuple[str, str | None, str | None]] = []
         super().__init__(("127.0.0.1", port), _Handler)
 
     def barrier(self, parties: int) -> threading.Barrier:
@@ -105,9 +108,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, *, head: bool) -> None:
         path = unquote(urlparse(self.path).path)
-        if not path.startswith("/__encodings__"):
+        if not path.startswith("/__requests__"):
+            noted = (path, self.headers.get("Accept-Encoding"), self.headers.get("Authorization"))
             with self.server.sent_lock:
-                self.server.encodings = [*self.server.encodings[-9_999:], (path, self.headers.get("Accept-Encoding"))]
+                self.server.requests = [*self.server.requests[-9_999:], noted]
         try:
             if not self._control(path, head):
                 self._object(path, head)
@@ -119,9 +123,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/__stats__":
             with self.server.sent_lock:
                 self._small(HTTPStatus.OK, json.dumps(self.server.sent).encode(), "application/json", head)
-        elif path == "/__encodings__":
+        elif path == "/__requests__":
             with self.server.sent_lock:
-                self._small(HTTPStatus.OK, json.dumps(self.server.encodings).encode(), "application/json", head)
+                self._small(HTTPStatus.OK, json.dumps(self.server.requests).encode(), "application/json", head)
         elif path == "/__release__":
             self.server.released.set()
             self._small(HTTPStatus.OK, b"released\n", "text/plain", head)
@@ -154,6 +158,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self._small(HTTPStatus.FORBIDDEN, b"signature does not match\n", "text/plain", head)
             else:
                 self._file(path.removeprefix("/__signed__"), head=head, gated=False)
+        elif path.startswith("/__auth__/"):
+            if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                self.send_response(HTTPStatus.UNAUTHORIZED)
+                self.send_header("WWW-Authenticate", 'Bearer realm="floe-test"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                self._file(path.removeprefix("/__auth__"), head=head, gated=False)
         elif path.startswith("/__get_only__/"):
             if self.command == "POST":
                 self._small(HTTPStatus.METHOD_NOT_ALLOWED, b"GET only\n", "text/plain", head)

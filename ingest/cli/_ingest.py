@@ -239,6 +239,20 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             ),
         ),
     ] = False,
+    header: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header",
+            "-H",
+            help=(
+                "'Name: value', sent with every request to the http(s) sources named here (their scheme, host "
+                "and port: a STAC API's pages and collections, files of items), an API key or a bearer token. "
+                "Repeatable. Other hosts (rasters elsewhere) get none: name them in remote.headers "
+                '(FLOE_REMOTE__HEADERS=\'{"https://host/": {"Name": "value"}}\').'
+            ),
+            show_default=False,
+        ),
+    ] = None,
     planetary_computer: Annotated[
         bool,
         typer.Option(
@@ -300,6 +314,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     options.remote_assets = remote_assets
     _unsigned(ctx, anonymous=anonymous, requester_pays=requester_pays)
     _signed_blobs(ctx, sources, asked=planetary_computer)
+    _given_headers(ctx, sources, header or [])
     with _report_file(report) as sink, floe_errors(_INTERRUPTED):
         try:
             repository = open_repository(ctx)
@@ -384,6 +399,25 @@ def _unsigned(ctx: typer.Context, *, anonymous: bool, requester_pays: bool) -> N
         settings_of(ctx).remote.anonymous = ["s3://"]
     if requester_pays:
         settings_of(ctx).remote.requester_pays = ["s3://"]
+
+
+def _given_headers(ctx: typer.Context, sources: list[str], given: list[str]) -> None:
+    """``--header``: each header for the origin (scheme, host, port) of every http(s) source."""
+    if not given:
+        return
+    from ingest.remote import url_scheme
+    from ingest.remote._headers import merged, origin, parse_header
+
+    origins = sorted({origin(source) for source in sources if url_scheme(source) in ("http", "https")})
+    if not origins:
+        fail("--header is sent to http(s) sources, and none is named (other hosts: remote.headers)", 2)
+    remote = settings_of(ctx).remote
+    for text in given:
+        try:
+            pair = parse_header(text)
+        except ValueError as error:
+            fail(f"--header {error}", 2)
+        remote.headers = merged(remote.headers, origins, pair)
 
 
 def _signed_blobs(ctx: typer.Context, sources: list[str], *, asked: bool) -> None:

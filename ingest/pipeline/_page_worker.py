@@ -20,7 +20,8 @@ pystac-client, not the repository, zarr or Ray. The protocol, frames (a kind
 byte, a length, the bytes) on its standard input and output:
 
 1. the reader says it is ready (:data:`READY`);
-2. the ingest hands it the search's root and the request of the next page (:data:`HAND_OVER`, a pickle);
+2. the ingest hands it the search's root, the request of the next page and the headers requests carry
+   (:data:`HAND_OVER`, a pickle);
 3. the reader sends each page: the request after it (:data:`FOLLOWING`, a pickle), then the page
    (:data:`PAGE`, a pickled :class:`ReaderPage`, its items as JSON bytes inside); then :data:`END` with the
    reason the search failed (a page that could not be read after retries), empty when it read the last page.
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from collections.abc import Generator
 
     from ingest.pipeline._pages import PageRequest
+    from ingest.remote._headers import Headers
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +174,9 @@ class PageReader:
         self._ready = True
         return True
 
-    def read_from(self, root: str, request: PageRequest) -> Generator[SentPage, None, PageRequest | None]:
+    def read_from(
+        self, root: str, request: PageRequest, headers: Headers | None = None
+    ) -> Generator[SentPage, None, PageRequest | None]:
         """The reader's pages from ``request`` on; returns None when it read the last one, or the request to read
         on from when it stopped without saying why (logged).
 
@@ -182,7 +186,10 @@ class PageReader:
         stdin, stdout = self._process.stdin, self._process.stdout
         assert stdin is not None and stdout is not None
         try:
-            _write(stdin, HAND_OVER, pickle.dumps((root, request), protocol=pickle.HIGHEST_PROTOCOL))
+            from ingest.remote._headers import Headers
+
+            handed = (root, request, headers if headers is not None else Headers())
+            _write(stdin, HAND_OVER, pickle.dumps(handed, protocol=pickle.HIGHEST_PROTOCOL))
             while True:
                 kind, payload = _read(stdout)
                 if kind == END:
@@ -320,9 +327,9 @@ def _serve(out: IO[bytes]) -> None:
         return  # the search ended before the reader was needed
     if kind != HAND_OVER:
         return
-    root, request = pickle.loads(payload)  # noqa: S301 - from the ingest that started this reader
+    root, request, headers = pickle.loads(payload)  # noqa: S301 - from the ingest that started this reader
     _exit_when_orphaned(stdin)
-    io = _session_io(root)
+    io = _session_io(root, headers)
     seen: set[str] = set()
 
     try:

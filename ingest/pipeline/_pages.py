@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingest._threads import on_daemon_thread
 from ingest.errors import InvalidSource
+from ingest.remote._headers import Headers
 from ingest.stac import read_json_noting_parser
 
 if TYPE_CHECKING:
@@ -162,8 +163,9 @@ class SearchPages:
     not read (after retries) fails the search as one read here would.
     """
 
-    def __init__(self, io: Any, root: str, first: PageRequest) -> None:
+    def __init__(self, io: Any, root: str, first: PageRequest, headers: Headers | None = None) -> None:
         self._io, self._root = io, root
+        self._headers = headers if headers is not None else Headers()
         self._request: PageRequest | None = first
         self._reader: PageReader | None = None
         self._tried = False
@@ -180,7 +182,7 @@ class SearchPages:
                     if here is not None:
                         here.close()  # its early request for the next page is dropped: the reader makes it
                         here = None
-                    self._request = yield from reader.read_from(self._root, self._request)
+                    self._request = yield from reader.read_from(self._root, self._request, self._headers)
                     self.close()
                     continue
                 if reader is not None and reader.lost:

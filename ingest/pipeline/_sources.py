@@ -211,6 +211,7 @@ def _is_api(url: str) -> bool:
 def _read_api(url: str, options: SourceOptions) -> Iterator[SourcedItem]:
     """A STAC API search named by URL (its landing page or its ``/search``), with ``options``' parameters."""
     from ingest.pipeline._stac_api import ApiSearch, parse_since, read_search
+    from ingest.remote._headers import Headers
 
     try:
         search = ApiSearch.parse(url, options.search)
@@ -228,6 +229,7 @@ def _read_api(url: str, options: SourceOptions) -> Iterator[SourcedItem]:
     except ValueError as error:
         yield SourcedItem(url, error=InvalidSource(str(error)))
         return
+    search.headers = Headers.of(options.remote)
     options.searches.append(search)
     yield from read_search(search)
 

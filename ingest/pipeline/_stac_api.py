@@ -45,6 +45,7 @@ from ingest.errors import InvalidSource
 from ingest.pipeline._page_worker import ReaderPage
 from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, PageRequest, SearchPages, prefetched
 from ingest.pipeline._sources import SourcedItem
+from ingest.remote._headers import Headers
 from ingest.stac import ARRAYS_ASSET, loads_json, parse_datetime
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ class ApiSearch:
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
     note: str | None = None
     """Why the search was read whole although ``--since`` asked for changes only."""
+    headers: Headers = field(default_factory=Headers)
+    """The headers its requests carry, by URL prefix (``remote.headers``, ``floe ingest --header``)."""
 
     @classmethod
     def parse(cls, url: str, parameters: SearchParameters) -> ApiSearch:
@@ -272,14 +275,15 @@ def on_this_machine(url: str) -> bool:
         return False
 
 
-def _session_io(root: str | None = None) -> Any:
+def _session_io(root: str | None = None, headers: Headers | None = None) -> Any:
     """pystac-client's HTTP reader with retries, decoding with floe's parser (``loads_json``: orjson where exact,
     5 us an item of a page instead of the standard parser's 10, BENCHMARKS.md).
 
     An API on this machine (``root`` on a loopback address: a local stac-fastapi or pgstac being moved into
     floe) is asked for uncompressed pages: its bytes cost nothing to move, while compressing a page of 1,000
     items takes the server 10-17 ms of the two processes' shared CPU (BENCHMARKS.md, twentieth run). Any
-    other API is asked as requests asks (gzip, deflate, Brotli where installed).
+    other API is asked as requests asks (gzip, deflate, Brotli where installed). Each request carries the
+    ``headers`` its URL takes (an API key), and no other.
     """
     from pystac_client.stac_api_io import StacApiIO
     from urllib3.util.retry import Retry
@@ -299,6 +303,8 @@ def _session_io(root: str | None = None) -> Any:
     io = ExactFastIO(max_retries=retry, timeout=TIMEOUT)
     if root is not None and on_this_machine(root):
         io.session.headers["Accept-Encoding"] = "identity"
+    if headers:
+        io.session.auth = headers.requests_auth()
     return io
 
 
@@ -317,7 +323,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
     """
     from pystac_client import Client, ConformanceClasses
 
-    io = _session_io(search.root)
+    io = _session_io(search.root, search.headers)
     try:
         client = Client.open(search.root, stac_io=io)
     except Exception as error:  # noqa: BLE001 - requests, pystac and pystac-client raise many kinds
@@ -348,7 +354,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
             method=_search_method(client),
         )
         first = PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters())
-        pages = SearchPages(io, search.root, first)
+        pages = SearchPages(io, search.root, first, search.headers)
         label = f"{search.root}/search"
         seen: set[str] = set()  # collections yielded
         fetched: set[str] = set()  # collections fetched by this process

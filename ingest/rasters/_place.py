@@ -56,6 +56,12 @@ def locate(source: str, stores: Stores | None) -> Place:
                 "and are never stored; it is copied",
                 path=source,
             )
+        if stores.headers.for_url(source):
+            raise NotVirtualizable(
+                f"granule {source} cannot be referenced: its requests carry headers (remote.headers), which "
+                "Icechunk's reads of virtual chunks cannot send; it is copied",
+                path=source,
+            )
         if stores.buckets.pays(source):
             # Icechunk's S3 virtual chunk reads send no x-amz-request-payer (icechunk 2.3,
             # icechunk/src/virtual_chunks.rs S3Fetcher::fetch_part), so such a bucket refuses them.

@@ -33,6 +33,9 @@ configuration for the rasters it reads, :mod:`ingest.remote._gdal`):
   (``floe ingest --planetary-computer``), blob URLs are read signed with
   their container's SAS token, asked for per container and renewed before it
   expires; what floe records and reports keeps the unsigned URL.
+- Headers (:mod:`ingest.remote._headers`): ``remote.headers`` (and ``floe
+  ingest --header``) give http(s) requests under some URL prefixes an API key
+  or a bearer token; no other request carries them.
 
 Transient failures (connection errors, 5xx, timeouts of reads) are retried by
 obstore with exponential backoff and jitter (:attr:`Transport.max_retries`
@@ -45,6 +48,7 @@ what still fails is a :class:`RemoteError` with a short reason
 
 from ingest.remote._buckets import Buckets
 from ingest.remote._gdal import GDAL_CREDENTIALS, GDAL_REMOTE_OPTIONS, GdalOptions, gdal_options, gdal_path
+from ingest.remote._headers import Headers
 from ingest.remote._stores import (
     REMOTE_SCHEMES,
     SUPPORTED,
@@ -71,6 +75,7 @@ __all__ = [
     "SUPPORTED",
     "Buckets",
     "GdalOptions",
+    "Headers",
     "RemoteError",
     "SasTokens",
     "Stores",

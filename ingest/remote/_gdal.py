@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ingest.remote._buckets import Buckets, s3_endpoint
+from ingest.remote._headers import Headers
 from ingest.remote._stores import RemoteError, Transport, unsigned, url_scheme
 from ingest.remote._tokens import SasTokens, TokenError
 
@@ -45,8 +46,9 @@ through a session)."""
 
 class GdalOptions(dict[str, str]):
     """GDAL configuration for remote rasters (:func:`gdal_options`), which knows the ``s3://`` prefixes to
-    read unsigned, what it knows of buckets (:class:`Buckets`) and where SAS tokens come from
-    (:class:`SasTokens`): :meth:`for_url` gives the options for one raster, :meth:`path` what GDAL opens."""
+    read unsigned, what it knows of buckets (:class:`Buckets`), where SAS tokens come from
+    (:class:`SasTokens`) and the headers some URLs take (:class:`Headers`): :meth:`for_url` gives the options
+    for one raster, :meth:`path` what GDAL opens."""
 
     def __init__(
         self,
@@ -54,11 +56,13 @@ class GdalOptions(dict[str, str]):
         anonymous: Iterable[str] = (),
         buckets: Buckets | None = None,
         tokens: SasTokens | None = None,
+        headers: Headers | None = None,
     ) -> None:
         super().__init__(options)
         self.anonymous = tuple(anonymous)
         self.buckets = buckets if buckets is not None else Buckets(find=False)
         self.tokens = tokens if tokens is not None else SasTokens()
+        self.headers = headers if headers is not None else Headers()
 
     def path(self, url: str) -> str:
         """What GDAL opens to read ``url``: :func:`gdal_path` of it, signed with its container's SAS token where
@@ -73,9 +77,11 @@ class GdalOptions(dict[str, str]):
             raise RemoteError(url, str(error)) from error
 
     def for_url(self, url: str) -> dict[str, str]:
-        """The options to read ``url`` with: in its bucket's region; without credentials and unsigned under an
-        anonymous prefix, else saying its requester pays under such a prefix."""
+        """The options to read ``url`` with: its headers; in its bucket's region; without credentials and unsigned
+        under an anonymous prefix, else saying its requester pays under such a prefix."""
         options = dict(self)
+        if (lines := self.headers.gdal_option(url)) is not None:
+            options["GDAL_HTTP_HEADERS"] = lines
         if url_scheme(url) == "s3" and (region := self.buckets.region(urlparse(url).netloc)) is not None:
             options["AWS_REGION"] = region
         if not unsigned(url, self.anonymous):
@@ -87,7 +93,7 @@ class GdalOptions(dict[str, str]):
         return options
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (GdalOptions, (dict(self), self.anonymous, self.buckets, self.tokens))
+        return (GdalOptions, (dict(self), self.anonymous, self.buckets, self.tokens, self.headers))
 
 
 def gdal_options(
@@ -123,7 +129,7 @@ def gdal_options(
             options["AWS_SECRET_ACCESS_KEY"] = s3.secret_access_key
             if s3.session_token:
                 options["AWS_SESSION_TOKEN"] = s3.session_token
-    buckets, tokens = Buckets.of(s3, remote), SasTokens.of(remote)
+    buckets, tokens, headers = Buckets.of(s3, remote), SasTokens.of(remote), Headers.of(remote)
     if anonymous or (s3 is not None and s3.anonymous):
-        return GdalOptions(options, ("s3://",), buckets, tokens)
-    return GdalOptions(options, remote.anonymous if remote is not None else (), buckets, tokens)
+        return GdalOptions(options, ("s3://",), buckets, tokens, headers)
+    return GdalOptions(options, remote.anonymous if remote is not None else (), buckets, tokens, headers)

@@ -20,6 +20,7 @@ from obstore.store import HTTPStore, S3Store
 from ingest._threads import interruptible, on_daemon_thread
 from ingest.errors import InvalidSource
 from ingest.remote._buckets import Buckets, under_prefix
+from ingest.remote._headers import Headers
 from ingest.remote._tokens import SasTokens, TokenError, redacted
 
 if TYPE_CHECKING:
@@ -168,7 +169,10 @@ def describe(error: BaseException) -> str:
     if isinstance(error, PermissionDeniedError):
         return f"access denied (HTTP 403{code_note}): check the credentials and what they may read"
     if isinstance(error, UnauthenticatedError):
-        return f"not authenticated (HTTP 401{code_note}): give credentials, or --anonymous for a public bucket"
+        return (
+            f"not authenticated (HTTP 401{code_note}): give credentials (S3 keys, or --anonymous for a public "
+            "bucket; for http(s), a header: --header or remote.headers)"
+        )
     retried = re.search(r"after (\d+) retries", text)
     retries = int(retried.group(1)) if retried else 0
     after = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
@@ -280,6 +284,7 @@ class Stores:
         transport: Transport | None = None,
         buckets: Buckets | None = None,
         tokens: SasTokens | None = None,
+        headers: Headers | None = None,
     ) -> None:
         self.s3 = s3
         every = anonymous is True or bool(s3 is not None and s3.anonymous)
@@ -291,6 +296,8 @@ class Stores:
         """Each bucket's region, and whose requester pays (:mod:`ingest.remote._buckets`)."""
         self.tokens = tokens if tokens is not None else SasTokens()
         """The SAS tokens Azure blob URLs are read with (:mod:`ingest.remote._tokens`)."""
+        self.headers = headers if headers is not None else Headers()
+        """The headers http(s) requests carry, by URL prefix (:mod:`ingest.remote._headers`)."""
         self._stores: dict[tuple[str, str], ObjectStore] = {}
         self.heads: dict[str, dict[str, Any]] = {}
         """What :func:`head` found, by URL, kept for the life of these stores (one batch)."""
@@ -310,6 +317,7 @@ class Stores:
             transport=Transport.of(remote) if remote is not None else None,
             buckets=Buckets.of(s3, remote),
             tokens=SasTokens.of(remote),
+            headers=Headers.of(remote),
         )
 
     def prefetch_heads(self, urls: Iterable[str], concurrency: int = 16) -> None:
@@ -361,25 +369,18 @@ class Stores:
                 signed = self.tokens.sign(url)
             except TokenError as error:
                 raise RemoteError(url, str(error)) from error
-        if signed != url or parsed.query:
-            # A signed URL (S3 presigned, Azure SAS, a token): the query goes with every request, so the URL is
-            # a store of its own, its one object at the empty path.
-            store = self._stores.get((scheme, signed))
-            if store is None:
-                try:
-                    store = self._http_store(scheme, signed)
-                except Exception as error:
-                    raise RemoteError(url, f"cannot set up a client for it ({describe(error)})") from error
-                self._stores[(scheme, signed)] = store
-            return store, ""
         path = unquote(parsed.path.lstrip("/"))
         if scheme == "s3":
             return self.bucket_store(parsed.netloc, path, url=url), path
-        key = (scheme, parsed.netloc)
+        headers = self.headers.for_url(url)
+        # A signed URL (S3 presigned, Azure SAS, a token): the query goes with every request, so the URL is a
+        # store of its own, its one object at the empty path. Else one store per host and set of headers.
+        where, path = (signed, "") if signed != url or parsed.query else (parsed.netloc, path)
+        key = (scheme, where + "#" + repr(sorted(headers.items())) if headers else where)
         store = self._stores.get(key)
         if store is None:
             try:
-                store = self._http_store(scheme, parsed.netloc)
+                store = self._http_store(scheme, where, headers)
             except Exception as error:
                 raise RemoteError(url, f"cannot set up a client for it ({describe(error)})") from error
             self._stores[key] = store
@@ -445,11 +446,14 @@ class Stores:
             credential_provider=credentials,
         )
 
-    def _http_store(self, scheme: str, where: str) -> ObjectStore:
-        """A store for a host (``where`` a host and port) or for one signed URL (``where`` the whole URL)."""
+    def _http_store(self, scheme: str, where: str, headers: dict[str, str] | None = None) -> ObjectStore:
+        """A store for a host (``where`` a host and port) or for one signed URL (``where`` the whole URL), whose
+        requests carry ``headers``."""
         options = self.transport.client_options()
         if scheme == "http":
             options["allow_http"] = True  # the URL asks for plain HTTP itself
+        if headers:
+            options["default_headers"] = dict(headers)
         base = where if "://" in where else f"{scheme}://{where}/"
         return HTTPStore(base, client_options=options, retry_config=self.transport.retry_config())
 

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from ingest import Repository
+from ingest.config import RemoteSettings
 from ingest.pipeline import SearchParameters, SourceOptions, _page_worker, _pages, _stac_api, ingest_items
+from tests._http_server import TOKEN
 from tests.conftest import make_item, with_square
 
 PAGE = 6
@@ -60,13 +62,20 @@ def _features() -> list:
 
 
 def _static_api(
-    folder: Path, url: str, name: str, features: list, *, broken_after: int | None = None, get_only: bool = False
+    folder: Path,
+    url: str,
+    name: str,
+    features: list,
+    *,
+    broken_after: int | None = None,
+    get_only: bool = False,
+    private: bool = False,
 ) -> str:
     """A STAC API of files under ``folder/name``: its search pages hold ``features``, PAGE a page; with
     ``broken_after``, that page's next link leads to a 404; with ``get_only``, its search is a GET (a POST is
-    refused)."""
+    refused); ``private``, every request needs the test server's bearer token."""
     root = folder / name
-    base = f"{url}/__get_only__/{name}" if get_only else f"{url}/{name}"
+    base = f"{url}/__get_only__/{name}" if get_only else f"{url}/__auth__/{name}" if private else f"{url}/{name}"
     documents = {
         "index.json": {
             "type": "Catalog",
@@ -97,9 +106,9 @@ def _static_api(
     return base
 
 
-def _ingest(tmp_path: Path, name: str, url: str):
+def _ingest(tmp_path: Path, name: str, url: str, remote: RemoteSettings | None = None):
     repository = Repository.create(tmp_path / name)
-    options = SourceOptions(search=SearchParameters(page_size=PAGE))
+    options = SourceOptions(search=SearchParameters(page_size=PAGE), remote=remote)
     report = ingest_items(repository, [url], options=options)
     items = {item["id"]: item for item in repository.view("main").items()}
     return report, items, options.searches[0]
@@ -111,8 +120,8 @@ def reader_pages(monkeypatch):
     sent: list[int] = []
     read_from = _page_worker.PageReader.read_from
 
-    def counting(self, root, request):
-        pages = read_from(self, root, request)
+    def counting(self, root, request, headers=None):
+        pages = read_from(self, root, request, headers)
         while True:
             try:
                 page = next(pages)
@@ -152,13 +161,32 @@ def test_an_api_on_this_machine_is_asked_for_uncompressed_pages(http_server, tmp
     url = _static_api(http_server.folder, http_server.url, "plain", _features())
     _ingest_with(tmp_path, "plain", url, handoff=True)
     assert sum(reader_pages) == 40 - PAGE
-    asked = {encoding for path, encoding in json.loads(http_server.get("__encodings__")) if "/plain" in path}
+    asked = {encoding for path, encoding, _ in json.loads(http_server.get("__requests__")) if "/plain" in path}
     # The landing page, the search's first page (this process) and the reader's pages: none compressed.
     assert asked == {"identity"}
     # An API elsewhere gets what requests asks for: compressed pages.
     assert (
         "gzip" in _stac_api._session_io("https://earth-search.aws.element84.com/v1").session.headers["Accept-Encoding"]
     )
+
+
+def test_a_private_api_gets_its_headers_from_this_process_and_the_reader_alone(http_server, tmp_path, reader_pages):
+    url = _static_api(http_server.folder, http_server.url, "private", _features(), private=True)
+    public = _static_api(http_server.folder, http_server.url, "public", _features())
+
+    refused, _, _ = _ingest(tmp_path, "refused", url)
+    assert [rejection.source for rejection in refused.rejected] == [url]
+    assert "401" in refused.rejected[0].reason
+
+    # The token goes to the private API's prefix only: a public API on the same server gets none.
+    remote = RemoteSettings(headers={f"{url}/": {"Authorization": f"Bearer {TOKEN}"}})
+    report, items, search = _ingest(tmp_path, "private", url, remote)
+    assert search.complete and len(items) == 40 - 5 and len(report.rejected) == 5, report.rejected
+    assert sum(reader_pages) == 40 - PAGE  # the reader, in its own process, sent the header too
+    _ingest(tmp_path, "public", public, remote)
+    requests = json.loads(http_server.get("__requests__"))
+    assert {auth for path, _, auth in requests if path.startswith("/__auth__/private")} >= {f"Bearer {TOKEN}"}
+    assert all(auth is None for path, _, auth in requests if path.startswith("/public"))
 
 
 def _ingest_with(tmp_path: Path, name: str, url: str, *, handoff: bool):
@@ -173,8 +201,8 @@ def test_a_reader_that_dies_leaves_the_search_to_this_process(http_server, tmp_p
     url = _static_api(http_server.folder, http_server.url, "dies", _features())
     read_from = _page_worker.PageReader.read_from  # the counting one
 
-    def killed_after_one_page(self, root, request):
-        pages = read_from(self, root, request)
+    def killed_after_one_page(self, root, request, headers=None):
+        pages = read_from(self, root, request, headers)
         yield next(pages)
         os.kill(self._process.pid, signal.SIGKILL)
         self._process.wait()
