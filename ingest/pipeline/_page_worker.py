@@ -329,7 +329,7 @@ def _serve(out: IO[bytes]) -> None:
         return
     root, request, headers = pickle.loads(payload)  # noqa: S301 - from the ingest that started this reader
     _exit_when_orphaned(stdin)
-    io = _session_io(root, headers)
+    io = _session_io(headers)
     seen: set[str] = set()
 
     try:

@@ -31,7 +31,6 @@ A ``floe:arrays`` asset names the other repository's arrays and is dropped too.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 from collections.abc import Generator, Iterator, Mapping
@@ -264,26 +263,13 @@ def _item_from_api(item: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
-def on_this_machine(url: str) -> bool:
-    """Whether ``url``'s host is a loopback address (``localhost``, 127.0.0.0/8, ``::1``)."""
-    host = (urlparse(url).hostname or "").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _session_io(root: str | None = None, headers: Headers | None = None) -> Any:
+def _session_io(headers: Headers | None = None) -> Any:
     """pystac-client's HTTP reader with retries, decoding with floe's parser (``loads_json``: orjson where exact,
     5 us an item of a page instead of the standard parser's 10, BENCHMARKS.md).
 
-    An API on this machine (``root`` on a loopback address: a local stac-fastapi or pgstac being moved into
-    floe) is asked for uncompressed pages: its bytes cost nothing to move, while compressing a page of 1,000
-    items takes the server 10-17 ms of the two processes' shared CPU (BENCHMARKS.md, twentieth run). Any
-    other API is asked as requests asks (gzip, deflate, Brotli where installed). Each request carries the
-    ``headers`` its URL takes (an API key), and no other.
+    Each request carries the ``headers`` its URL takes (an API key), and no other. Pages are asked for as
+    requests asks (gzip, deflate, Brotli where installed), whatever the host: an API on a loopback address may
+    be a tunnel to one far away (BENCHMARKS.md, twentieth run).
     """
     from pystac_client.stac_api_io import StacApiIO
     from urllib3.util.retry import Retry
@@ -301,8 +287,6 @@ def _session_io(root: str | None = None, headers: Headers | None = None) -> Any:
         raise_on_status=False,  # the last answer reaches pystac-client, which names its status
     )
     io = ExactFastIO(max_retries=retry, timeout=TIMEOUT)
-    if root is not None and on_this_machine(root):
-        io.session.headers["Accept-Encoding"] = "identity"
     if headers:
         io.session.auth = headers.requests_auth()
     return io
@@ -323,7 +307,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
     """
     from pystac_client import Client, ConformanceClasses
 
-    io = _session_io(search.root, search.headers)
+    io = _session_io(search.headers)
     try:
         client = Client.open(search.root, stac_io=io)
     except Exception as error:  # noqa: BLE001 - requests, pystac and pystac-client raise many kinds

@@ -157,19 +157,6 @@ def test_the_page_reader_reads_a_search_with_the_outcome_of_this_process(http_se
     assert items["item-033"]["properties"]["limit"] == float("inf")
 
 
-def test_an_api_on_this_machine_is_asked_for_uncompressed_pages(http_server, tmp_path, reader_pages):
-    url = _static_api(http_server.folder, http_server.url, "plain", _features())
-    _ingest_with(tmp_path, "plain", url, handoff=True)
-    assert sum(reader_pages) == 40 - PAGE
-    asked = {encoding for path, encoding, _ in json.loads(http_server.get("__requests__")) if "/plain" in path}
-    # The landing page, the search's first page (this process) and the reader's pages: none compressed.
-    assert asked == {"identity"}
-    # An API elsewhere gets what requests asks for: compressed pages.
-    assert (
-        "gzip" in _stac_api._session_io("https://earth-search.aws.element84.com/v1").session.headers["Accept-Encoding"]
-    )
-
-
 def test_a_private_api_gets_its_headers_from_this_process_and_the_reader_alone(http_server, tmp_path, reader_pages):
     url = _static_api(http_server.folder, http_server.url, "private", _features(), private=True)
     public = _static_api(http_server.folder, http_server.url, "public", _features())
