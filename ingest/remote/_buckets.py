@@ -59,7 +59,9 @@ PROBE_TIMEOUT_S = 10.0
 answer is only an improvement on the region set for everything."""
 
 _FOUND: dict[tuple[str, str], str | None] = {}
+_ASKING: dict[tuple[str, str], threading.Event] = {}
 _FOUND_LOCK = threading.Lock()
+_OPENER: list[urllib.request.OpenerDirector] = []
 
 
 def under_prefix(url: str, prefixes: Iterable[str]) -> bool:
@@ -113,10 +115,35 @@ class Buckets:
         with _FOUND_LOCK:
             if key in _FOUND:
                 return _FOUND[key]
-        found = asked_region(key[0], bucket, self.timeout_s)
-        with _FOUND_LOCK:
-            _FOUND.setdefault(key, found)
-            return _FOUND[key]
+            # One thread asks; the others (a worker's granules start together) wait for its answer.
+            asking = _ASKING.get(key)
+            if asking is None:
+                asking = _ASKING[key] = threading.Event()
+                mine = True
+            else:
+                mine = False
+        if not mine:
+            asking.wait(self.timeout_s + 1)
+            with _FOUND_LOCK:
+                return _FOUND.get(key)
+        try:
+            found = asked_region(key[0], bucket, self.timeout_s)
+            with _FOUND_LOCK:
+                _FOUND.setdefault(key, found)
+                return _FOUND[key]
+        finally:
+            with _FOUND_LOCK:
+                _ASKING.pop(key, None)
+            asking.set()
+
+
+def _opener() -> urllib.request.OpenerDirector:
+    """One opener for the process: ``urlopen`` builds one a call, and with it a TLS context whose certificates
+    take 50 ms of CPU to load (what a worker's first granules spent, asking together)."""
+    with _FOUND_LOCK:
+        if not _OPENER:
+            _OPENER.append(urllib.request.build_opener())
+        return _OPENER[0]
 
 
 def asked_region(endpoint: str, bucket: str, timeout_s: float) -> str | None:
@@ -125,7 +152,7 @@ def asked_region(endpoint: str, bucket: str, timeout_s: float) -> str | None:
     url = f"{endpoint.rstrip('/')}/{quote(bucket, safe='')}"
     request = urllib.request.Request(url, method="HEAD")  # noqa: S310 - an http(s) endpoint of the settings
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as answer:  # noqa: S310 - as above
+        with _opener().open(request, timeout=timeout_s) as answer:
             region = answer.headers.get(REGION_HEADER)
     except urllib.error.HTTPError as error:  # 301 (another region), 403 (not ours): the header is there too
         region = error.headers.get(REGION_HEADER) if error.headers is not None else None

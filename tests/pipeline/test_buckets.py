@@ -14,6 +14,7 @@ import pickle
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from typer.testing import CliRunner
@@ -174,6 +175,49 @@ def test_the_region_is_read_from_any_answer_and_a_hostile_one_is_not_taken():
         for hostile in ("evil.example.com", "us-west-2%20x", "US-WEST-2"):
             assert asked_region(f"{endpoint}/200", hostile, 5) is None, hostile
     finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _HeldRegionAnswers(_RegionAnswers):
+    """As :class:`_RegionAnswers`, counting the questions and holding each answer until the test releases it."""
+
+    asked: ClassVar[list[str]] = []
+    release: ClassVar[threading.Event] = threading.Event()
+
+    def do_HEAD(self) -> None:
+        self.asked.append(self.path)
+        self.release.wait(30)
+        super().do_HEAD()
+
+
+def test_threads_that_need_a_region_at_once_ask_once():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _HeldRegionAnswers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    buckets = Buckets(endpoint=f"http://127.0.0.1:{server.server_address[1]}/200")
+    bucket = f"{REGION}-held"  # the server answers with the bucket's name as its region
+    entered, answers = [], []
+
+    def ask() -> None:
+        entered.append(1)
+        answers.append(buckets.region(bucket))
+
+    try:
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        # The first question is held at the server until every thread is in region() and has had time to ask
+        # too (were each to ask, 8 would arrive; the count below holds whatever the timing).
+        while len(entered) < len(threads) or not _HeldRegionAnswers.asked:
+            threading.Event().wait(0.01)
+        threading.Event().wait(0.5)
+        _HeldRegionAnswers.release.set()
+        for thread in threads:
+            thread.join(30)
+        assert answers == [bucket] * 8
+        assert len(_HeldRegionAnswers.asked) == 1
+    finally:
+        _HeldRegionAnswers.release.set()
         server.shutdown()
         server.server_close()
 
