@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from ingest.cli._access import remote_access
 from ingest.cli._app import EXIT_REJECTED, app, fail, floe_errors, open_repository, progress_bar, settings_of, stderr
 from ingest.errors import RepositoryNotFound
 from ingest.repository import Repository
@@ -312,9 +313,14 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         settings_of(ctx).arrays.layout = layout  # type: ignore[assignment]  # checked just above
     options = _source_options(sources, collections, bbox, datetime_range, search_filter, since, anonymous, prune)
     options.remote_assets = remote_assets
-    _unsigned(ctx, anonymous=anonymous, requester_pays=requester_pays)
-    _signed_blobs(ctx, sources, asked=planetary_computer)
-    _given_headers(ctx, sources, header or [])
+    remote_access(
+        settings_of(ctx).remote,
+        sources,
+        anonymous=anonymous,
+        requester_pays=requester_pays,
+        planetary_computer=planetary_computer,
+        headers=header or [],
+    )
     with _report_file(report) as sink, floe_errors(_INTERRUPTED):
         try:
             repository = open_repository(ctx)
@@ -387,51 +393,6 @@ def _report_file(report: Path | None) -> Any:
         return report.open("w", encoding="utf-8")
     except OSError as error:
         fail(f"cannot write the report {report}: {error.strerror or error}", 2)
-
-
-def _unsigned(ctx: typer.Context, *, anonymous: bool, requester_pays: bool) -> None:
-    """``--anonymous``: every bucket read unsigned, rasters too (actors read the settings), and the virtual
-    references into every bucket; the repository's own storage keeps its credentials. ``--requester-pays``:
-    every bucket read as its requester paying."""
-    if anonymous and requester_pays:
-        fail("--anonymous and --requester-pays exclude each other: a requester who pays signs its requests", 2)
-    if anonymous:
-        settings_of(ctx).remote.anonymous = ["s3://"]
-    if requester_pays:
-        settings_of(ctx).remote.requester_pays = ["s3://"]
-
-
-def _given_headers(ctx: typer.Context, sources: list[str], given: list[str]) -> None:
-    """``--header``: each header for the origin (scheme, host, port) of every http(s) source."""
-    if not given:
-        return
-    from ingest.remote import url_scheme
-    from ingest.remote._headers import merged, origin, parse_header
-
-    origins = sorted({origin(source) for source in sources if url_scheme(source) in ("http", "https")})
-    if not origins:
-        fail("--header is sent to http(s) sources, and none is named (other hosts: remote.headers)", 2)
-    remote = settings_of(ctx).remote
-    for text in given:
-        try:
-            pair = parse_header(text)
-        except ValueError as error:
-            fail(f"--header {error}", 2)
-        remote.headers = merged(remote.headers, origins, pair)
-
-
-def _signed_blobs(ctx: typer.Context, sources: list[str], *, asked: bool) -> None:
-    """``--planetary-computer``, or a source on Planetary Computer's host (whose items' assets cannot be read
-    otherwise): Azure blobs are read with Planetary Computer's SAS tokens, unless remote.sas_token_url names
-    another service."""
-    from ingest.remote import PLANETARY_COMPUTER, planetary_computer_source
-
-    remote = settings_of(ctx).remote
-    if remote.sas_token_url is not None or not (asked or planetary_computer_source(sources)):
-        return
-    remote.sas_token_url = PLANETARY_COMPUTER
-    if not asked:
-        stderr.print("Azure blobs are read with SAS tokens from Planetary Computer's token service")
 
 
 def _source_options(  # noqa: PLR0917 - one per option of `floe ingest`

@@ -14,7 +14,7 @@ configuration for the rasters it reads, :mod:`ingest.remote._gdal`):
   ``AWS_PROXY_URL``, timeouts) as soon as any client option is passed
   (pyo3-object_store ``aws/store.rs``: ``from_env()`` then
   ``with_client_options``), so floe reads those itself
-  (``_stores._environment_client_options``).
+  (``_credentials.environment_client_options``).
 - ``http(s)://``: plain GETs (``HTTPStore``); there is no listing over HTTP.
   A URL with a query string (a presigned or SAS URL) is a store of its own,
   so the query goes with every request.
@@ -47,21 +47,19 @@ what still fails is a :class:`RemoteError` with a short reason
 """
 
 from ingest.remote._buckets import Buckets
+from ingest.remote._errors import RemoteError, describe, unreachable
 from ingest.remote._gdal import GDAL_CREDENTIALS, GDAL_REMOTE_OPTIONS, GdalOptions, gdal_options, gdal_path
 from ingest.remote._headers import Headers
 from ingest.remote._stores import (
     REMOTE_SCHEMES,
     SUPPORTED,
-    RemoteError,
     Stores,
     Transport,
-    describe,
     file_url_path,
     first_bytes,
     head,
     is_remote,
     join_url,
-    unreachable,
     unsigned,
     url_scheme,
 )

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from ingest.remote._buckets import Buckets, s3_endpoint
+from ingest.remote._errors import RemoteError
 from ingest.remote._headers import Headers
-from ingest.remote._stores import RemoteError, Transport, unsigned, url_scheme
+from ingest.remote._stores import Transport, unsigned, url_scheme
 from ingest.remote._tokens import SasTokens, TokenError
 
 if TYPE_CHECKING:

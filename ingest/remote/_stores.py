@@ -1,5 +1,5 @@
-"""obstore stores for ``s3://`` and ``http(s)://`` URLs, their timeouts and retries, and the errors of remote
-reads (see :mod:`ingest.remote`)."""
+"""obstore stores for ``s3://`` and ``http(s)://`` URLs, their timeouts and retries (see :mod:`ingest.remote`;
+their errors: :mod:`ingest.remote._errors`)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,24 @@ import contextlib
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlparse, uses_relative
 
-from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
 from obstore.store import HTTPStore, S3Store
 
 from ingest._threads import interruptible, on_daemon_thread
 from ingest.errors import InvalidSource
 from ingest.remote._buckets import Buckets, under_prefix
+from ingest.remote._credentials import StaticCredentials, aws_profile, environment_client_options, profile_credentials
+from ingest.remote._errors import RemoteError, describe
 from ingest.remote._headers import Headers
-from ingest.remote._tokens import SasTokens, TokenError, redacted
+from ingest.remote._tokens import SasTokens, TokenError
 
 if TYPE_CHECKING:
-    from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config, S3Credential
+    from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config
 
     from ingest.config import RemoteSettings, S3Settings, Settings
 
@@ -41,31 +42,6 @@ REMOTE_SCHEMES = ("s3", "http", "https")
 """URL schemes read through obstore (``file://`` URLs are read as local paths)."""
 
 SUPPORTED = "s3://, http://, https:// and file:// URLs (or local paths)"
-
-_S3_ERROR_CODE = re.compile(r"<Code>([A-Za-z]+)</Code>")
-_STATUS = re.compile(r"status code: (\d{3})")
-
-# ClientConfig keys (obstore/_store/_client.pyi) that object_store also reads from the environment as AWS_<KEY>.
-_CLIENT_KEYS = (
-    "allow_http",
-    "allow_invalid_certificates",
-    "connect_timeout",
-    "default_content_type",
-    "http1_only",
-    "http2_keep_alive_interval",
-    "http2_keep_alive_timeout",
-    "http2_keep_alive_while_idle",
-    "http2_only",
-    "pool_idle_timeout",
-    "pool_max_idle_per_host",
-    "proxy_ca_certificate",
-    "proxy_excludes",
-    "proxy_url",
-    "randomize_addresses",
-    "read_timeout",
-    "timeout",
-    "user_agent",
-)
 
 
 @dataclass(frozen=True)
@@ -137,135 +113,6 @@ def join_url(base: str, href: str) -> str:
     # Join as if http (same rules for paths), then put the scheme back.
     joined = urljoin("http" + base[len(scheme) :], href)
     return scheme + joined[len("http") :] if joined.startswith("http://") else joined
-
-
-class RemoteError(Exception):
-    """A remote object that could not be read: the URL and a short reason."""
-
-    def __init__(self, url: str, reason: str) -> None:
-        self.url = url
-        self.reason = reason
-        super().__init__(f"{url}: {reason}")
-
-
-_UNREACHABLE = ("timed out", "access denied", "not authenticated", "no such object", "no such bucket", "cannot connect")
-
-
-def unreachable(reason: str) -> bool:
-    """Whether :func:`describe`'s ``reason`` says the object cannot be reached at all (a timeout after the
-    retries, a 403 or 401, a 404, no connection): another read of it would wait for the same answer."""
-    return reason.startswith(_UNREACHABLE)
-
-
-def describe(error: BaseException) -> str:
-    """A short reason for an obstore failure, without obstore's debug dump (the URL goes with it elsewhere)."""
-    text = str(error)
-    code = _S3_ERROR_CODE.search(text)
-    code_note = f", {code.group(1)}" if code else ""
-    if isinstance(error, FileNotFoundError):
-        if code and code.group(1) == "NoSuchBucket":
-            return "no such bucket"
-        return "no such object"
-    if isinstance(error, PermissionDeniedError):
-        return f"access denied (HTTP 403{code_note}): check the credentials and what they may read"
-    if isinstance(error, UnauthenticatedError):
-        return (
-            f"not authenticated (HTTP 401{code_note}): give credentials (S3 keys, or --anonymous for a public "
-            "bucket; for http(s), a header: --header or remote.headers)"
-        )
-    retried = re.search(r"after (\d+) retries", text)
-    retries = int(retried.group(1)) if retried else 0
-    after = f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
-    lowered = text.lower()
-    if "connection refused" in lowered:
-        return f"connection refused{after}: nothing listens at that address"
-    if "timed out" in lowered or "timedout" in lowered:  # not "timeout": every retry error names retry_timeout
-        return f"timed out{after}"
-    if "dns error" in lowered or "failed to lookup address" in lowered:
-        return "unknown host (DNS lookup failed)"
-    if "tcp connect error" in lowered or "error sending request" in lowered:
-        return f"cannot connect{after}"
-    if (known := _store_refusal(lowered, code.group(1) if code else None)) is not None:
-        return known
-    if "builder error" in lowered and "http://" in lowered:
-        return "an http:// endpoint needs allow_http (FLOE_S3__ALLOW_HTTP=true or AWS_ALLOW_HTTP=true)"
-    if status := _STATUS.search(text):
-        return f"HTTP {status.group(1)}{code_note}{after}"
-    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    return redacted(first)[:300]
-
-
-def _store_refusal(lowered: str, code: str | None) -> str | None:
-    """What to do about a store's refusal that settings answer, from its error text (lower case) and code."""
-    if "redirect without location" in lowered or "permanentredirect" in lowered:
-        # What AWS answers a request signed for another region than the bucket's (obstore follows no redirect).
-        return (
-            "the bucket is in another region than the one requests were signed for: name its region in "
-            "remote.regions (FLOE_REMOTE__REGIONS)"
-        )
-    if code == "PublicAccessNotPermitted":
-        # Azure's answer (409) to an unsigned read of a storage account that allows none (Planetary Computer's).
-        return (
-            "the storage account allows no anonymous reads (HTTP 409, PublicAccessNotPermitted): its blobs need a "
-            "SAS token (floe ingest --planetary-computer, or remote.sas_token_url)"
-        )
-    return None
-
-
-def _environment_client_options(prefix: str) -> dict[str, Any]:
-    """Client options the environment sets for ``prefix`` (``AWS_ALLOW_HTTP`` -> ``allow_http``).
-
-    obstore builds an S3 store from the environment but replaces all of its
-    client options with the ones passed in, so floe passes these along itself.
-    """
-    return {key: os.environ[f"{prefix}{key.upper()}"] for key in _CLIENT_KEYS if f"{prefix}{key.upper()}" in os.environ}
-
-
-@dataclass(frozen=True)
-class _StaticCredentials:
-    """Credentials from floe's settings, used instead of whatever the environment holds (a stray
-    ``AWS_SESSION_TOKEN`` must not join keys it does not belong to)."""
-
-    access_key_id: str
-    secret_access_key: str = field(repr=False)
-    token: str | None = field(default=None, repr=False)
-
-    def __call__(self) -> S3Credential:
-        return {
-            "access_key_id": self.access_key_id,
-            "secret_access_key": self.secret_access_key,
-            "token": self.token,
-            "expires_at": None,
-        }
-
-
-def _aws_profile() -> str | None:
-    """The AWS profile to read keys from: ``AWS_PROFILE`` (or ``AWS_DEFAULT_PROFILE``), when the environment
-    holds no keys of its own (they win, as in every AWS SDK); None otherwise."""
-    if os.environ.get("AWS_ACCESS_KEY_ID"):
-        return None
-    return os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or None
-
-
-def _profile_credentials(profile: str) -> tuple[Any, str | None]:
-    """A refreshing credential provider for ``profile`` (``~/.aws/credentials``/``config``, or the files
-    ``AWS_SHARED_CREDENTIALS_FILE``/``AWS_CONFIG_FILE`` name), and the profile's region.
-
-    Raises:
-        RemoteError: boto3 is missing, or the profile does not exist or holds no credentials.
-    """
-    url = f"aws profile {profile}"
-    try:
-        import boto3
-        from botocore.exceptions import BotoCoreError
-        from obstore.auth.boto3 import Boto3CredentialProvider
-    except ImportError as error:
-        raise RemoteError(url, f"reading AWS profiles needs boto3 ({error})") from error
-    try:
-        session = boto3.Session(profile_name=profile)
-        return Boto3CredentialProvider(session), session.region_name
-    except (BotoCoreError, ValueError) as error:
-        raise RemoteError(url, f"no usable credentials in it ({error})") from error
 
 
 class Stores:
@@ -412,8 +259,8 @@ class Stores:
     def _s3_store(self, bucket: str, *, anonymous: bool, paying: bool = False) -> ObjectStore:
         settings = self.s3
         config: S3Config = {}
-        credentials: _StaticCredentials | None = None
-        options: dict[str, Any] = {**self.transport.client_options(), **_environment_client_options("AWS_")}
+        credentials: StaticCredentials | None = None
+        options: dict[str, Any] = {**self.transport.client_options(), **environment_client_options("AWS_")}
         if settings is not None:
             if settings.endpoint_url:
                 config["endpoint"] = settings.endpoint_url
@@ -424,7 +271,7 @@ class Stores:
             if settings.allow_http:
                 options["allow_http"] = True
             if settings.access_key_id and settings.secret_access_key and not anonymous:
-                credentials = _StaticCredentials(
+                credentials = StaticCredentials(
                     settings.access_key_id, settings.secret_access_key, settings.session_token
                 )
         if (bucket_region := self.buckets.region(bucket)) is not None:
@@ -433,9 +280,9 @@ class Stores:
             config["request_payer"] = True
         if anonymous:
             config["skip_signature"] = True
-        elif credentials is None and (profile := _aws_profile()) is not None:
+        elif credentials is None and (profile := aws_profile()) is not None:
             # obstore reads no ~/.aws files: a named profile's keys (and region) come through boto3.
-            credentials, region = _profile_credentials(profile)
+            credentials, region = profile_credentials(profile)
             if region and "region" not in config and not os.environ.get("AWS_REGION"):
                 config["region"] = region
         return S3Store(
