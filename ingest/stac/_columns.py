@@ -145,10 +145,32 @@ def _same(original: Any, decoded: Any) -> bool:
     return bool(original == decoded)
 
 
+def _with_null_lists_typed(data_type: pa.DataType) -> pa.DataType | None:
+    """``data_type`` with each list of nulls (what Arrow infers for lists that are empty in every row: an asset's
+    ``roles: []``, a property's ``tags: []``) made a list of strings, which holds empty lists as well and takes
+    later rows' strings; None when it has none."""
+    if pa.types.is_list(data_type):
+        if pa.types.is_null(data_type.value_type):
+            return pa.list_(pa.string())
+        inner = _with_null_lists_typed(data_type.value_type)
+        return pa.list_(inner) if inner is not None else None
+    if pa.types.is_struct(data_type):
+        fields = [data_type.field(i) for i in range(data_type.num_fields)]
+        typed = [_with_null_lists_typed(field.type) for field in fields]
+        if all(inner is None for inner in typed):
+            return None
+        return pa.struct(
+            [field if inner is None else field.with_type(inner) for field, inner in zip(fields, typed, strict=True)]
+        )
+    return None
+
+
 def _nested_array(values: list[Any]) -> pa.Array | None:
     """Type a column of objects/lists if (and only if) it decodes back exactly."""
     try:
         array = pa.array(values)
+        if (typed := _with_null_lists_typed(array.type)) is not None:
+            array = array.cast(typed)
     except (pa.ArrowException, OverflowError, TypeError, ValueError):
         return None
     if not _storable(array.type):

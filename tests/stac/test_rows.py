@@ -292,3 +292,35 @@ def test_empty_links_are_typed_and_fit_the_links_of_later_items(tmp_path):
         assert {item["id"]: item for item in repo.view().items()} == {
             item["id"]: item for item in [*bare, absent, linked]
         }
+
+
+def test_lists_empty_in_every_row_are_typed_and_fit_later_values(tmp_path):
+    """An asset's `roles: []` or a property's `tags: []` in every row of a batch (Arrow infers list<null>, which no
+    table stores) become lists of strings: no overflow, and later rows' strings fit the same columns."""
+    base = {
+        "type": "Feature",
+        "collection": "c",
+        "geometry": {"type": "Point", "coordinates": [1.0, 2.0]},
+        "bbox": [1.0, 2.0, 1.0, 2.0],
+        "links": [],
+    }
+
+    def item(name: str, roles: list, tags: list) -> dict:
+        properties = {"datetime": "2024-01-01T00:00:00Z", "tags": tags}
+        return {**base, "id": name, "properties": properties, "assets": {"data": {"href": "a.tif", "roles": roles}}}
+
+    empty = [item(f"empty-{n}", [], []) for n in (1, 2)]
+    full = item("full", ["data", "overview"], ["x"])
+    table = items_to_arrow(empty)
+    assert table.column(OVERFLOW).null_count == table.num_rows
+    assert table.schema.field("tags").type == pa.list_(pa.string())
+    assert table.schema.field("assets").type.field("data").type.field("roles").type == pa.list_(pa.string())
+    assert list(arrow_to_items(table)) == empty
+
+    for order in ([empty, [full]], [[full], empty]):
+        repo = Repository.create(tmp_path / f"r-{order[0][0]['id']}")
+        for number, batch in enumerate(order):
+            writer = repo.writer()
+            assert writer.add_items(batch) == []
+            writer.commit(f"batch {number}")
+        assert {row["id"]: row for row in repo.view().items()} == {one["id"]: one for one in [*empty, full]}
