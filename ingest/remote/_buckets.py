@@ -137,9 +137,10 @@ class Buckets:
             asking.set()
 
 
-def _opener() -> urllib.request.OpenerDirector:
-    """One opener for the process: ``urlopen`` builds one a call, and with it a TLS context whose certificates
-    take 50 ms of CPU to load (what a worker's first granules spent, asking together)."""
+def url_opener() -> urllib.request.OpenerDirector:
+    """One opener for the process's own small requests (a bucket's region, a SAS token): ``urlopen`` builds one a
+    call, and with it a TLS context whose certificates take 50 ms of CPU to load (what a worker's first granules
+    spent, asking together)."""
     with _FOUND_LOCK:
         if not _OPENER:
             _OPENER.append(urllib.request.build_opener())
@@ -152,7 +153,7 @@ def asked_region(endpoint: str, bucket: str, timeout_s: float) -> str | None:
     url = f"{endpoint.rstrip('/')}/{quote(bucket, safe='')}"
     request = urllib.request.Request(url, method="HEAD")  # noqa: S310 - an http(s) endpoint of the settings
     try:
-        with _opener().open(request, timeout=timeout_s) as answer:
+        with url_opener().open(request, timeout=timeout_s) as answer:
             region = answer.headers.get(REGION_HEADER)
     except urllib.error.HTTPError as error:  # 301 (another region), 403 (not ours): the header is there too
         region = error.headers.get(REGION_HEADER) if error.headers is not None else None

@@ -113,7 +113,9 @@ def _under(url: str, prefix: str) -> bool:
     return rest.startswith(wanted) or (wanted.endswith("/") and rest.split("?")[0] == wanted[:-1])
 
 
-def merged(mapping: Mapping[str, Mapping[str, str]], prefixes: Iterable[str], header: tuple[str, str]) -> dict:
+def merged(
+    mapping: Mapping[str, Mapping[str, str]], prefixes: Iterable[str], header: tuple[str, str]
+) -> dict[str, dict[str, str]]:
     """``mapping`` with ``header`` added for each of ``prefixes``."""
     out = {prefix: dict(headers) for prefix, headers in mapping.items()}
     for prefix in prefixes:

@@ -38,6 +38,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlparse
 
+from ingest.remote._buckets import url_opener
+
 if TYPE_CHECKING:
     from ingest.config import RemoteSettings
 
@@ -162,7 +164,7 @@ class SasTokens:
                 time.sleep(min(10.0, 0.2 * 2 ** (attempt - 1)))
             request = urllib.request.Request(where, headers=headers)  # noqa: S310 - an http(s) URL of the settings
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:  # noqa: S310 - as above
+                with url_opener().open(request, timeout=self.timeout_s) as answer:
                     body = answer.read(64 * 1024)
             except urllib.error.HTTPError as error:
                 failure = f"HTTP {error.code}"
