@@ -9,8 +9,12 @@
 - ``/__sas__/token/<account>/<container>``: the token service. A container that is a folder gets
   ``{"msft:expiry": ..., "token": "se=...&sp=rl&sr=c&sig=..."}``, valid ``/__sas__/ttl/<seconds>`` (default
   3,600); another 404. ``/__sas__/mode/garbage`` makes it answer something else than a token, ``.../ok`` not.
+- List Blobs (``GET /<account>/<container>?restype=container&comp=list&prefix=...&marker=...``), as a
+  token allows and refuses reads: the blobs under ``prefix`` in name order, ``/__sas__/list-page/<n>`` at most
+  a page (default 5,000), with a ``NextMarker`` while more remain.
 - ``/__sas__/stats``: tokens issued per container, the subscription keys (``Ocp-Apim-Subscription-Key``) they
-  were asked with, and the blob reads: ``signed`` (a valid token), ``unsigned`` and ``refused``.
+  were asked with, the blob reads: ``signed`` (a valid token), ``unsigned`` and ``refused``, and the listings
+  answered.
 
 The test fixture starts it as a subprocess and stops it with ``os.kill(pid, SIGTERM)``.
 """
@@ -23,9 +27,11 @@ import json
 import re
 import threading
 from datetime import UTC, datetime, timedelta
+from email.utils import formatdate
 from http import HTTPStatus
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlparse
+from xml.sax.saxutils import escape
 
 from tests._http_server import FileServer, _Handler, serve_until_terminated
 
@@ -46,6 +52,9 @@ class BlobServer(FileServer):
         self.issued: dict[str, int] = {}
         self.keys: list[str] = []
         self.reads = {"signed": 0, "unsigned": 0, "refused": 0}
+        self.list_page = 5000
+        self.listings = 0
+        self.url = f"http://127.0.0.1:{port}"
         self.lock = threading.Lock()
 
 
@@ -67,11 +76,19 @@ class _BlobHandler(_Handler):
         server = self.server
         if path == "/__sas__/stats":
             with server.lock:
-                body = {"issued": server.issued, "keys": server.keys, "reads": server.reads}
+                body = {
+                    "issued": server.issued,
+                    "keys": server.keys,
+                    "reads": server.reads,
+                    "listings": server.listings,
+                }
             self._json(HTTPStatus.OK, body, head)
         elif path.startswith("/__sas__/ttl/"):
             server.ttl = float(path.rsplit("/", 1)[1])
             self._json(HTTPStatus.OK, {"ttl": server.ttl}, head)
+        elif path.startswith("/__sas__/list-page/"):
+            server.list_page = int(path.rsplit("/", 1)[1])
+            self._json(HTTPStatus.OK, {"list_page": server.list_page}, head)
         elif path.startswith("/__sas__/mode/"):
             server.mode = path.rsplit("/", 1)[1]
             self._json(HTTPStatus.OK, {"mode": server.mode}, head)
@@ -95,12 +112,13 @@ class _BlobHandler(_Handler):
 
     def _blob(self, path: str, query: dict[str, list[str]], head: bool) -> None:
         parts = path.lstrip("/").split("/")
-        if len(parts) < 3:
+        listing = query.get("comp") == ["list"] and query.get("restype") == ["container"]
+        if len(parts) < (2 if listing else 3):
             self._error(HTTPStatus.BAD_REQUEST, "InvalidUri", head)
             return
         account, container = parts[0], parts[1]
         expiry = (query.get("se") or [""])[0]
-        if not query:
+        if "sig" not in query:
             outcome, status, code = "unsigned", HTTPStatus.CONFLICT, "PublicAccessNotPermitted"
         elif (query.get("sig") or [""])[0] != signature(account, container, expiry) or (
             datetime.fromisoformat(expiry) <= datetime.now(UTC)
@@ -112,8 +130,42 @@ class _BlobHandler(_Handler):
             self.server.reads[outcome] += 1
         if code:
             self._error(status, code, head)
+        elif listing:
+            self._list(account, container, query, head)
         else:
             self._file(path, head=head, gated=False)
+
+    def _list(self, account: str, container: str, query: dict[str, list[str]], head: bool) -> None:
+        """List Blobs: the container's blobs whose names start with ``prefix``, after ``marker``, at most
+        ``maxresults`` (and the server's ``/__sas__/list-page``) a page, with a ``NextMarker`` while more remain."""
+        root = self.server.folder / account / container
+        if not root.is_dir():
+            self._error(HTTPStatus.NOT_FOUND, "ContainerNotFound", head)
+            return
+        prefix, marker = (query.get("prefix") or [""])[0], (query.get("marker") or [""])[0]
+        size = min(int((query.get("maxresults") or ["5000"])[0]), self.server.list_page)
+        names = sorted(file.relative_to(root).as_posix() for file in root.rglob("*") if file.is_file())
+        names = [name for name in names if name.startswith(prefix) and name > marker]
+        page, more = names[:size], len(names) > size
+        with self.server.lock:
+            self.server.listings += 1
+        blobs = "".join(
+            f"<Blob><Name>{escape(name)}</Name><Properties>"
+            f"<Last-Modified>{formatdate((root / name).stat().st_mtime, usegmt=True)}</Last-Modified>"
+            f"<Etag>0x{(root / name).stat().st_mtime_ns:X}</Etag>"
+            f"<Content-Length>{(root / name).stat().st_size}</Content-Length>"
+            "<Content-Type>application/octet-stream</Content-Type><BlobType>BlockBlob</BlobType>"
+            "</Properties></Blob>"
+            for name in page
+        )
+        next_marker = escape(page[-1]) if more else ""
+        body = (
+            '<?xml version="1.0" encoding="utf-8"?>'
+            f'<EnumerationResults ServiceEndpoint="{escape(self.server.url)}/{account}" ContainerName="{container}">'
+            f"<Prefix>{escape(prefix)}</Prefix><MaxResults>{size}</MaxResults><Blobs>{blobs}</Blobs>"
+            f"<NextMarker>{next_marker}</NextMarker></EnumerationResults>"
+        )
+        self._small(HTTPStatus.OK, body.encode(), "application/xml", head)
 
     def _error(self, status: HTTPStatus, code: str, head: bool) -> None:
         body = f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code><Message>{code}</Message></Error>'

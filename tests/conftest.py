@@ -228,7 +228,8 @@ class BlobServer:
             return json.loads(answer.read())
 
     def set(self, what: str, value: object) -> None:
-        """``ttl`` (seconds a token is valid) or ``mode`` (``ok``, ``garbage``)."""
+        """``ttl`` (seconds a token is valid), ``mode`` (``ok``, ``garbage``) or ``list-page`` (blobs a listing
+        page holds at most)."""
         with urllib.request.urlopen(f"{self.url}/__sas__/{what}/{value}", timeout=10) as answer:
             answer.read()
 

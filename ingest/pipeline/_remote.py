@@ -12,8 +12,11 @@ The same kinds of files as :mod:`ingest.pipeline._sources` reads from disk:
   relative links resolve against the URL, on S3 as over HTTP.
 - **stac-geoparquet** (``.parquet .geoparquet``) is read row group by row
   group through a seekable reader (range requests), labelled ``URL#rowN``.
-- A **folder**, ``s3://bucket/prefix/`` (ending in ``/``), is listed: its
-  metadata files, sorted by key, each read as above (rasters are ignored).
+- A **folder**, ``s3://bucket/prefix/`` or an Azure container's
+  ``https://{account}.blob.core.windows.net/{container}/prefix/`` (ending in
+  ``/``), is listed: its metadata files, sorted by key, each read as above
+  (rasters are ignored). A partitioned stac-geoparquet dataset (Planetary
+  Computer's ``items/<collection>.parquet/``) is such a folder.
 
 Relative asset hrefs become absolute URLs (joined with the URL of the file
 the item came from), so a stored item never points somewhere relative to a
@@ -40,6 +43,7 @@ from urllib.parse import unquote, urlparse
 
 import obstore
 import pystac
+from obstore.exceptions import NotFoundError
 
 from ingest._threads import DaemonPool, interruptible
 from ingest.errors import InvalidSource
@@ -56,6 +60,7 @@ from ingest.pipeline._sources import (
     _what,
 )
 from ingest.remote import RemoteError, Stores, describe, join_url, url_scheme
+from ingest.remote._tokens import blob_address
 from ingest.stac import ARRAYS_ASSET, loads_json
 
 if TYPE_CHECKING:
@@ -148,7 +153,8 @@ class RemoteReader:
             RemoteError: an unsupported scheme, a URL without bucket or host, or a store obstore refuses to build.
         """
         store, path = self.stores.locate(url)
-        return _Target(store, path, url, listable=url_scheme(url) == "s3")
+        listable = url_scheme(url) == "s3" or blob_address(url, self.stores.tokens.path_style) is not None
+        return _Target(store, path, url, listable=listable)
 
     # -- whole objects and streams ----------------------------------------------------------------
     def read_bytes(self, url: str) -> bytes:
@@ -167,24 +173,39 @@ class RemoteReader:
             raise RemoteError(target.url, describe(error)) from error
 
     # -- kinds of objects -------------------------------------------------------------------------
-    def _read_folder(self, target: _Target) -> Iterator[SourcedItem]:
+    def _read_folder(self, target: _Target, *, named_as: str | None = None) -> Iterator[SourcedItem]:
+        """The metadata files listed under ``target``, each read as named; ``named_as``: the URL the source
+        named (without the ``/``), which a failure names."""
+        address = blob_address(target.url, self.stores.tokens.path_style)
         try:
-            listed = _waited(
-                lambda: [meta["path"] for chunk in obstore.list(target.store, target.path or None) for meta in chunk]
-            )
+            if address is not None:
+                # An Azure container's folder: listed (and its objects read) through the container's store.
+                store, prefix = self.stores.blob_store(address), address.name
+            else:
+                store, prefix = target.store, target.path
+            listed = _waited(lambda: [meta["path"] for chunk in obstore.list(store, prefix or None) for meta in chunk])
         except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
-            yield SourcedItem(target.url, error=InvalidSource(f"cannot be listed ({describe(error)})"))
+            yield SourcedItem(named_as or target.url, error=InvalidSource(f"cannot be listed ({describe(error)})"))
             return
         keys = sorted(key for key in listed if PurePosixPath(key).suffix.lower() in METADATA_SUFFIXES)
         if not keys:
             suffixes = " ".join(sorted(METADATA_SUFFIXES))
-            yield SourcedItem(target.url, error=InvalidSource(f"holds no STAC metadata files ({suffixes})"))
+            reason = (
+                f"holds no STAC metadata files ({suffixes})"
+                if named_as is None
+                else "no such object, nor a folder of STAC metadata files under it"
+            )
+            yield SourcedItem(named_as or target.url, error=InvalidSource(reason))
             return
-        bucket = urlparse(target.url).netloc
-        # Each object through the store its own key calls for (a public prefix of the bucket reads unsigned).
-        children = [
-            _Target(self.stores.bucket_store(bucket, key), key, f"s3://{bucket}/{key}", listable=True) for key in keys
-        ]
+        if address is not None:
+            children = [_Target(store, key, address.url_of(key), listable=True) for key in keys]
+        else:
+            bucket = urlparse(target.url).netloc
+            # Each object through the store its own key calls for (a public prefix of the bucket reads unsigned).
+            children = [
+                _Target(self.stores.bucket_store(bucket, key), key, f"s3://{bucket}/{key}", listable=True)
+                for key in keys
+            ]
         # Each object is a round trip: one after another, a folder of item JSONs 25 ms away arrives at 40 items/s.
         # Whole documents are fetched FOLDER_READS at a time, in order; streams (NDJSON, Parquet) are read as named.
         kinds = [_kind(child) for child in children]
@@ -307,6 +328,19 @@ class RemoteReader:
                     )
                 )
             except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
+                if (
+                    target.listable
+                    and isinstance(error, (FileNotFoundError, NotFoundError))
+                    and not target.url.endswith("/")
+                ):
+                    # No such object: a partitioned dataset is a folder named so (``items/<collection>.parquet/``).
+                    try:
+                        folder = self.target(target.url + "/")
+                    except RemoteError as failure:
+                        yield SourcedItem(target.url, error=InvalidSource(failure.reason))
+                        return
+                    yield from self._read_folder(folder, named_as=target.url)
+                    return
                 yield SourcedItem(target.url, error=InvalidSource(describe(error)))
                 return
 

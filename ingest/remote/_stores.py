@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urljoin, urlparse, uses_relative
 
-from obstore.store import HTTPStore, S3Store
+from obstore.store import AzureStore, HTTPStore, S3Store
 
 from ingest._threads import interruptible, on_daemon_thread
 from ingest.errors import InvalidSource
@@ -22,10 +22,10 @@ from ingest.remote._buckets import Buckets, under_prefix
 from ingest.remote._credentials import StaticCredentials, aws_profile, environment_client_options, profile_credentials
 from ingest.remote._errors import RemoteError, describe
 from ingest.remote._headers import Headers
-from ingest.remote._tokens import SasTokens, TokenError
+from ingest.remote._tokens import BlobAddress, SasTokens, TokenError
 
 if TYPE_CHECKING:
-    from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config
+    from obstore.store import AzureConfig, ClientConfig, ObjectStore, RetryConfig, S3Config
 
     from ingest.config import RemoteSettings, S3Settings, Settings
 
@@ -203,7 +203,7 @@ class Stores:
         """
         scheme = url_scheme(url)
         if scheme not in REMOTE_SCHEMES:
-            raise RemoteError(url, f"unsupported URL scheme {scheme!r}: floe reads {SUPPORTED}")
+            raise RemoteError(url, f"unsupported URL scheme {scheme!r}: floe reads {SUPPORTED}{_azure_hint(url)}")
         parsed = urlparse(url)
         if not parsed.netloc:
             what = "bucket" if scheme == "s3" else "host"
@@ -256,6 +256,43 @@ class Stores:
             self._stores[cache_key] = store
         return store
 
+    def blob_store(self, address: BlobAddress) -> ObjectStore:
+        """The store of an Azure container (listing a folder of it, reading what is listed): signed with its SAS
+        tokens (:class:`SasTokens`, renewed as they near expiry) where a token service is set, else unsigned (a
+        public container). One per container.
+
+        Raises:
+            RemoteError: obstore refuses to build the store.
+        """
+        signed = self.tokens.service is not None
+        key = ("azure", address.container_url + ("#signed" if signed else ""))
+        store = self._stores.get(key)
+        if store is None:
+            options = self.transport.client_options()
+            if address.endpoint.startswith("http://"):
+                options["allow_http"] = True  # a path-style host the settings name with plain HTTP (Azurite)
+            if headers := self.headers.for_url(address.container_url + "/"):
+                options["default_headers"] = dict(headers)
+            config: AzureConfig = {"account_name": address.account, "endpoint": address.endpoint}
+            if not signed:
+                config["skip_signature"] = True
+            try:
+                store = AzureStore(
+                    address.container,
+                    config=config,
+                    client_options=options,
+                    retry_config=self.transport.retry_config(),
+                    credential_provider=(
+                        self.tokens.provider(address.account, address.container) if signed else None  # type: ignore[arg-type]
+                    ),
+                )
+            except Exception as error:
+                raise RemoteError(
+                    address.container_url, f"cannot set up a client for it ({describe(error)})"
+                ) from error
+            self._stores[key] = store
+        return store
+
     def _s3_store(self, bucket: str, *, anonymous: bool, paying: bool = False) -> ObjectStore:
         settings = self.s3
         config: S3Config = {}
@@ -303,6 +340,27 @@ class Stores:
             options["default_headers"] = dict(headers)
         base = where if "://" in where else f"{scheme}://{where}/"
         return HTTPStore(base, client_options=options, retry_config=self.transport.retry_config())
+
+
+AZURE_SCHEMES = ("az", "abfs", "abfss", "adl", "azure")
+_DFS_HOST = re.compile(r"^([a-z0-9-]+)@([a-z0-9]{3,24})\.dfs\.core\.windows\.net$")
+
+
+def _azure_hint(url: str) -> str:
+    """What to name instead of an fsspec-style Azure URL (``abfs://container/path``, as Planetary Computer's
+    collections give their stac-geoparquet items): the blob's https:// URL."""
+    scheme = url_scheme(url)
+    if scheme not in AZURE_SCHEMES:
+        return ""
+    parsed = urlparse(url)
+    if match := _DFS_HOST.match(parsed.netloc.lower()):
+        container, account = match.groups()
+        return f"; name it https://{account}.blob.core.windows.net/{container}{parsed.path}"
+    return (
+        f"; name it https://ACCOUNT.blob.core.windows.net/{parsed.netloc}{parsed.path}, with the storage account"
+        " the catalogue gives (Planetary Computer's: the collection's table:storage_options account_name, such as"
+        " pcstacitems)"
+    )
 
 
 def is_remote(href: str) -> bool:

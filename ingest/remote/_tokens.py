@@ -15,7 +15,11 @@ Planetary Computer's), every read of a blob URL
 ``/{account}/{container}/{blob}`` on a host of ``remote.blob_path_style``,
 as Azurite addresses them) goes to the signed URL: obstore's (items, HEADs,
 the explaining read) and GDAL's (the pixels). A token is asked for once per
-container and process and asked for again 5 minutes before it expires.
+container and process and asked for again 5 minutes before it expires. A
+folder of a container is listed (and what it holds read) through obstore's
+``AzureStore``, whose credential provider hands it the same tokens
+(:meth:`SasTokens.provider`; :class:`BlobAddress` says where a blob URL
+points).
 
 A token is a credential: the URLs floe records (rows, array sources,
 reports) are the unsigned ones, and errors are told without query strings
@@ -32,11 +36,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
-from urllib.parse import quote, urlparse
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote, urlparse
 
 from ingest.remote._buckets import url_opener
 
@@ -107,22 +111,8 @@ class SasTokens:
         blob URL, or one that carries a query of its own)."""
         if self.service is None:
             return None
-        parsed = urlparse(url)
-        if parsed.scheme not in ("http", "https") or parsed.query:
-            return None
-        host = (parsed.hostname or "").lower()
-        parts = parsed.path.lstrip("/").split("/")
-        if host.endswith(BLOB_SUFFIX):
-            account, container = host[: -len(BLOB_SUFFIX)], parts[0]
-            enough = len(parts) > 1
-        elif parsed.netloc.lower() in self.path_style:
-            account, container = parts[0], parts[1] if len(parts) > 1 else ""
-            enough = len(parts) > 2
-        else:
-            return None
-        if not enough or not _ACCOUNT.fullmatch(account) or not _CONTAINER.fullmatch(container):
-            return None
-        return account, container
+        address = blob_address(url, self.path_style)
+        return (address.account, address.container) if address is not None else None
 
     def covers(self, url: str) -> bool:
         """Whether reading ``url`` takes a token."""
@@ -142,15 +132,33 @@ class SasTokens:
 
     def token(self, account: str, container: str) -> str:
         """The token of ``account``/``container``, at most one question to the service at a time per process."""
+        return self.held(account, container)[0]
+
+    def held(self, account: str, container: str) -> tuple[str, datetime]:
+        """The token of ``account``/``container`` and its expiry (asked for when none is at hand or it expires
+        within :data:`RENEW_BEFORE`)."""
         assert self.service is not None
         key = (self.service, account, container)
         with _ISSUING:
             held = _ISSUED.get(key)
             if held is not None and held[1] - datetime.now(UTC) > RENEW_BEFORE:
-                return held[0]
-            token, expiry = self._ask(account, container)
-            _ISSUED[key] = (token, expiry)
-            return token
+                return held
+            held = _ISSUED[key] = self._ask(account, container)
+            return held
+
+    def provider(self, account: str, container: str) -> Callable[[], dict[str, Any]]:
+        """obstore's credential provider for a store of ``account``/``container``: the token at hand, said to
+        expire :data:`RENEW_BEFORE` ahead of its expiry, so obstore asks again in time.
+
+        Raises (when called):
+            TokenError: as :meth:`sign`.
+        """
+
+        def credential() -> dict[str, Any]:
+            token, expiry = self.held(account, container)
+            return {"sas_token": token, "expires_at": expiry - RENEW_BEFORE}
+
+        return credential
 
     def _ask(self, account: str, container: str) -> tuple[str, datetime]:
         assert self.service is not None
@@ -191,6 +199,47 @@ def _read_answer(body: bytes, container: str, where: str) -> tuple[str, datetime
     if expiry.tzinfo is None:
         expiry = expiry.replace(tzinfo=UTC)
     return token.lstrip("?"), expiry
+
+
+@dataclass(frozen=True)
+class BlobAddress:
+    """Where an Azure blob URL points: its account, container and blob name (or folder, ending in ``/``; empty
+    for the container's root), and the endpoint its container is under."""
+
+    account: str
+    container: str
+    name: str
+    endpoint: str
+    """``https://{account}.blob.core.windows.net``, or ``{scheme}://{host}/{account}`` on a path-style host."""
+
+    @property
+    def container_url(self) -> str:
+        return f"{self.endpoint}/{self.container}"
+
+    def url_of(self, name: str) -> str:
+        """The URL of blob ``name`` of this container."""
+        return f"{self.container_url}/{quote(name)}"
+
+
+def blob_address(url: str, path_style: Iterable[str] = ()) -> BlobAddress | None:
+    """The blob ``url`` names: ``https://{account}.blob.core.windows.net/{container}/{name}``, or
+    ``/{account}/{container}/{name}`` on a host of ``path_style`` (Azurite's addressing); None for another
+    URL, one that names no more than a container without a ``/`` after it, or one with a query."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("http", "https") or parsed.query:
+        return None
+    host = (parsed.hostname or "").lower()
+    parts = unquote(parsed.path).lstrip("/").split("/")
+    if host.endswith(BLOB_SUFFIX):
+        account, endpoint = host[: -len(BLOB_SUFFIX)], f"{parsed.scheme}://{parsed.netloc}"
+    elif parsed.netloc.lower() in path_style and len(parts) > 1:
+        account, endpoint = parts[0], f"{parsed.scheme}://{parsed.netloc}/{parts[0]}"
+        parts = parts[1:]
+    else:
+        return None
+    if len(parts) < 2 or not _ACCOUNT.fullmatch(account) or not _CONTAINER.fullmatch(parts[0]):
+        return None
+    return BlobAddress(account, parts[0], "/".join(parts[1:]), endpoint)
 
 
 def planetary_computer_source(sources: Iterable[str]) -> bool:

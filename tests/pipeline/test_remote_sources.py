@@ -213,6 +213,24 @@ def test_a_folder_url_reads_its_metadata_files_in_key_order(moto_server, tmp_pat
     assert _stored(repository) == _by_id(first + second)
 
 
+@pytest.mark.s3
+def test_a_partitioned_geoparquet_dataset_is_read_by_its_name_without_the_slash(moto_server, tmp_path):
+    bucket = moto_server.create_bucket()
+    expected: list[dict] = []
+    for part in range(2):
+        path = tmp_path / f"part-{part}.parquet"
+        rows = [make_item(f"part-{part}-{n}") for n in range(3)]
+        sga.to_parquet(pa.Table.from_batches(sga.parse_stac_items_to_arrow(rows)), path)
+        _put(moto_server, bucket, f"items/ds.parquet/part-{part}.parquet", path.read_bytes())
+        expected += sga.stac_table_to_items(pq.read_table(path))
+    name = f"s3://{bucket}/items/ds.parquet"
+
+    read = list(read_items([name], SourceOptions(s3=moto_server.s3_settings())))
+
+    assert [entry.item for entry in read] == expected
+    assert read[-1].source == f"{name}/part-1.parquet#row2"
+
+
 class _CountingProxy:
     """A TCP proxy on 127.0.0.1 in front of ``target`` that counts the connections open at once. Each
     connection's first bytes wait until ``gate`` connections are open (or a second has passed), so requests
