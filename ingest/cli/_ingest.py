@@ -92,8 +92,8 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             help=(
                 "STAC item JSON, FeatureCollection, JSON array, NDJSON or stac-geoparquet files, folders of them, "
                 "static catalogs, - for NDJSON on stdin; or the same at s3:// or https:// URLs (an s3:// or Azure "
-                "blob URL ending in / is a folder); or a STAC API (its root or a /search?... URL), searched with --collections, "
-                "--bbox, --datetime, --filter."
+                "blob URL ending in / is a folder); or a STAC API (its root or a /search?... URL), searched with "
+                "--collections, --bbox, --datetime, --filter."
             ),
             show_default=False,
         ),

@@ -14,7 +14,7 @@ its own region:
   unsigned ``HEAD`` of the bucket at the endpoint (``https://s3.amazonaws.com``
   without one), whose answer carries ``x-amz-bucket-region`` whatever its
   status (a 301 to another region, a 403 to a stranger), asked once per process
-  and endpoint;
+  and endpoint (a question that got no answer, again after a minute);
 - else (not found, no answer) the region set for everything (``s3.region``,
   ``AWS_REGION``).
 
@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import http.client
 import logging
+import math
 import os
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping
@@ -58,7 +60,12 @@ PROBE_TIMEOUT_S = 10.0
 """The longest the question may take (connect and answer), whatever ``remote.connect_timeout_s`` says: the
 answer is only an improvement on the region set for everything."""
 
-_FOUND: dict[tuple[str, str], str | None] = {}
+ASK_AGAIN_AFTER_S = 60.0
+"""A question that got no answer (no connection, a timeout, a 5xx) is asked again after this long; meanwhile the
+region set applies. An answer, with a region or without one (MinIO, moto), is kept for the process."""
+
+_FOUND: dict[tuple[str, str], tuple[str | None, float]] = {}
+"""The region found per (endpoint, bucket), and until when (``time.monotonic()``) it holds."""
 _ASKING: dict[tuple[str, str], threading.Event] = {}
 _FOUND_LOCK = threading.Lock()
 _OPENER: list[urllib.request.OpenerDirector] = []
@@ -113,8 +120,9 @@ class Buckets:
             return None
         key = (self.endpoint or AWS_ENDPOINT, bucket)
         with _FOUND_LOCK:
-            if key in _FOUND:
-                return _FOUND[key]
+            found = _FOUND.get(key)
+            if found is not None and time.monotonic() < found[1]:
+                return found[0]
             # One thread asks; the others (a worker's granules start together) wait for its answer.
             asking = _ASKING.get(key)
             if asking is None:
@@ -125,12 +133,23 @@ class Buckets:
         if not mine:
             asking.wait(self.timeout_s + 1)
             with _FOUND_LOCK:
-                return _FOUND.get(key)
+                return _FOUND.get(key, (None, 0.0))[0]
         try:
-            found = asked_region(key[0], bucket, self.timeout_s)
+            try:
+                region, until = asked_region(key[0], bucket, self.timeout_s), math.inf
+            except _NoAnswer as error:
+                log.info(
+                    "the region of bucket %s could not be asked at %s (%s): the region set applies; asked again"
+                    " in %.0f s",
+                    bucket,
+                    key[0],
+                    error,
+                    ASK_AGAIN_AFTER_S,
+                )
+                region, until = None, time.monotonic() + ASK_AGAIN_AFTER_S
             with _FOUND_LOCK:
-                _FOUND.setdefault(key, found)
-                return _FOUND[key]
+                _FOUND[key] = (region, until)
+                return region
         finally:
             with _FOUND_LOCK:
                 _ASKING.pop(key, None)
@@ -147,9 +166,17 @@ def url_opener() -> urllib.request.OpenerDirector:
         return _OPENER[0]
 
 
+class _NoAnswer(Exception):
+    """The endpoint gave no answer that says anything (no connection, a timeout, a 5xx or 429): why."""
+
+
 def asked_region(endpoint: str, bucket: str, timeout_s: float) -> str | None:
     """The region ``endpoint`` names for ``bucket`` in its answer to an unsigned ``HEAD`` of the bucket (any
-    status); None (logged) when it names none or cannot be reached."""
+    status); None when the answer names none.
+
+    Raises:
+        _NoAnswer: the endpoint could not answer (worth asking again later).
+    """
     url = f"{endpoint.rstrip('/')}/{quote(bucket, safe='')}"
     request = urllib.request.Request(url, method="HEAD")  # noqa: S310 - an http(s) endpoint of the settings
     try:
@@ -157,9 +184,10 @@ def asked_region(endpoint: str, bucket: str, timeout_s: float) -> str | None:
             region = answer.headers.get(REGION_HEADER)
     except urllib.error.HTTPError as error:  # 301 (another region), 403 (not ours): the header is there too
         region = error.headers.get(REGION_HEADER) if error.headers is not None else None
+        if region is None and (error.code >= 500 or error.code == 429):
+            raise _NoAnswer(f"HTTP {error.code}") from None
     except (OSError, ValueError, http.client.HTTPException) as error:
-        log.info("the region of bucket %s could not be asked at %s (%s): the region set applies", bucket, url, error)
-        return None
+        raise _NoAnswer(str(error) or type(error).__name__) from None
     region = (region or "").strip()
     if not REGION_NAME.fullmatch(region):
         log.debug("%s names no region for bucket %s (%r): the region set applies", endpoint, bucket, region[:80])

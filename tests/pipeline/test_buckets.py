@@ -222,6 +222,46 @@ def test_threads_that_need_a_region_at_once_ask_once():
         server.server_close()
 
 
+class _FlakyRegionAnswers(_RegionAnswers):
+    """As :class:`_RegionAnswers`, counting the questions per bucket and answering the first of each 503 without
+    a region (S3 slowing down), and a bucket named ``silent-...`` 200 without one (an endpoint that never says)."""
+
+    asked: ClassVar[dict[str, int]] = {}
+
+    def do_HEAD(self) -> None:
+        bucket = self.path.rsplit("/", 1)[1]
+        self.asked[bucket] = self.asked.get(bucket, 0) + 1
+        if self.asked[bucket] == 1 or bucket.startswith("silent-"):
+            self.send_response(200 if bucket.startswith("silent-") else 503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        super().do_HEAD()
+
+
+def test_a_region_question_that_got_no_answer_is_asked_again_later(monkeypatch):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FlakyRegionAnswers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    buckets = Buckets(endpoint=f"http://127.0.0.1:{server.server_address[1]}/200")
+    try:
+        # Within the wait, the failed question is not asked again: the region set applies.
+        assert buckets.region(f"{REGION}-flaky") is None
+        assert buckets.region(f"{REGION}-flaky") is None
+        assert _FlakyRegionAnswers.asked[f"{REGION}-flaky"] == 1
+        # Once it is over, it is (the server answers with the bucket's name as its region).
+        monkeypatch.setattr("ingest.remote._buckets.ASK_AGAIN_AFTER_S", 0.0)
+        assert buckets.region(f"{REGION}-later") is None
+        assert buckets.region(f"{REGION}-later") == f"{REGION}-later"
+        assert buckets.region(f"{REGION}-later") == f"{REGION}-later"
+        assert _FlakyRegionAnswers.asked[f"{REGION}-later"] == 2
+        # An answer that names no region is an answer: kept, not asked again.
+        assert buckets.region("silent-bucket") is None and buckets.region("silent-bucket") is None
+        assert _FlakyRegionAnswers.asked["silent-bucket"] == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_gdal_options_and_stores_take_the_bucket_s_region(moto_server, signature_proxy):
     bucket = moto_server.create_bucket(REGION)
     s3 = signature_proxy.s3_settings(moto_server)
