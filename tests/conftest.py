@@ -195,6 +195,10 @@ class HttpServer:
     def sent(self) -> dict[str, int]:
         return json.loads(self.get("__stats__"))
 
+    def requests(self) -> list[list[str | None]]:
+        """``[path, Accept-Encoding, Authorization]`` of each request so far (the last 10,000)."""
+        return json.loads(self.get("__requests__"))
+
 
 @pytest.fixture(scope="module")
 def http_server(tmp_path_factory) -> Iterator[HttpServer]:

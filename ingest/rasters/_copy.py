@@ -100,12 +100,13 @@ _TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # classic and Bi
 def _why_unrecognized(source: str, stores: Stores | None, error: InvalidRaster) -> InvalidRaster:
     """What GDAL's "not recognized as being in a supported file format" hides for a remote file: GDAL's range
     read failed (it says so only in debug messages) or the object is no TIFF. Its first bytes are asked for
-    once through obstore, with ``stores``' timeouts and retries, whose reason then names the failure; ``error``
+    once through obstore, with ``stores``' timeouts but no retries (GDAL's were made), whose reason then names the
+    failure; ``error``
     as it is when that read works and the bytes are a TIFF's, or without ``stores``."""
     if stores is None or "not recognized as being in a supported file format" not in error.reason:
         return error
     try:
-        start = first_bytes(stores, source, 8)
+        start = first_bytes(stores.asking_once(), source, 8)  # GDAL has retried already
     except RemoteError as failed:
         return InvalidRaster(f"granule {source} cannot be read: {failed.reason}", path=source)
     if start[:4] not in _TIFF_MAGIC:

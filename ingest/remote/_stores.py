@@ -8,7 +8,7 @@ import contextlib
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,6 +148,21 @@ class Stores:
         self._stores: dict[tuple[str, str], ObjectStore] = {}
         self.heads: dict[str, dict[str, Any]] = {}
         """What :func:`head` found, by URL, kept for the life of these stores (one batch)."""
+        self._once: Stores | None = None
+
+    def asking_once(self) -> Stores:
+        """These stores, each request made once (no retries): for a read that only explains a failure GDAL met
+        after its own retries, which would wait as long again for the same answer."""
+        if self._once is None:
+            self._once = Stores(
+                s3=self.s3,
+                anonymous=self.anonymous,
+                transport=replace(self.transport, max_retries=0),
+                buckets=self.buckets,
+                tokens=self.tokens,
+                headers=self.headers,
+            )
+        return self._once
 
     @classmethod
     def of(cls, settings: Settings, *, anonymous: bool = False) -> Stores:

@@ -12,6 +12,7 @@ import json
 import pickle
 import shutil
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from pydantic import ValidationError
@@ -151,8 +152,8 @@ def test_floe_ingest_anonymous_reads_every_bucket_unsigned_but_the_repository_s_
     [
         ("__stall__", False, "timed out after 1 retry"),  # the HEAD stalls (obstore)
         # The HEAD answers, GDAL's reads stall: GDAL says only "not recognized as being in a supported file
-        # format"; floe's read of the first bytes then says why.
-        ("__stall_body__", False, "timed out after 1 retry"),
+        # format"; floe's read of the first bytes, made once (GDAL has retried), then says why.
+        ("__stall_body__", False, "timed out"),
         ("__stall_body__", True, "timed out after 1 retry"),  # the header's range read stalls (obstore)
     ],
 )
@@ -185,6 +186,27 @@ def test_a_stalled_raster_is_rejected_after_the_retries_the_settings_allow(
     assert {row["id"] for row in repository.view().items()} == {
         json.loads(path.read_text())["id"] for path in item_files if path != stalled
     }
+
+
+def test_the_read_that_explains_a_stalled_transfer_is_made_once(http_server):
+    remote = RemoteSettings(read_timeout_s=1, retries=2)
+
+    def requests_while(name: str, stores: Stores | None) -> tuple[int, str]:
+        # A file of its own each time: GDAL keeps what it learnt of a URL (its HEAD) for the process.
+        (http_server.folder / name).write_bytes(b"II*\x00 never sent")
+        url = f"{http_server.url}/__stall_body__/{name}"
+        before = len(http_server.requests())
+        with pytest.raises(InvalidRaster) as refused:
+            read_granule(url, gdal_options(remote=remote), stores)
+        made = sum(path == urlparse(url).path for path, *_ in http_server.requests()[before:])
+        return made, refused.value.reason.removeprefix(f"granule {url} cannot be read: ")
+
+    gdal_alone, unexplained = requests_while("unexplained.tif", None)
+    explained, reason = requests_while("explained.tif", Stores.reaching(None, remote))
+    assert "not recognized as being in a supported file format" in unexplained
+    assert reason == "timed out"
+    # GDAL's requests (its retries included), then one more: the explaining read is not retried.
+    assert explained == gdal_alone + 1
 
 
 def test_gdal_gives_up_on_a_stalled_server_after_the_read_timeout(http_server):
