@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import icechunk
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 
 from ingest.errors import FloeError
 from ingest.remote import RemoteError, Stores, head, is_remote
+from ingest.remote._tokens import virtual_blob_url
 from ingest.repository import Repository, View
 from ingest.stac import ARRAYS_LAYOUT, has_arrays_asset, read_arrays_asset
 
@@ -135,15 +137,36 @@ def _virtual_source_problems(repository: Repository, view: View) -> list[str]:
     """
     problems = []
     remote = []
+    endpoints = _azure_endpoints(repository)
     for location in sorted(set(view.session.all_virtual_chunk_locations())):
         parsed = urlparse(location)
         if parsed.scheme == "file" and not os.path.isfile(unquote(parsed.path)):
             problems.append(f"virtual chunks reference {location}, which does not exist (moved or deleted?)")
         elif is_remote(location):
             remote.append(location)
+        elif parsed.scheme == "az":
+            # An Azure blob read with SAS tokens: asked for at its https:// URL, signed as any read of it.
+            prefix = next((prefix for prefix in endpoints if location.startswith(prefix)), None)
+            url = virtual_blob_url(location, endpoints[prefix]) if prefix is not None else None
+            if url is None:
+                problems.append(f"virtual chunks reference {location}, which no container of the repository covers")
+            else:
+                remote.append(url)
     if remote:
         problems.extend(_remote_source_problems(repository, view, remote))
     return problems
+
+
+def _azure_endpoints(repository: Repository) -> dict[str, str | None]:
+    """The repository's Azure containers (``az://{account}@{container}/``) and their endpoints (None: Azure's)."""
+    containers = repository.icechunk.config.virtual_chunk_containers or {}
+    endpoints: dict[str, str | None] = {}
+    for prefix, container in containers.items():
+        if prefix.startswith("az://"):
+            store = container.store
+            options = getattr(store, "_0", None) if isinstance(store, icechunk.ObjectStoreConfig.Azure) else None
+            endpoints[prefix] = (options or {}).get("endpoint")
+    return endpoints
 
 
 REMOTE_HEADS = 32

@@ -21,6 +21,7 @@ from obstore.store import LocalStore
 from ingest.errors import InvalidRaster, NotVirtualizable
 from ingest.rasters._copy import _open_failure
 from ingest.remote import RemoteError, Stores, gdal_path, head, is_remote
+from ingest.remote._tokens import TokenError, blob_address
 from ingest.storage import FILE_SCHEME, local_url
 
 LOCAL_REGISTRY = ObjectStoreRegistry({FILE_SCHEME: LocalStore()})
@@ -49,13 +50,7 @@ def locate(source: str, stores: Stores | None) -> Place:
             )
         stores = stores if stores is not None else Stores()
         if stores.tokens.covers(source):
-            # A reference would have to carry the token, a credential that expires within hours; what GDAL reads
-            # is opened at the signed URL instead (ingest.remote.GdalOptions.path).
-            raise NotVirtualizable(
-                f"granule {source} cannot be referenced: its container is read with SAS tokens, which expire "
-                "and are never stored; it is copied",
-                path=source,
-            )
+            return _blob_place(source, stores)
         if stores.headers.for_url(source):
             raise NotVirtualizable(
                 f"granule {source} cannot be referenced: its requests carry headers (remote.headers), which "
@@ -97,3 +92,27 @@ def locate(source: str, stores: Stores | None) -> Place:
     if not Path(local_path).is_file():
         raise InvalidRaster(_open_failure(local_path, FileNotFoundError(local_path)), path=source)
     return Place(url, local_path, os.path.getsize(local_path), LOCAL_REGISTRY)
+
+
+def _blob_place(source: str, stores: Stores) -> Place:
+    """An Azure blob read with SAS tokens: referenced at ``az://{account}@{container}/{name}`` (Icechunk's Azure
+    container, authorized with fresh tokens whenever the repository opens, :mod:`ingest.repository._containers`),
+    read here through the container's store (signed as it goes) and by GDAL at the signed URL
+    (:meth:`ingest.remote.GdalOptions.path`). The reference carries the blob's last modification: Icechunk's
+    ``If-Unmodified-Since`` refuses a changed blob."""
+    address = blob_address(source, stores.tokens.path_style)
+    if address is None or not address.name or address.name.endswith("/"):
+        raise NotVirtualizable(f"granule {source} cannot be referenced: it names no blob", path=source)
+    try:
+        described = head(stores, source)
+        store = stores.blob_store(address)
+    except RemoteError as error:
+        raise InvalidRaster(f"granule {source} cannot be read: {error.reason}", path=source) from error
+    modified = described.get("last_modified")
+    checksum = datetime.fromisoformat(modified) if modified else None
+    registry = ObjectStoreRegistry({address.virtual_prefix.rstrip("/"): store})
+    try:
+        signed = gdal_path(stores.tokens.sign(source))  # what GDAL opens now (its errors lose the query)
+    except TokenError as error:
+        raise InvalidRaster(f"granule {source} cannot be read: {error}", path=source) from error
+    return Place(address.virtual_url, signed, int(described["size"]), registry, checksum)

@@ -23,8 +23,11 @@ points).
 
 A token is a credential: the URLs floe records (rows, array sources,
 reports) are the unsigned ones, and errors are told without query strings
-(:func:`redacted`). Icechunk's virtual references would have to store it, and
-it expires within the hour, so such rasters are copied, not referenced.
+(:func:`redacted`). Virtual references point at
+``az://{account}@{container}/{name}`` (:attr:`BlobAddress.virtual_url`),
+read through an Icechunk Azure container that every opening of the
+repository authorizes with tokens from the same service
+(:class:`ingest.repository._containers.ContainerTokens`); no token is stored.
 """
 
 from __future__ import annotations
@@ -220,6 +223,25 @@ class BlobAddress:
         """The URL of blob ``name`` of this container."""
         return f"{self.container_url}/{quote(name)}"
 
+    @property
+    def virtual_prefix(self) -> str:
+        """The prefix of Icechunk's virtual chunk container for this container: ``az://{account}@{container}/``.
+        Icechunk reads an ``az://`` reference from the container its host names and the account its container's
+        store names (icechunk 2.3, ``icechunk/src/virtual_chunks.rs``, ``chunk_location.host_str()``); the
+        account before the ``@`` keeps containers of the same name in two accounts apart."""
+        return f"az://{self.account}@{self.container}/"
+
+    @property
+    def virtual_url(self) -> str:
+        """This blob's location in a virtual reference (:attr:`virtual_prefix`, then its name)."""
+        return self.virtual_prefix + quote(self.name)
+
+    def store_config(self) -> dict[str, str]:
+        """The options of Icechunk's Azure store for this container (its endpoint where it is not Azure's own)."""
+        if self.endpoint == f"https://{self.account}{BLOB_SUFFIX}":
+            return {}
+        return {"endpoint": self.endpoint, **({"allow_http": "true"} if self.endpoint.startswith("http://") else {})}
+
 
 def blob_address(url: str, path_style: Iterable[str] = ()) -> BlobAddress | None:
     """The blob ``url`` names: ``https://{account}.blob.core.windows.net/{container}/{name}``, or
@@ -240,6 +262,16 @@ def blob_address(url: str, path_style: Iterable[str] = ()) -> BlobAddress | None
     if len(parts) < 2 or not _ACCOUNT.fullmatch(account) or not _CONTAINER.fullmatch(parts[0]):
         return None
     return BlobAddress(account, parts[0], "/".join(parts[1:]), endpoint)
+
+
+def virtual_blob_url(location: str, endpoint: str | None = None) -> str | None:
+    """The https:// URL of a virtual reference's ``az://{account}@{container}/{name}`` location (``endpoint``: the
+    container's store's, where it is not Azure's own); None for another location."""
+    parsed = urlparse(location)
+    if parsed.scheme != "az" or not parsed.username or not parsed.hostname:
+        return None
+    base = endpoint or f"https://{parsed.username}{BLOB_SUFFIX}"
+    return f"{base.rstrip('/')}/{parsed.hostname}{parsed.path}"
 
 
 def planetary_computer_source(sources: Iterable[str]) -> bool:

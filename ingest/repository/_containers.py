@@ -12,21 +12,25 @@ each place its own container:
   style that reach it (from floe's ``s3`` settings, else the ``AWS_*``
   environment; the bucket's own region, and whether its requester pays:
   :class:`~ingest.remote.Buckets`), never its credentials;
-- an HTTP host (``https://host:port/``).
+- an HTTP host (``https://host:port/``);
+- an Azure container read with SAS tokens (``az://{account}@{container}/``,
+  see :class:`~ingest.remote._tokens.BlobAddress`), at its endpoint.
 
 floe authorizes every container recorded in a repository's config whenever
 it opens it (:func:`container_access`): local files and HTTP hosts need no
 credentials; S3 buckets get unsigned requests where a prefix of
 ``remote.anonymous`` covers the whole bucket (or ``s3.anonymous`` says so),
 floe's own keys where its settings hold them, and otherwise whatever the AWS
-SDK finds (environment, profiles). Credentials are given at open, never
-written into the config.
+SDK finds (environment, profiles); Azure containers get their SAS tokens from
+``remote.sas_token_url``'s service, asked for again as they expire
+(:class:`ContainerTokens`). Credentials are given at open, never written
+into the config.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
@@ -35,6 +39,7 @@ from icechunk.credentials import AnyCredential
 
 from ingest.remote import Buckets, is_remote, unsigned
 from ingest.remote._buckets import s3_endpoint
+from ingest.remote._tokens import RENEW_BEFORE, BlobAddress, SasTokens, blob_address
 from ingest.storage import FILE_SCHEME, Location, local_url
 
 if TYPE_CHECKING:
@@ -49,7 +54,7 @@ __all__ = [
     "with_stored_config",
 ]
 
-_REMOTE = ("s3", "http", "https")
+_REMOTE = ("s3", "http", "https", "az")
 
 
 def container_prefix(url: str) -> str:
@@ -87,12 +92,37 @@ def _s3_credentials(prefix: str, s3: S3Settings | None, anonymous: Sequence[str]
     return icechunk.s3_from_env_credentials()
 
 
+class ContainerTokens:
+    """Icechunk's credentials for an Azure container: its SAS token from ``tokens``' service, asked for when
+    Icechunk's runs out (it is said to expire :data:`~ingest.remote._tokens.RENEW_BEFORE` early). Picklable, as
+    Icechunk keeps it (a repository handed to a Ray actor asks from there); the token itself is never stored."""
+
+    def __init__(self, tokens: SasTokens, account: str, container: str) -> None:
+        self.tokens, self.account, self.container = tokens, account, container
+
+    def __call__(self) -> icechunk.AzureRefreshableCredential.SasToken:
+        token, expiry = self.tokens.held(self.account, self.container)
+        return icechunk.AzureRefreshableCredential.SasToken(token, expires_after=expiry - RENEW_BEFORE)
+
+
+def _azure_credentials(prefix: str, tokens: SasTokens | None) -> Any:
+    parsed = urlparse(prefix)
+    if tokens is None or tokens.service is None or not parsed.username or not parsed.hostname:
+        return icechunk.azure_anonymous_credentials()  # a public container (or the reads are refused, saying so)
+    getter = ContainerTokens(tokens, parsed.username, parsed.hostname)
+    # icechunk annotates the getter as returning the outer class, not its SasToken (icechunk issue 2137).
+    return icechunk.azure_credentials(get_credentials=getter)  # type: ignore[arg-type]
+
+
 def container_access(
-    config: icechunk.RepositoryConfig | None, s3: S3Settings | None = None, anonymous: Sequence[str] = ()
+    config: icechunk.RepositoryConfig | None,
+    s3: S3Settings | None = None,
+    anonymous: Sequence[str] = (),
+    tokens: SasTokens | None = None,
 ) -> dict[str, AnyCredential | None] | None:
     """Authorizations for every container in ``config`` (None when it has none); ``s3`` as in :class:`Stores`,
     ``anonymous`` the ``s3://`` prefixes read unsigned (``remote.anonymous``: a bucket's container is unsigned
-    when one covers the whole bucket)."""
+    when one covers the whole bucket), ``tokens`` the SAS tokens of Azure containers (``remote.sas_token_url``)."""
     access: dict[str, Any] = {}
     for prefix in sorted(_prefixes(config)):
         scheme = urlparse(prefix).scheme
@@ -102,6 +132,8 @@ def container_access(
             access[prefix] = icechunk.credentials.HttpAccess
         elif scheme == "s3":
             access[prefix] = _s3_credentials(prefix, s3, anonymous)
+        elif scheme == "az":
+            access[prefix] = _azure_credentials(prefix, tokens)
     return icechunk.containers_credentials(access) if access else None
 
 
@@ -141,10 +173,11 @@ def with_containers(
     prefixes: Iterable[str],
     s3: S3Settings | None = None,
     buckets: Buckets | None = None,
+    blobs: Mapping[str, BlobAddress] | None = None,
 ) -> icechunk.RepositoryConfig:
     """``config`` (or the default one) with a container for each of ``prefixes`` (see :func:`container_prefix`),
     a bucket's as ``buckets`` know it (its region, whether its requester pays; default: the region set for
-    everything)."""
+    everything), an Azure container's at the endpoint of its blob in ``blobs`` (by prefix)."""
     updated = config if config is not None else icechunk.RepositoryConfig.default()
     buckets = buckets if buckets is not None else Buckets(find=False)
     for prefix in prefixes:
@@ -152,6 +185,11 @@ def with_containers(
         store: object
         if parsed.scheme == "s3":
             store = _s3_store(s3, parsed.netloc, buckets)
+        elif parsed.scheme == "az":
+            address = (blobs or {}).get(prefix)
+            if address is None:
+                raise ValueError(f"{prefix}: no blob URL says where its container's endpoint is")
+            store = icechunk.storage.azure_store(account=address.account, config=address.store_config())
         elif parsed.scheme in ("http", "https"):
             store = icechunk.http_store({"allow_http": "true"} if parsed.scheme == "http" else None)
         else:
@@ -161,14 +199,19 @@ def with_containers(
 
 
 def with_stored_config(
-    repo: icechunk.Repository, storage: icechunk.Storage, s3: S3Settings | None, anonymous: Sequence[str] = ()
+    repo: icechunk.Repository,
+    storage: icechunk.Storage,
+    s3: S3Settings | None,
+    anonymous: Sequence[str] = (),
+    tokens: SasTokens | None = None,
 ) -> icechunk.Repository:
     """``repo`` reopened with the config stored now (containers other processes added), every container
     authorized."""
     stored = icechunk.Repository.fetch_config(storage)
     if stored is None:
         return repo
-    return repo.reopen(config=stored, authorize_virtual_chunk_access=container_access(stored, s3, anonymous))
+    access = container_access(stored, s3, anonymous, tokens)
+    return repo.reopen(config=stored, authorize_virtual_chunk_access=access)
 
 
 def allow_sources(
@@ -179,18 +222,28 @@ def allow_sources(
     anonymous: Sequence[str] = (),
     *,
     buckets: Buckets | None = None,
+    tokens: SasTokens | None = None,
 ) -> tuple[icechunk.Repository, list[str]]:
     """``repo`` with containers covering ``paths`` (saved in its config, authorized; a bucket's as ``buckets``
-    know it), and the prefixes added."""
-    urls = [str(path) if is_remote(str(path)) else local_url(path) for path in paths]
+    know it; a blob ``tokens`` sign, the Azure container of its account and name), and the prefixes added."""
+    blobs: dict[str, BlobAddress] = {}
+    urls = []
+    for path in paths:
+        url = str(path) if is_remote(str(path)) else local_url(path)
+        address = blob_address(url, tokens.path_style) if tokens is not None and tokens.covers(url) else None
+        if address is not None:
+            blobs[address.virtual_prefix] = address
+            url = address.virtual_url
+        urls.append(url)
     if not missing_prefixes(repo.config, urls):
         return repo, []
     with location.mutation_lock():
         # Another process may have added containers meanwhile: merge into the stored config.
         stored = icechunk.Repository.fetch_config(location.icechunk_storage())
         added = missing_prefixes(stored, urls)
-        config = with_containers(stored, added, s3, buckets)
-        repo = repo.reopen(config=config, authorize_virtual_chunk_access=container_access(config, s3, anonymous))
+        config = with_containers(stored, added, s3, buckets, blobs)
+        access = container_access(config, s3, anonymous, tokens)
+        repo = repo.reopen(config=config, authorize_virtual_chunk_access=access)
         if added:
             repo.save_config()
     return repo, added

@@ -30,7 +30,7 @@ from ingest.errors import (
     RepositoryMoved,
     RepositoryNotFound,
 )
-from ingest.remote import Buckets
+from ingest.remote import Buckets, SasTokens
 from ingest.repository._append import ManifestCache
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import (
@@ -193,7 +193,9 @@ class Repository:
         if not icechunk.Repository.exists(storage):
             raise RepositoryNotFound(f"no floe repository at {location.url} (create one with `floe init`)")
         repo = icechunk.Repository.open(storage)
-        access = container_access(repo.config, _s3_of(settings), settings.remote.anonymous)
+        access = container_access(
+            repo.config, _s3_of(settings), settings.remote.anonymous, SasTokens.of(settings.remote)
+        )
         if access:
             # Virtual references read only through authorized containers.
             repo = repo.reopen(authorize_virtual_chunk_access=access)
@@ -297,6 +299,7 @@ class Repository:
             s3,
             self.settings.remote.anonymous,
             buckets=Buckets.of(s3, self.settings.remote),
+            tokens=SasTokens.of(self.settings.remote),
         )
         if added:
             log.info("repository %s may now reference files under %s", self.location.url, ", ".join(added))
@@ -306,7 +309,11 @@ class Repository:
         """Read the stored config again (containers other processes added, e.g. a ``--virtual`` run's actors)
         and authorize its containers; sessions opened before keep the old config."""
         self.icechunk = with_stored_config(
-            self.icechunk, self.location.icechunk_storage(), _s3_of(self.settings), self.settings.remote.anonymous
+            self.icechunk,
+            self.location.icechunk_storage(),
+            _s3_of(self.settings),
+            self.settings.remote.anonymous,
+            SasTokens.of(self.settings.remote),
         )
 
     # -- pointers ------------------------------------------------------------------------------

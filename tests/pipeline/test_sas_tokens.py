@@ -10,6 +10,7 @@ out under one container, so items, HEADs and GDAL's range reads all need the tok
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 from pathlib import Path
@@ -23,6 +24,7 @@ from ingest import Repository, Settings
 from ingest.cli import app
 from ingest.config import RemoteSettings
 from ingest.errors import InvalidRaster
+from ingest.lifecycle import check_ref
 from ingest.pipeline import SourceOptions, ingest_items, ingest_with_ray
 from ingest.rasters import read_granule
 from ingest.rasters._copy import _detail
@@ -106,7 +108,9 @@ def _hrefs(row: dict) -> list[str]:
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_virtual_copies_blobs_read_with_tokens_and_says_why(tmp_path, archive, blob_server):
+def test_virtual_references_blobs_read_with_tokens_asked_for_whenever_the_repository_opens(
+    tmp_path, archive, blob_server
+):
     folder, item_files, urls = archive
     repository = Repository.create(tmp_path / "repo", Settings(remote=_remote(blob_server)))
 
@@ -115,11 +119,69 @@ def test_virtual_copies_blobs_read_with_tokens_and_says_why(tmp_path, archive, b
     )
 
     assert report.rejected == []
-    assert len(report.fallbacks) == GRANULES
-    assert all("read with SAS tokens" in fallback.reason for fallback in report.fallbacks)
-    assert_arrays_equal_the_files(repository, folder, item_files, f"{blob_server.url}/{ACCOUNT}/cogs/")
-    assert not any(read_arrays_asset(row).virtual for row in repository.view().items())
-    _nothing_signed_in(repository)
+    # The sample's optical granule is pixel-interleaved, which no reference can express: copied, as anywhere.
+    assert len(report.fallbacks) == 1 and "pixel-interleaved" in report.fallbacks[0].reason
+    assert set(repository.icechunk.config.virtual_chunk_containers) == {f"az://{ACCOUNT}@cogs/"}
+    # Another process opening the repository (a fresh token for Icechunk), and one that cannot have a token.
+    reopened = Repository.open(tmp_path / "repo", Settings(remote=_remote(blob_server)))
+    referenced = [read_arrays_asset(row).virtual for row in reopened.view().items()]
+    assert sorted(referenced) == [False] + [True] * (GRANULES - 1)
+    before = blob_server.stats()["reads"]["signed"]
+    assert_arrays_equal_the_files(reopened, folder, item_files, f"{blob_server.url}/{ACCOUNT}/cogs/")
+    assert blob_server.stats()["reads"]["signed"] > before
+    _nothing_signed_in(reopened)
+    untokened = Repository.open(tmp_path / "repo", Settings(remote=RemoteSettings(blob_path_style=[blob_server.host])))
+    with pytest.raises(Exception, match="PublicAccessNotPermitted"):
+        assert_arrays_equal_the_files(untokened, folder, item_files, f"{blob_server.url}/{ACCOUNT}/cogs/")
+    assert check_ref(reopened, "main", deep=True) == []
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_a_referenced_blob_that_changes_is_refused_and_named_by_check_deep(tmp_path, blob_server):
+    folder = tmp_path / "archive"
+    item_files = make_archive(folder, granules=GRANULES, seed=43)
+    shutil.copytree(folder, blob_server.folder / ACCOUNT / "changing")
+    base = f"{blob_server.url}/{ACCOUNT}/changing/"
+    urls = [base + path.relative_to(folder).as_posix() for path in item_files]
+    repository = Repository.create(tmp_path / "repo", Settings(remote=_remote(blob_server)))
+    report = ingest_with_ray(
+        repository, urls, workers=2, batch_size=4, virtual=True, options=SourceOptions(remote_assets=True)
+    )
+    referenced = [
+        (item_file, row)
+        for item_file in item_files
+        if (row := repository.view().item(*_key(item_file))) is not None and read_arrays_asset(row).virtual
+    ]
+    assert report.rejected == [] and len(referenced) == GRANULES - 1
+    (changed_file, changed), (gone_file, gone) = referenced
+    changed_blob = blob_server.folder / ACCOUNT / "changing" / _tif(folder, changed_file, changed)
+    gone_blob = blob_server.folder / ACCOUNT / "changing" / _tif(folder, gone_file, gone)
+
+    # Upstream, one blob is rewritten (a second later: HTTP dates have whole seconds) and another deleted.
+    changed_blob.write_bytes(changed_blob.read_bytes())
+    later = changed_blob.stat().st_mtime + 2
+    os.utime(changed_blob, (later, later))
+    gone_blob.unlink()
+
+    with pytest.raises(Exception, match="checksum of the object owning the virtual chunk has changed"):
+        repository.view().item_arrays(changed["collection"], changed["id"])["data"].values  # noqa: B018
+    problems = [problem.what for problem in check_ref(repository, "main", deep=True)]
+    changed_url = base + changed_blob.relative_to(blob_server.folder / ACCOUNT / "changing").as_posix()
+    gone_url = base + gone_blob.relative_to(blob_server.folder / ACCOUNT / "changing").as_posix()
+    assert any(changed_url in what and "changed after it was referenced" in what for what in problems), problems
+    assert any(gone_url in what and "no such object" in what for what in problems), problems
+    assert len(problems) == 2 and not any("sig=" in what for what in problems), problems
+
+
+def _key(item_file: Path) -> tuple[str, str]:
+    item = json.loads(item_file.read_text())
+    return item["collection"], item["id"]
+
+
+def _tif(folder: Path, item_file: Path, row: dict) -> Path:
+    """The raster of ``row`` (read from ``item_file``), relative to the archive's ``folder``."""
+    href = json.loads(item_file.read_text())["assets"]["data"]["href"]
+    return (item_file.parent / href).resolve().relative_to(folder.resolve())
 
 
 def test_without_a_token_service_blobs_are_refused_with_what_to_do(tmp_path, archive, blob_server):
