@@ -43,10 +43,11 @@ from ingest.remote._tokens import RENEW_BEFORE, BlobAddress, SasTokens, blob_add
 from ingest.storage import FILE_SCHEME, Location, local_url
 
 if TYPE_CHECKING:
-    from ingest.config import S3Settings
+    from ingest.config import S3Settings, Settings
 
 __all__ = [
     "allow_sources",
+    "authorizing",
     "container_access",
     "container_prefix",
     "missing_prefixes",
@@ -112,6 +113,13 @@ def _azure_credentials(prefix: str, tokens: SasTokens | None) -> Any:
     getter = ContainerTokens(tokens, parsed.username, parsed.hostname)
     # icechunk annotates the getter as returning the outer class, not its SasToken (icechunk issue 2137).
     return icechunk.azure_credentials(get_credentials=getter)  # type: ignore[arg-type]
+
+
+def authorizing(settings: Settings) -> tuple[S3Settings | None, list[str], SasTokens]:
+    """What the containers of a repository opened with ``settings`` are authorized with (:func:`container_access`):
+    floe's S3 settings where any is set (else the ``AWS_*`` environment's), the prefixes read unsigned, the SAS
+    tokens of Azure containers."""
+    return (settings.s3 if settings.s3.given() else None), settings.remote.anonymous, SasTokens.of(settings.remote)
 
 
 def container_access(

@@ -19,7 +19,7 @@ import zarr
 from pyiceberg.table import Table
 
 from ingest._faults import fault_point
-from ingest.config import S3Settings, Settings, load_settings
+from ingest.config import Settings, load_settings
 from ingest.errors import (
     CorruptRepository,
     InvalidCollection,
@@ -30,7 +30,7 @@ from ingest.errors import (
     RepositoryMoved,
     RepositoryNotFound,
 )
-from ingest.remote import Buckets, SasTokens
+from ingest.remote import Buckets
 from ingest.repository._append import ManifestCache
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import (
@@ -44,7 +44,7 @@ from ingest.repository._commit import (
     newest_cursors,
     pointer_of,
 )
-from ingest.repository._containers import allow_sources, container_access, with_stored_config
+from ingest.repository._containers import allow_sources, authorizing, container_access, with_stored_config
 from ingest.repository._groups import ensure_groups
 from ingest.repository._layout import check_layout, kept_tiling, root_attributes
 from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
@@ -193,9 +193,7 @@ class Repository:
         if not icechunk.Repository.exists(storage):
             raise RepositoryNotFound(f"no floe repository at {location.url} (create one with `floe init`)")
         repo = icechunk.Repository.open(storage)
-        access = container_access(
-            repo.config, _s3_of(settings), settings.remote.anonymous, SasTokens.of(settings.remote)
-        )
+        access = container_access(repo.config, *authorizing(settings))
         if access:
             # Virtual references read only through authorized containers.
             repo = repo.reopen(authorize_virtual_chunk_access=access)
@@ -291,15 +289,10 @@ class Repository:
         keep the old config: call it before opening the writers that
         reference them. Returns the container prefixes added.
         """
-        s3 = _s3_of(self.settings)
+        s3, anonymous, tokens = authorizing(self.settings)
+        buckets = Buckets.of(s3, self.settings.remote)
         self.icechunk, added = allow_sources(
-            self.icechunk,
-            self.location,
-            paths,
-            s3,
-            self.settings.remote.anonymous,
-            buckets=Buckets.of(s3, self.settings.remote),
-            tokens=SasTokens.of(self.settings.remote),
+            self.icechunk, self.location, paths, s3, anonymous, buckets=buckets, tokens=tokens
         )
         if added:
             log.info("repository %s may now reference files under %s", self.location.url, ", ".join(added))
@@ -308,13 +301,7 @@ class Repository:
     def reload_config(self) -> None:
         """Read the stored config again (containers other processes added, e.g. a ``--virtual`` run's actors)
         and authorize its containers; sessions opened before keep the old config."""
-        self.icechunk = with_stored_config(
-            self.icechunk,
-            self.location.icechunk_storage(),
-            _s3_of(self.settings),
-            self.settings.remote.anonymous,
-            SasTokens.of(self.settings.remote),
-        )
+        self.icechunk = with_stored_config(self.icechunk, self.location.icechunk_storage(), *authorizing(self.settings))
 
     # -- pointers ------------------------------------------------------------------------------
     def relative_location(self, metadata_location: str) -> str:
@@ -499,8 +486,3 @@ class Repository:
         or None if there was nothing to do.
         """
         return ensure_groups(self, paths, branch=branch or self.settings.branch, attributes=attributes)
-
-
-def _s3_of(settings: Settings) -> S3Settings | None:
-    """floe's S3 settings where any is set (they win over the ``AWS_*`` environment), else None."""
-    return settings.s3 if settings.s3.given() else None
