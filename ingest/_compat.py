@@ -79,6 +79,15 @@ def geoparquet_metadata(
     return create_parquet_metadata(schema, schema_version=version, collections=collections)
 
 
+def stac_json_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A stac-geoparquet record batch in the layout of STAC JSON: properties nested again, timestamps as RFC 3339
+    text, ``bbox`` as a list, geometries still WKB (``StacArrowBatch.to_json_batch``; floe turns the rows into
+    items itself, a batch at a time, :func:`ingest.stac.geoparquet_items`)."""
+    from stac_geoparquet.arrow._batch import StacArrowBatch
+
+    return StacArrowBatch(batch).to_json_batch().inner
+
+
 # -- rioxarray 0.23 --------------------------------------------------------------------------------
 def rasterio_attributes(dataset: rasterio.DatasetReader) -> dict[str, Any]:
     """The variable attributes rioxarray gives a raster it opens (``rioxarray._io._get_rasterio_attrs``).

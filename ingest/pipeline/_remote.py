@@ -61,7 +61,7 @@ from ingest.pipeline._sources import (
 )
 from ingest.remote import RemoteError, Stores, describe, join_url, url_scheme
 from ingest.remote._tokens import blob_address
-from ingest.stac import ARRAYS_ASSET, loads_json
+from ingest.stac import ARRAYS_ASSET, geoparquet_items, loads_json, row_group_batches
 
 if TYPE_CHECKING:
     from obstore import ReadableFile
@@ -316,7 +316,6 @@ class RemoteReader:
         """Items of a stac-geoparquet object, one record batch (of one row group) at a time."""
         import pyarrow as pa
         import pyarrow.parquet as pq
-        from stac_geoparquet.arrow import stac_table_to_items
 
         row = 0
         file: _ArrowFile | None = None
@@ -345,12 +344,12 @@ class RemoteReader:
                 return
 
             def batches(opened: _ArrowFile) -> Iterator[pa.RecordBatch]:
-                yield from pq.ParquetFile(opened).iter_batches()
+                yield from row_group_batches(pq.ParquetFile(opened))
 
             try:
                 # Read and decoded on a thread ahead (see _waited), while the last batch becomes items here.
                 for batch in prefetched(batches(file), 2, name="floe-stream"):
-                    for item in stac_table_to_items(pa.Table.from_batches([batch])):
+                    for item in geoparquet_items(batch):
                         absolute_hrefs(item, target.url)
                         yield SourcedItem(f"{target.url}#row{row}", item=item)
                         row += 1

@@ -312,18 +312,21 @@ def _walk_catalog(path: Path) -> Iterator[SourcedItem]:
 
 
 def _read_geoparquet(path: Path) -> Iterator[SourcedItem]:
-    """Items of a stac-geoparquet file."""
+    """Items of a stac-geoparquet file, a record batch at a time (a file of millions of rows is never whole in
+    memory); a batch that cannot be read ends the file with the reason, after the rows before it."""
     import pyarrow.parquet as pq
-    from stac_geoparquet.arrow import stac_table_to_items
 
+    from ingest.stac import geoparquet_items, row_group_batches
+
+    row = 0
     try:
-        table = pq.read_table(path)
-        items = list(stac_table_to_items(table))
+        with pq.ParquetFile(path) as opened:
+            for batch in row_group_batches(opened):
+                for item in geoparquet_items(batch):
+                    yield SourcedItem(f"{path}#row{row}", item=item, path=path)
+                    row += 1
     except Exception as error:  # noqa: BLE001 - any failure means the file is not stac-geoparquet
         yield SourcedItem(str(path), error=InvalidSource(f"not a readable stac-geoparquet file ({error})"))
-        return
-    for row, item in enumerate(items):
-        yield SourcedItem(f"{path}#row{row}", item=item, path=path)
 
 
 def _bare_raster(path: Path) -> SourcedItem:

@@ -23,6 +23,7 @@ from ingest.stac._assets import (
 )
 from ingest.stac._columns import strip_nulls
 from ingest.stac._geometry import GEOMETRY_TYPES, TOLERANCE, coordinates_problem, refused_geometries
+from ingest.stac._geoparquet import geoparquet_items, row_group_batches
 from ingest.stac._json import loads_json, read_json_noting_parser
 from ingest.stac._rows import (
     OVERFLOW,
@@ -71,6 +72,7 @@ __all__ = [
     "check_timestamp",
     "clustered",
     "coordinates_problem",
+    "geoparquet_items",
     "has_arrays_asset",
     "hilbert_index",
     "item_as_dict",
@@ -87,6 +89,7 @@ __all__ = [
     "read_json_noting_parser",
     "refused_geometries",
     "render_datetime",
+    "row_group_batches",
     "served_arrays_asset",
     "shorten",
     "shown",

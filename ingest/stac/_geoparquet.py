@@ -1,0 +1,89 @@
+"""stac-geoparquet rows turned into STAC items, a record batch at a time.
+
+The items are those of stac-geoparquet's ``stac_table_to_items`` (the same
+dicts: every field of the schema, null where a row has none; assets a row
+lacks left out), made faster for the millions of rows of an archive's
+stac-geoparquet (Planetary Computer publishes its items so):
+
+- stac-geoparquet's own ``to_json_batch`` puts the columns back into STAC's
+  layout (properties nested, timestamps as text, ``bbox`` a list), as it does;
+- the rows become dicts in one Arrow call for the batch, not one per row;
+- the WKB geometries (``geometry``, and ``proj:geometry`` of the properties and
+  of each asset) become GeoJSON in one GEOS call per column (``to_geojson``;
+  its text gives back the same doubles), not a Shapely object per row.
+
+On 1,000,000 rows of ``scripts/bench_blob_folder.py``'s items: see BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ingest._compat import stac_json_batch
+from ingest.stac._rows import _geometries_from_wkb, paused_collection
+
+PROJ_GEOMETRY = "proj:geometry"
+
+
+def geoparquet_items(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """The STAC items of a stac-geoparquet record batch (as a file holds it), in its order.
+
+    Raises whatever stac-geoparquet or Arrow raise for a batch that is not stac-geoparquet.
+    """
+    json_batch = stac_json_batch(batch)
+    geometries = [
+        (path, _geometries_from_wkb(_column(json_batch, path).to_pylist())) for path in _wkb_paths(json_batch)
+    ]
+    with paused_collection():
+        rows = json_batch.to_pylist()
+        for index, row in enumerate(rows):
+            for path, values in geometries:
+                _put(row, path, values[index])
+            assets = row.setdefault("assets", {})
+            if isinstance(assets, dict) and assets:
+                row["assets"] = {key: value for key, value in assets.items() if value is not None}
+    return rows
+
+
+def row_group_batches(opened: pq.ParquetFile) -> Iterator[pa.RecordBatch]:
+    """The file's record batches, row group by row group (a batch never spans two, so a row group that cannot
+    be read fails after every row before it)."""
+    for group in range(opened.num_row_groups):
+        yield from opened.iter_batches(row_groups=[group])
+
+
+def _wkb_paths(batch: pa.RecordBatch) -> list[tuple[str, ...]]:
+    """Where the batch holds WKB geometries: ``geometry``, and ``proj:geometry`` in the properties and assets."""
+    paths: list[tuple[str, ...]] = [("geometry",)]
+    schema = batch.schema
+    if "properties" in schema.names:
+        properties = schema.field("properties").type
+        if pa.types.is_struct(properties) and properties.get_field_index(PROJ_GEOMETRY) >= 0:
+            paths.append(("properties", PROJ_GEOMETRY))
+    if "assets" in schema.names and pa.types.is_struct(schema.field("assets").type):
+        for asset in schema.field("assets").type:
+            if pa.types.is_struct(asset.type) and asset.type.get_field_index(PROJ_GEOMETRY) >= 0:
+                paths.append(("assets", asset.name, PROJ_GEOMETRY))
+    return paths
+
+
+def _column(batch: pa.RecordBatch, path: tuple[str, ...]) -> pa.Array:
+    column = batch.column(path[0])
+    for name in path[1:]:
+        column = pc.struct_field(column, name)
+    return column
+
+
+def _put(row: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """``value`` at ``path`` of ``row``, where the row has that place (an asset the row lacks has none)."""
+    for name in path[:-1]:
+        row = row.get(name)  # type: ignore[assignment]
+        if not isinstance(row, dict):
+            return
+    if path[-1] in row or value is not None:
+        row[path[-1]] = value
