@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from obspec_utils.registry import ObjectStoreRegistry
 from obstore.store import LocalStore
@@ -103,6 +103,13 @@ def _blob_place(source: str, stores: Stores) -> Place:
     address = blob_address(source, stores.tokens.path_style)
     if address is None or not address.name or address.name.endswith("/"):
         raise NotVirtualizable(f"granule {source} cannot be referenced: it names no blob", path=source)
+    if quote(address.name) != address.name:
+        # Icechunk and obstore would each take the escaped name differently (untested either way): copied.
+        raise NotVirtualizable(
+            f"granule {source} cannot be referenced: its blob name has characters a reference must escape; "
+            "it is copied",
+            path=source,
+        )
     try:
         described = head(stores, source)
         store = stores.blob_store(address)

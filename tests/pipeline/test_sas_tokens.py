@@ -23,11 +23,12 @@ import ingest.remote
 from ingest import Repository, Settings
 from ingest.cli import app
 from ingest.config import RemoteSettings
-from ingest.errors import InvalidRaster
+from ingest.errors import InvalidRaster, NotVirtualizable
 from ingest.lifecycle import check_ref
 from ingest.pipeline import SourceOptions, ingest_items, ingest_with_ray
 from ingest.rasters import read_granule
 from ingest.rasters._copy import _detail
+from ingest.rasters._place import locate
 from ingest.remote import GdalOptions, RemoteError, SasTokens, Stores, describe, gdal_options, head, redacted
 from ingest.sample import make_archive
 from ingest.stac import read_arrays_asset
@@ -171,6 +172,20 @@ def test_a_referenced_blob_that_changes_is_refused_and_named_by_check_deep(tmp_p
     assert any(changed_url in what and "changed after it was referenced" in what for what in problems), problems
     assert any(gone_url in what and "no such object" in what for what in problems), problems
     assert len(problems) == 2 and not any("sig=" in what for what in problems), problems
+
+
+def test_a_blob_whose_name_must_be_escaped_is_copied_not_referenced(blob_server):
+    folder = blob_server.folder / ACCOUNT / "escaped"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "a b.tif").write_bytes(b"II*\x00")
+    (folder / "plain.tif").write_bytes(b"II*\x00")
+    stores = Stores.reaching(None, _remote(blob_server))
+
+    with pytest.raises(NotVirtualizable, match="characters a reference must escape; it is copied"):
+        locate(f"{blob_server.url}/{ACCOUNT}/escaped/a%20b.tif", stores)
+    place = locate(f"{blob_server.url}/{ACCOUNT}/escaped/plain.tif", stores)
+    assert place.url == f"az://{ACCOUNT}@escaped/plain.tif" and place.size == 4
+    assert "sig=" in place.gdal_path and "sig=" not in place.url
 
 
 def _key(item_file: Path) -> tuple[str, str]:
