@@ -88,6 +88,17 @@ def stac_json_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     return StacArrowBatch(batch).to_json_batch().inner
 
 
+# -- icechunk 2.3 ---------------------------------------------------------------------------------
+def azure_store_options(store: object) -> dict[str, str]:
+    """The options an Azure virtual chunk container's store was made with (``icechunk.storage.azure_store``'s
+    ``account`` and ``config``; empty for another store): icechunk exposes them only as the variant's field."""
+    import icechunk
+
+    if not isinstance(store, icechunk.ObjectStoreConfig.Azure):
+        return {}
+    return dict(getattr(store, "_0", None) or {})
+
+
 # -- rioxarray 0.23 --------------------------------------------------------------------------------
 def rasterio_attributes(dataset: rasterio.DatasetReader) -> dict[str, Any]:
     """The variable attributes rioxarray gives a raster it opens (``rioxarray._io._get_rasterio_attrs``).

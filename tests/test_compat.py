@@ -122,3 +122,26 @@ def test_virtual_tiff_codecs_are_found_under_the_names_their_metadata_gives():
         "imported_by_registering": False,
         "found": [["virtual_tiff.codecs", name] for name in VIRTUAL_TIFF_CODECS],
     }
+
+
+def test_azure_store_options_give_back_what_the_store_was_made_with():
+    import icechunk
+
+    from ingest._compat import azure_store_options
+
+    store = icechunk.storage.azure_store(account="acct", config={"endpoint": "http://127.0.0.1:9/acct"})
+    assert azure_store_options(store) == {"account": "acct", "endpoint": "http://127.0.0.1:9/acct"}
+    assert azure_store_options(icechunk.http_store()) == {}
+
+
+def test_stac_json_batch_lays_the_rows_out_as_stac_json():
+    import stac_geoparquet.arrow as sga
+
+    from ingest._compat import stac_json_batch
+
+    (batch,) = pa.Table.from_batches(sga.parse_stac_items_to_arrow([make_item("j1")])).to_batches()
+    json_batch = stac_json_batch(batch)
+    assert "properties" in json_batch.schema.names and "datetime" not in json_batch.schema.names
+    row = json_batch.to_pylist()[0]
+    assert row["properties"]["datetime"].startswith("2024-01-05T00:00:00")  # RFC 3339 text, not a timestamp
+    assert isinstance(row["bbox"], list) and isinstance(row["geometry"], bytes)

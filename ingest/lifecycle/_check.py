@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import icechunk
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 
+from ingest._compat import azure_store_options
 from ingest.errors import FloeError
 from ingest.remote import RemoteError, Stores, head, is_remote
 from ingest.remote._tokens import virtual_blob_url
@@ -163,9 +163,7 @@ def _azure_endpoints(repository: Repository) -> dict[str, str | None]:
     endpoints: dict[str, str | None] = {}
     for prefix, container in containers.items():
         if prefix.startswith("az://"):
-            store = container.store
-            options = getattr(store, "_0", None) if isinstance(store, icechunk.ObjectStoreConfig.Azure) else None
-            endpoints[prefix] = (options or {}).get("endpoint")
+            endpoints[prefix] = azure_store_options(container.store).get("endpoint")
     return endpoints
 
 

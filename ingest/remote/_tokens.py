@@ -149,17 +149,22 @@ class SasTokens:
             held = _ISSUED[key] = self._ask(account, container)
             return held
 
+    def lasting(self, account: str, container: str) -> tuple[str, datetime]:
+        """The token at hand for a client that keeps it (obstore's stores, Icechunk's containers), and until when
+        to use it: :data:`RENEW_BEFORE` ahead of its expiry, so the client asks again when :meth:`held` would."""
+        token, expiry = self.held(account, container)
+        return token, expiry - RENEW_BEFORE
+
     def provider(self, account: str, container: str) -> Callable[[], dict[str, Any]]:
-        """obstore's credential provider for a store of ``account``/``container``: the token at hand, said to
-        expire :data:`RENEW_BEFORE` ahead of its expiry, so obstore asks again in time.
+        """obstore's credential provider for a store of ``account``/``container`` (:meth:`lasting`).
 
         Raises (when called):
             TokenError: as :meth:`sign`.
         """
 
         def credential() -> dict[str, Any]:
-            token, expiry = self.held(account, container)
-            return {"sas_token": token, "expires_at": expiry - RENEW_BEFORE}
+            token, until = self.lasting(account, container)
+            return {"sas_token": token, "expires_at": until}
 
         return credential
 

@@ -39,7 +39,7 @@ from icechunk.credentials import AnyCredential
 
 from ingest.remote import Buckets, is_remote, unsigned
 from ingest.remote._buckets import s3_endpoint
-from ingest.remote._tokens import RENEW_BEFORE, BlobAddress, SasTokens, blob_address
+from ingest.remote._tokens import BlobAddress, SasTokens, blob_address
 from ingest.storage import FILE_SCHEME, Location, local_url
 
 if TYPE_CHECKING:
@@ -95,15 +95,15 @@ def _s3_credentials(prefix: str, s3: S3Settings | None, anonymous: Sequence[str]
 
 class ContainerTokens:
     """Icechunk's credentials for an Azure container: its SAS token from ``tokens``' service, asked for when
-    Icechunk's runs out (it is said to expire :data:`~ingest.remote._tokens.RENEW_BEFORE` early). Picklable, as
-    Icechunk keeps it (a repository handed to a Ray actor asks from there); the token itself is never stored."""
+    Icechunk's runs out (:meth:`~ingest.remote.SasTokens.lasting`). Picklable, as Icechunk keeps it (a repository
+    handed to a Ray actor asks from there); the token itself is never stored."""
 
     def __init__(self, tokens: SasTokens, account: str, container: str) -> None:
         self.tokens, self.account, self.container = tokens, account, container
 
     def __call__(self) -> icechunk.AzureRefreshableCredential.SasToken:
-        token, expiry = self.tokens.held(self.account, self.container)
-        return icechunk.AzureRefreshableCredential.SasToken(token, expires_after=expiry - RENEW_BEFORE)
+        token, until = self.tokens.lasting(self.account, self.container)
+        return icechunk.AzureRefreshableCredential.SasToken(token, expires_after=until)
 
 
 def _azure_credentials(prefix: str, tokens: SasTokens | None) -> Any:
