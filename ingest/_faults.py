@@ -38,7 +38,9 @@ The points (name: where the process dies):
 - ``replicate.between_rewrites``: after each table metadata file replicate
   rewrites for the target, before the next (``lifecycle/_replicate.py``);
 - ``replicate.before_refs``: after the target verified, just before its refs
-  move (``lifecycle/_replicate.py``).
+  move (``lifecycle/_replicate.py``);
+- ``reader.after_page``: a search's page reader, right after it sent a page
+  to the ingest (``pipeline/_page_worker.py``): the ingest reads on itself.
 
 ``scripts/crash_harness.py`` and ``tests/lifecycle/test_crash.py`` kill floe
 at each of them and check that nothing committed is lost or half-visible.
@@ -64,6 +66,7 @@ POINTS = (
     "replicate.between_copies",
     "replicate.between_rewrites",
     "replicate.before_refs",
+    "reader.after_page",
 )
 """Every fault point floe has (documented above)."""
 

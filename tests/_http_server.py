@@ -27,9 +27,11 @@ For tests that must see *how* a client reads, a few paths are special:
 - ``/__signed__/<file>?sig=<SIGNATURE>``: the file, only when the query carries the signature (403
   otherwise), as a presigned or SAS URL.
 
-A folder with an ``index.json`` answers with it, and ``POST`` answers as ``GET`` (its body ignored), so a folder
-of JSON documents is a static STAC API: its landing page, its collections and its search's pages, whose ``next``
-links name the files of the pages after them. Under ``/__get_only__/`` the files are the same but ``POST`` is
+A folder with an ``index.json`` answers with it, and ``POST`` answers as ``GET``, so a folder of JSON documents is
+a static STAC API: its landing page, its collections and its search's pages, whose ``next`` links name the files
+of the pages after them. A request for a folder that names one collection (``?collections=X``, or a POST body's
+``"collections": ["X"]``) answers with ``X/index.json`` in it where there is one: a search of that collection.
+Under ``/__get_only__/`` the files are the same but ``POST`` is
 refused (405), as by an API whose search takes GET alone.
 
 The test fixture starts it as a subprocess, waits until ``/__stats__``
@@ -100,8 +102,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(head=False)
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self._answer(head=False)
+
+    def _one_collection(self) -> str | None:
+        """The one collection a search names (its query's ``collections``, or its JSON body's), if one alone."""
+        named = parse_qs(urlparse(self.path).query).get("collections", [""])[0].split(",")
+        if self.command == "POST":
+            try:
+                named = json.loads(getattr(self, "body", b"") or b"{}").get("collections") or []
+            except (ValueError, AttributeError):
+                named = []
+        return named[0] if len(named) == 1 and isinstance(named[0], str) and named[0] else None
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: a test reads ``/__stats__``, not a log."""
@@ -189,7 +201,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _file(self, path: str, *, head: bool, gated: bool) -> None:
         target = (self.server.folder / path.lstrip("/")).resolve()
         if target.is_dir():
-            target = target / "index.json"
+            collection = self._one_collection()
+            searched = (target / collection / "index.json").resolve() if collection else None
+            target = searched if searched is not None and searched.is_file() else target / "index.json"
         if not target.is_relative_to(self.server.folder) or not target.is_file():
             self._small(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain", head)
             return

@@ -184,7 +184,8 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         str | None,
         typer.Option(
             "--collections",
-            help="STAC API sources: search these collections (comma-separated).",
+            help="STAC API sources: search these collections (comma-separated; read as one search each, "
+            "3 at once: FLOE_REMOTE__SEARCH_LANES, 1 for one search).",
             show_default=False,
         ),
     ] = None,

@@ -20,11 +20,12 @@ pystac-client, not the repository, zarr or Ray. The protocol, frames (a kind
 byte, a length, the bytes) on its standard input and output:
 
 1. the reader says it is ready (:data:`READY`);
-2. the ingest hands it the search's root, the request of the next page and the headers requests carry
-   (:data:`HAND_OVER`, a pickle);
-3. the reader sends each page: the request after it (:data:`FOLLOWING`, a pickle), then the page
-   (:data:`PAGE`, a pickled :class:`ReaderPage`, its items as JSON bytes inside); then :data:`END` with the
-   reason the search failed (a page that could not be read after retries), empty when it read the last page.
+2. the ingest hands it the search's root, the request of each lane's next page (by lane number), how many lanes
+   to read at once and the headers requests carry (:data:`HAND_OVER`, a pickle);
+3. the reader sends each page: its lane and the request after it in that lane (:data:`FOLLOWING`, a pickle), then
+   the page (:data:`PAGE`, a pickled :class:`ReaderPage`, its items as JSON bytes inside); then :data:`END` with
+   the reason the search failed (a page that could not be read after retries), empty when it read the last page
+   of every lane.
 
 The ingest's page thread only reads the frames (the lock-free part); a page is
 loaded by the thread that ingests it, so the two threads do not take turns
@@ -56,7 +57,7 @@ import orjson
 if TYPE_CHECKING:
     from collections.abc import Generator
 
-    from ingest.pipeline._pages import PageRequest
+    from ingest.pipeline._pages import Lanes
     from ingest.remote._headers import Headers
 
 log = logging.getLogger(__name__)
@@ -174,11 +175,10 @@ class PageReader:
         self._ready = True
         return True
 
-    def read_from(
-        self, root: str, request: PageRequest, headers: Headers | None = None
-    ) -> Generator[SentPage, None, PageRequest | None]:
-        """The reader's pages from ``request`` on; returns None when it read the last one, or the request to read
-        on from when it stopped without saying why (logged).
+    def read_from(self, root: str, lanes: Lanes, headers: Headers | None = None) -> Generator[tuple[int, SentPage]]:
+        """The reader's pages, each with its lane, from each lane's next request on. ``lanes`` follows them: once
+        a page is taken, its lane's request is the one after it; all are None when the reader read every lane to
+        its end. A reader that stopped without saying why leaves them where it stopped (logged).
 
         Raises:
             SearchFailed: a page could not be read (the reader's reason).
@@ -188,32 +188,30 @@ class PageReader:
         try:
             from ingest.remote._headers import Headers
 
-            handed = (root, request, headers if headers is not None else Headers())
+            handed = (root, lanes.open(), lanes.at_once, headers if headers is not None else Headers())
             _write(stdin, HAND_OVER, pickle.dumps(handed, protocol=pickle.HIGHEST_PROTOCOL))
             while True:
                 kind, payload = _read(stdout)
                 if kind == END:
                     if payload:
                         raise SearchFailed(payload.decode())
-                    return None
+                    lanes.requests = [None] * len(lanes.requests)
+                    return
                 if kind != FOLLOWING:
                     raise EOFError(f"a frame of kind {kind!r} where the request of the next page belongs")
-                following = pickle.loads(payload)  # noqa: S301 - from the reader this process started
+                lane, following = pickle.loads(payload)  # noqa: S301 - from the reader this process started
                 kind, payload = _read(stdout)
                 if kind != PAGE:
                     raise EOFError(f"a frame of kind {kind!r} where a page belongs")
-                yield SentPage(payload)
-                if following is None:
-                    return None
-                request = following
+                yield lane, SentPage(payload)
+                lanes.requests[lane] = following
         except (EOFError, pickle.UnpicklingError, OSError) as error:
             code = self._process.poll()
             log.warning(
                 "the page reader stopped (%s): the search is read on by this process from %s",
                 f"exit code {code}" if code is not None else type(error).__name__,
-                request.href,
+                ", ".join(request.href for request in lanes.open().values()),
             )
-            return request
 
     def close(self) -> None:
         """Stop the reader (it may be done already) and wait for it to exit; safe to call more than once."""
@@ -312,7 +310,8 @@ def main() -> None:
 
 
 def _serve(out: IO[bytes]) -> None:
-    from ingest.pipeline._pages import PAGES_AHEAD, prefetched, read_pages
+    from ingest._faults import fault_point
+    from ingest.pipeline._pages import PAGES_AHEAD, prefetched, read_lanes
     from ingest.pipeline._stac_api import _reason, _session_io
 
     caught = _Warnings()
@@ -327,17 +326,20 @@ def _serve(out: IO[bytes]) -> None:
         return  # the search ended before the reader was needed
     if kind != HAND_OVER:
         return
-    root, request, headers = pickle.loads(payload)  # noqa: S301 - from the ingest that started this reader
+    root, requests, at_once, headers = pickle.loads(payload)  # noqa: S301 - from the ingest that started this reader
     _exit_when_orphaned(stdin)
     io = _session_io(headers)
     seen: set[str] = set()
 
     try:
-        # The next pages are requested while this one is checked: the server and this reader work at once.
-        for page, following, exact in prefetched(read_pages(io, request), PAGES_AHEAD):
+        # The next pages are requested while this one is checked: the server and this reader work at once (lanes
+        # read on threads of their own already).
+        pages = read_lanes(io, requests, at_once)
+        for lane, page, following, exact in prefetched(pages, PAGES_AHEAD) if len(requests) == 1 else pages:
             prepared = _prepare(page, io, root, seen, caught, exact=exact)
-            _write(out, FOLLOWING, pickle.dumps(following, protocol=pickle.HIGHEST_PROTOCOL))
+            _write(out, FOLLOWING, pickle.dumps((lane, following), protocol=pickle.HIGHEST_PROTOCOL))
             _write(out, PAGE, pickle.dumps(prepared, protocol=pickle.HIGHEST_PROTOCOL))
+            fault_point("reader.after_page")
     except Exception as error:  # noqa: BLE001 - sent to the ingest, which ends the search with it
         _write(out, END, _reason(error).encode())
         return

@@ -1,19 +1,24 @@
-"""A STAC API search's pages: each page's request, the page thread, and the hand-over to a page reader.
+"""A STAC API search's pages: each page's request, the lanes they come in, the page thread, and the hand-over to
+a page reader.
 
 A search is paged as the STAC API item search says: each page's ``next`` link
 (its ``href``, ``method``, ``headers`` and ``body``; a POST body merged into
 the first request's where the link says ``merge``) makes the next request, and
-a page without items, or without a next link, is the last. Pages are read on a
-thread ahead of the ingest (:func:`prefetched`); a large search is handed to a
-page reader, a process of its own (:mod:`ingest.pipeline._page_worker`), at
-the page this module has reached (:class:`SearchPages`).
+a page without items, or without a next link, is the last. Paging is serial:
+one page's answer names the next. A search of several collections is
+therefore read in lanes (:class:`Lanes`), one search per collection, several
+at once (:func:`read_lanes`): the API makes a page of each while the others
+travel and decode. Pages are read on a thread ahead of the ingest
+(:func:`prefetched`); a large search is handed to a page reader, a process of
+its own (:mod:`ingest.pipeline._page_worker`), at the page each lane has
+reached (:class:`SearchPages`).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Generator, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ingest._threads import on_daemon_thread
@@ -36,6 +41,9 @@ reading while the ingest writes a batch."""
 HANDOFF_ITEMS = 20_000
 """A search with at least this many items still to read (its ``numberMatched``, or, where the API does not say,
 this many read already) is read on by a page reader of its own (:mod:`ingest.pipeline._page_worker`)."""
+
+LANE_PAGES_AHEAD = 2
+"""Pages each lane of a search read in lanes may hold ahead of the ingest (and one more in flight)."""
 
 HANDOFF_WAITS = False
 """Wait for the page reader to start before reading the next page (tests: the hand-over happens at the page it
@@ -78,6 +86,47 @@ class PageRequest:
         return PageRequest(link["href"], method, headers, parameters, first)
 
 
+@dataclass
+class Lanes:
+    """A search's lanes: the request of each one's next page (None once its last page is read), and how many are
+    read at once. One lane is the search as it was asked; a search of several collections has one per
+    collection (an item is in one collection: together they read what the search would)."""
+
+    requests: list[PageRequest | None]
+    at_once: int = 1
+    read: list[int] = field(default_factory=list)
+    """Items read in each lane so far."""
+    matched: dict[int, int] = field(default_factory=dict)
+    """Each lane's ``numberMatched``, where its pages say it."""
+
+    def __post_init__(self) -> None:
+        self.read = self.read or [0] * len(self.requests)
+
+    def open(self) -> dict[int, PageRequest]:
+        """The lanes with pages still to read, by number, with the request of each one's next page."""
+        return {lane: request for lane, request in enumerate(self.requests) if request is not None}
+
+    def note(self, lane: int, page: Mapping[str, Any], following: PageRequest | None) -> None:
+        """``page`` of ``lane`` was read, and ``following`` is the request after it."""
+        self.read[lane] += len(page.get("features") or ())
+        matched = page.get("numberMatched")
+        if isinstance(matched, int) and not isinstance(matched, bool):
+            self.matched[lane] = matched
+        self.requests[lane] = following
+
+    def large(self) -> bool:
+        """Whether the search has :data:`HANDOFF_ITEMS` still to read, as its lanes' ``numberMatched`` say (or,
+        where none says, whether it has read that many already)."""
+        if self.matched:
+            remaining = sum(
+                max(matched - self.read[lane], 0)
+                for lane, matched in self.matched.items()
+                if self.requests[lane] is not None
+            )
+            return remaining >= HANDOFF_ITEMS
+        return sum(self.read) >= HANDOFF_ITEMS
+
+
 def _fetch(io: Any, request: PageRequest) -> str:
     text: str = io.request(request.href, method=request.method, headers=request.headers, parameters=request.parameters)
     return text
@@ -90,11 +139,13 @@ def _decoded(text: str, request: PageRequest) -> tuple[dict[str, Any], PageReque
     return page, request.following(page), by_orjson
 
 
-def read_pages(io: Any, first: PageRequest) -> Generator[tuple[dict[str, Any], PageRequest | None, bool]]:
+def read_pages(
+    io: Any, first: PageRequest, *, ahead: bool = True
+) -> Generator[tuple[dict[str, Any], PageRequest | None, bool]]:
     """Each page from ``first`` to the search's last, decoded, with the request for the page after it and whether
-    orjson decoded it (:func:`~ingest.stac.read_json_noting_parser`: then orjson writes it back exactly). Each
-    page's successor is requested while the page decodes, so the API makes one page while this process decodes
-    the one before.
+    orjson decoded it (:func:`~ingest.stac.read_json_noting_parser`: then orjson writes it back exactly). With
+    ``ahead``, each page's successor is requested while the page decodes, so the API makes one page while this
+    process decodes the one before (lanes read at once need no such help).
 
     Paging is serial (a page's next link makes the next request), and decoding a large page takes a fifth to a
     third as long as the API takes to make it (5-9 ms against 33 for 1,000 items of ``floe serve``). So the
@@ -112,12 +163,90 @@ def read_pages(io: Any, first: PageRequest) -> Generator[tuple[dict[str, Any], P
         early = None
         if text is None:
             text = _fetch(io, request)
-        guess = guessed_following(text, request)
+        guess = guessed_following(text, request) if ahead else None
         if guess is not None:
             early = (guess, on_daemon_thread(functools.partial(_fetch, io, guess), name="floe-next-page"))
         page, following, by_orjson = _decoded(text, request)
         yield page, following, by_orjson
         request = following
+
+
+def read_lanes(
+    io: Any, requests: Mapping[int, PageRequest], at_once: int
+) -> Generator[tuple[int, dict[str, Any], PageRequest | None, bool]]:
+    """Each page of the lanes ``requests`` start (by lane number), as :func:`read_pages` gives them, with its lane.
+
+    One lane is read as :func:`read_pages` reads it, here. Several are read on
+    threads of their own, ``at_once`` at a time (a lane starts when one ends), each at most
+    :data:`LANE_PAGES_AHEAD` pages ahead; pages come as they arrive, in order within a lane. A lane's failure is
+    raised here; closing the generator stops the lanes (pages on their way are dropped: their requests are
+    still each lane's next).
+    """
+    if len(requests) == 1:
+        ((lane, request),) = requests.items()
+        for page, following, exact in read_pages(io, request):
+            yield lane, page, following, exact
+        return
+    threads = _LaneThreads(io, requests, at_once)
+    try:
+        yield from threads.pages()
+    finally:
+        threads.stop.set()
+
+
+class _LaneThreads:
+    """:func:`read_lanes`' threads: one a lane, ``at_once`` at a time, handing their pages over a queue."""
+
+    def __init__(self, io: Any, requests: Mapping[int, PageRequest], at_once: int) -> None:
+        import queue
+        import threading
+        from collections import deque
+
+        self.io, self.at_once = io, max(at_once, 1)
+        self.arrived: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
+        self.stop = threading.Event()
+        self.room: dict[int, threading.Semaphore] = {}
+        self.waiting = deque(requests.items())
+
+    def pages(self) -> Generator[tuple[int, dict[str, Any], PageRequest | None, bool]]:
+        running = 0
+        while self.waiting and running < self.at_once:
+            self._start()
+            running += 1
+        while running:
+            lane, read, error = self.arrived.get()
+            if error is not None:
+                raise error
+            self.room[lane].release()
+            page, following, exact = read
+            if following is None:  # the lane's last page: another lane may start
+                running -= 1
+                if self.waiting:
+                    self._start()
+                    running += 1
+            yield lane, page, following, exact
+
+    def _start(self) -> None:
+        import threading
+
+        lane, request = self.waiting.popleft()
+        self.room[lane] = threading.Semaphore(LANE_PAGES_AHEAD)
+        threading.Thread(target=self._run, args=(lane, request), name=f"floe-lane-{lane}", daemon=True).start()
+
+    def _run(self, lane: int, request: PageRequest) -> None:
+        pages = read_pages(self.io, request, ahead=False)
+        try:
+            for read in pages:
+                while not self.room[lane].acquire(timeout=0.1):
+                    if self.stop.is_set():
+                        return
+                if self.stop.is_set():
+                    return
+                self.arrived.put((lane, read, None))
+        except BaseException as error:  # noqa: BLE001 - raised by the reader of the lanes
+            self.arrived.put((lane, None, error))
+        finally:
+            pages.close()
 
 
 _LINKS_KEY = '"links"'
@@ -151,49 +280,49 @@ def guessed_following(text: str, request: PageRequest) -> PageRequest | None:
 
 
 class SearchPages:
-    """A search's pages, read here until the search proves large, then by a page reader of its own.
+    """A search's pages, each with its lane, read here until the search proves large, then by a page reader of
+    its own.
 
     Iterated on the page thread (:func:`prefetched`). Pages read here are
     decoded pages (dicts); the reader's are :class:`~ingest.pipeline._page_worker.SentPage` objects (pages
     already stripped and checked, loaded by the thread that ingests them). The reader starts once
     :data:`HANDOFF_ITEMS` remain (or have been read, where the API does not count); while it starts (half a
-    second: a new Python and its imports) pages go on being read here, and it takes over at the next page once
-    it is ready. A reader that cannot start, or stops without saying why, is logged and the search goes on here
-    from the page it had reached; a page the reader could
-    not read (after retries) fails the search as one read here would.
+    second: a new Python and its imports) pages go on being read here, and it takes over at each lane's next page
+    once it is ready (pages read here and not yet taken are dropped: the reader asks for them again). A reader
+    that cannot start, or stops without saying why, is logged and the search goes on here from the page each
+    lane had reached; a page the reader could not read (after retries) fails the search as one read here would.
     """
 
-    def __init__(self, io: Any, root: str, first: PageRequest, headers: Headers | None = None) -> None:
+    def __init__(self, io: Any, root: str, lanes: Lanes, headers: Headers | None = None) -> None:
         self._io, self._root = io, root
         self._headers = headers if headers is not None else Headers()
-        self._request: PageRequest | None = first
+        self.lanes = lanes
         self._reader: PageReader | None = None
         self._tried = False
 
-    def __iter__(self) -> Iterator[dict[str, Any] | SentPage]:
+    def __iter__(self) -> Iterator[tuple[int, dict[str, Any] | SentPage]]:
         from ingest.pipeline._page_worker import PageReader
 
-        read = 0
-        here: Generator[tuple[dict[str, Any], PageRequest | None, bool]] | None = None
+        lanes = self.lanes
+        here: Generator[tuple[int, dict[str, Any], PageRequest | None, bool]] | None = None
         try:
-            while self._request is not None:
+            while lanes.open():
                 reader = self._reader
                 if reader is not None and reader.ready(wait=HANDOFF_WAITS):
                     if here is not None:
-                        here.close()  # its early request for the next page is dropped: the reader makes it
+                        here.close()  # its pages on their way are dropped: the reader asks for them again
                         here = None
-                    self._request = yield from reader.read_from(self._root, self._request, self._headers)
+                    yield from reader.read_from(self._root, lanes, self._headers)
                     self.close()
                     continue
                 if reader is not None and reader.lost:
                     self.close()
                 if here is None:
-                    here = read_pages(self._io, self._request)
-                page, following, _ = next(here)
-                yield page
-                read += len(page.get("features") or ())
-                self._request = following
-                if following is not None and not self._tried and _large(page, read):
+                    here = read_lanes(self._io, lanes.open(), lanes.at_once)
+                lane, page, following, _ = next(here)
+                yield lane, page
+                lanes.note(lane, page, following)
+                if following is not None and not self._tried and lanes.large():
                     self._tried = True
                     self._reader = PageReader.start()
         finally:
@@ -205,13 +334,6 @@ class SearchPages:
         reader, self._reader = self._reader, None
         if reader is not None:
             reader.close()
-
-
-def _large(page: Mapping[str, Any], read: int) -> bool:
-    matched = page.get("numberMatched")
-    if isinstance(matched, int) and not isinstance(matched, bool):
-        return matched - read >= HANDOFF_ITEMS
-    return read >= HANDOFF_ITEMS
 
 
 def prefetched[T](

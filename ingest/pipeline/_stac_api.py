@@ -42,7 +42,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSource
 from ingest.pipeline._page_worker import ReaderPage
-from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, PageRequest, SearchPages, prefetched
+from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, Lanes, PageRequest, SearchPages, prefetched
 from ingest.pipeline._sources import SourcedItem
 from ingest.remote._headers import Headers
 from ingest.stac import ARRAYS_ASSET, loads_json, parse_datetime
@@ -54,6 +54,9 @@ CLOCK_MARGIN = timedelta(minutes=5)
 
 PAGE_SIZE = 1000
 """Items asked for per page (a server may send fewer)."""
+
+SEARCH_LANES = 3
+"""Collections of one search read at once where the settings do not say (``remote.search_lanes``)."""
 
 RETRIES = 6
 """Retries of one request after a transient failure (backoff 0.5 s, 1 s, 2 s, ... between them)."""
@@ -121,6 +124,9 @@ class ApiSearch:
     """Why the search was read whole although ``--since`` asked for changes only."""
     headers: Headers = field(default_factory=Headers)
     """The headers its requests carry, by URL prefix (``remote.headers``, ``floe ingest --header``)."""
+    lanes: int = 1
+    """How many of its collections are read at once, one search each (``remote.search_lanes``); 1: the search is
+    read as one."""
 
     @classmethod
     def parse(cls, url: str, parameters: SearchParameters) -> ApiSearch:
@@ -299,7 +305,8 @@ def _reason(error: Exception) -> str:
 
 
 def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
-    """Each item, collection and failure of ``search``, in order, labelled by URL (``.../search#N``: the Nth item).
+    """Each item, collection and failure of ``search``, labelled by URL (``.../search#N``: the Nth item; read in
+    lanes, ``.../search?collections=C#N``: the Nth item of collection C's search, in order within it).
 
     Collections are fetched the first time one of their items appears, so
     they are stored before it. ``search.complete`` is set once the last page
@@ -328,26 +335,35 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
             log.warning(search.note)
     pages: SearchPages | None = None
     try:
-        item_search = client.search(
-            collections=list(parameters.collections) or None,
-            bbox=list(parameters.bbox) if parameters.bbox else None,
-            datetime=parameters.datetime,
-            filter=query_filter,
-            filter_lang="cql2-json" if query_filter else None,
-            limit=parameters.page_size,
-            method=_search_method(client),
-        )
-        first = PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters())
-        pages = SearchPages(io, search.root, first, search.headers)
-        label = f"{search.root}/search"
+        # A search of several collections is read in lanes, one search per collection, several at once
+        # (_pages.py): what each collection's search reads is what the whole search reads of that collection.
+        split = len(parameters.collections) > 1 and search.lanes > 1
+        lane_collections = [[collection] for collection in parameters.collections] if split else [None]
+        method = _search_method(client)
+        firsts: list[PageRequest | None] = []
+        for collections in lane_collections:
+            item_search = client.search(
+                collections=collections or list(parameters.collections) or None,
+                bbox=list(parameters.bbox) if parameters.bbox else None,
+                datetime=parameters.datetime,
+                filter=query_filter,
+                filter_lang="cql2-json" if query_filter else None,
+                limit=parameters.page_size,
+                method=method,
+            )
+            firsts.append(PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters()))
+        pages = SearchPages(io, search.root, Lanes(firsts, at_once=search.lanes), search.headers)
+        labels = [
+            f"{search.root}/search" + (f"?{urlencode({'collections': collections[0]})}" if collections else "")
+            for collections in lane_collections
+        ]
+        numbers = [0] * len(labels)
         seen: set[str] = set()  # collections yielded
         fetched: set[str] = set()  # collections fetched by this process
-        number = 0
-        decoded = SENT_PAGES_AHEAD // PAGES_AHEAD  # a decoded page weighs as much as this many sent ones
-        for page in prefetched(iter(pages), SENT_PAGES_AHEAD, lambda page: decoded if isinstance(page, dict) else 1):
+        for lane, page in prefetched(iter(pages), SENT_PAGES_AHEAD, _page_weight):
             # A dict was read here; the rest the page reader read, walked and checked.
             walked = walk_page(page, io, search.root, fetched) if isinstance(page, dict) else page.load()
-            number = yield from _reader_page(walked, search, seen, label, number)
+            numbers[lane] = yield from _reader_page(walked, search, seen, labels[lane], numbers[lane])
     except Exception as error:  # noqa: BLE001 - a page that cannot be read ends the search, reported
         reason = f"search failed after {search.items} items ({_reason(error)})"
         yield SourcedItem(f"{search.root}/search", error=InvalidSource(reason))
@@ -356,6 +372,12 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
         if pages is not None:
             pages.close()
     search.complete = True
+
+
+def _page_weight(read: tuple[int, Any]) -> int:
+    """What a lane's page counts toward the pages held ahead: a decoded page (a dict, read here) weighs as much as
+    this many of the page reader's (bytes)."""
+    return SENT_PAGES_AHEAD // PAGES_AHEAD if isinstance(read[1], dict) else 1
 
 
 def _search_method(client: Any) -> str:

@@ -120,15 +120,10 @@ def reader_pages(monkeypatch):
     sent: list[int] = []
     read_from = _page_worker.PageReader.read_from
 
-    def counting(self, root, request, headers=None):
-        pages = read_from(self, root, request, headers)
-        while True:
-            try:
-                page = next(pages)
-            except StopIteration as stop:
-                return stop.value  # where this process reads on from, should the reader have stopped
+    def counting(self, root, lanes, headers=None):
+        for lane, page in read_from(self, root, lanes, headers):
             sent.append(len(page.load().items))
-            yield page
+            yield lane, page
 
     monkeypatch.setattr(_pages, "HANDOFF_ITEMS", 1)
     monkeypatch.setattr(_pages, "HANDOFF_WAITS", True)
@@ -188,12 +183,12 @@ def test_a_reader_that_dies_leaves_the_search_to_this_process(http_server, tmp_p
     url = _static_api(http_server.folder, http_server.url, "dies", _features())
     read_from = _page_worker.PageReader.read_from  # the counting one
 
-    def killed_after_one_page(self, root, request, headers=None):
-        pages = read_from(self, root, request, headers)
+    def killed_after_one_page(self, root, lanes, headers=None):
+        pages = read_from(self, root, lanes, headers)
         yield next(pages)
         os.kill(self._process.pid, signal.SIGKILL)
         self._process.wait()
-        return (yield from pages)
+        yield from pages
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_page_worker.PageReader, "read_from", killed_after_one_page)
@@ -271,7 +266,8 @@ def test_the_reader_converts_without_pandas(http_server):
 
     url = _static_api(http_server.folder, http_server.url, "no-pandas", _features())
     with _started_reader() as reader:
-        first = next(reader.read_from(url, _pages.PageRequest(f"{url}/search"))).load()
+        _, sent = next(reader.read_from(url, _pages.Lanes([_pages.PageRequest(f"{url}/search")])))
+        first = sent.load()
         assert any(first.checked)  # the page went through the checks that convert with pyarrow
         maps = Path(f"/proc/{reader._process.pid}/maps").read_text()
     assert "pyarrow/lib" in maps
@@ -292,7 +288,7 @@ def test_ctrl_c_is_left_to_the_ingest(http_server):
     url = _static_api(http_server.folder, http_server.url, "interrupted", _features())
     with _started_reader() as reader:
         os.kill(reader._process.pid, signal.SIGINT)
-        pages = reader.read_from(url, _pages.PageRequest(f"{url}/search"))
-        first = next(pages).load()  # it still reads: the interrupt did not end it
+        pages = reader.read_from(url, _pages.Lanes([_pages.PageRequest(f"{url}/search")]))
+        first = next(pages)[1].load()  # it still reads: the interrupt did not end it
         assert [item["id"] for item in first.items] == [f"item-{number:03d}" for number in range(PAGE)]
     assert reader._process.poll() is not None

@@ -1,0 +1,264 @@
+"""A STAC API search of several collections is read in lanes: one search per collection, several at once.
+
+The API is mostly a static one (tests/_http_server.py: a folder of JSON pages on
+127.0.0.1, where a search naming one collection answers from that collection's
+folder), so that its search link can sit behind the server's ``__together__``
+gate: the first page of each collection is answered only once two such
+requests wait at the same time. A client that read the collections one after
+another would get a 409 there, never the items; nothing is timed. One test
+reads a real ``floe serve``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from ingest import Repository
+from ingest._faults import ENVIRONMENT_VARIABLE
+from ingest.config import RemoteSettings
+from ingest.pipeline import SearchParameters, SourceOptions, _page_worker, _pages, ingest_items
+from tests.api._servers import FloeServer
+from tests.conftest import make_item, with_square
+
+PAGE = 4
+
+
+def _collection(collection_id: str) -> dict:
+    return {
+        "type": "Collection",
+        "stac_version": "1.0.0",
+        "id": collection_id,
+        "description": f"collection {collection_id} of a static API",
+        "license": "CC-BY-4.0",
+        "extent": {
+            "spatial": {"bbox": [[-180, -90, 180, 90]]},
+            "temporal": {"interval": [["2024-01-01T00:00:00Z", None]]},
+        },
+        "links": [],
+    }
+
+
+def _features(collection: str, count: int) -> list:
+    """``count`` valid items of ``collection``, each updated at its own minute and with a structural link."""
+    features = []
+    for number in range(count):
+        item = make_item(f"{collection}-{number:03d}", collection, updated=f"2024-02-01T{number:02d}:00:00Z")
+        item = with_square(item, x=-10 + number % 20, y=number % 10, size=0.5)
+        item["links"] = [{"rel": "self", "href": f"http://elsewhere/{collection}/{number}"}]
+        features.append(item)
+    return features
+
+
+def _pages_of(folder: Path, base: str, path: str, features: list, *, broken_after: int | None = None) -> None:
+    """``features`` as a search's pages under ``folder/path`` (``index.json``, then ``1.json``, ...)."""
+    pages = [features[start : start + PAGE] for start in range(0, len(features), PAGE)] or [[]]
+    for number, page in enumerate(pages):
+        links = []
+        if number + 1 < len(pages):
+            following = f"{base}/{path}/{number + 1}.json"
+            if broken_after == number:
+                following = f"{base}/{path}/missing.json"
+            links.append({"rel": "next", "href": following, "method": "GET"})
+        document = {"type": "FeatureCollection", "features": page, "links": links, "numberMatched": len(features)}
+        target = folder / path / ("index.json" if number == 0 else f"{number}.json")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(document))
+
+
+def _lanes_api(server, name: str, collections: dict[str, list], *, together: int = 0, broken: str | None = None) -> str:
+    """A static STAC API of ``collections`` (id -> features): its search of all of them, and of each alone. With
+    ``together``, the search link is behind the server's gate for that many requests at once; ``broken``: that
+    collection's search breaks after its first page (a 404)."""
+    folder, url = server.folder / name, server.url
+    base = f"{url}/{name}"
+    search = f"{url}/__together__/{together}/{name}/search" if together else f"{base}/search"
+    landing = {
+        "type": "Catalog",
+        "id": name,
+        "stac_version": "1.0.0",
+        "description": "static, searched by collection",
+        "conformsTo": ["https://api.stacspec.org/v1.0.0/core", "https://api.stacspec.org/v1.0.0/item-search"],
+        "links": [{"rel": "search", "href": search, "type": "application/geo+json", "method": "POST"}],
+    }
+    (folder / "collections").mkdir(parents=True)
+    (folder / "index.json").write_text(json.dumps(landing))
+    everything = [feature for features in collections.values() for feature in features]
+    _pages_of(folder, base, "search", everything)
+    for collection_id, features in collections.items():
+        (folder / "collections" / collection_id).mkdir()
+        (folder / "collections" / collection_id / "index.json").write_text(json.dumps(_collection(collection_id)))
+        _pages_of(
+            folder, base, f"search/{collection_id}", features, broken_after=0 if collection_id == broken else None
+        )
+    return base
+
+
+def _ingest(tmp_path: Path, name: str, url: str, collections: tuple[str, ...], lanes: int | None = None):
+    repository = Repository.create(tmp_path / name)
+    remote = RemoteSettings(search_lanes=lanes) if lanes is not None else None
+    options = SourceOptions(search=SearchParameters(collections=collections, page_size=PAGE), remote=remote)
+    report = ingest_items(repository, [url], options=options)
+    items = {(item["collection"], item["id"]): item for item in repository.view("main").items()}
+    return report, items, options.searches[0], repository
+
+
+def _outcome(report, items, search) -> tuple:
+    rejected = sorted((rejection.source, rejection.item_id, rejection.reason) for rejection in report.rejected)
+    return rejected, items, (search.complete, search.items, search.without_updated, search.newest_updated)
+
+
+def _lane_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith("floe-lane-") and thread.is_alive()]
+
+
+def test_the_collections_of_a_search_are_read_at_once(http_server, tmp_path):
+    a, b = _features("a", 9), _features("b", 6)
+    b[2]["properties"].pop("datetime")  # invalid: its rejection names b's search and the item's place in it
+    url = _lanes_api(http_server, "together", {"a": a, "b": b}, together=2)
+
+    report, items, search, repository = _ingest(tmp_path, "read", url, ("a", "b"))
+
+    # Each collection's first page is answered only while the other's is asked for too.
+    assert search.complete, report.rejected
+    assert set(items) == {("a", item["id"]) for item in a} | {("b", item["id"]) for item in b if item is not b[2]}
+    assert [(rejection.source, rejection.item_id) for rejection in report.rejected] == [
+        (f"{url}/search?collections=b#3", "b-002")
+    ]
+    assert not any(link.get("rel") == "self" for item in items.values() for link in item.get("links", []))
+    assert set(repository.collections()) == {"a", "b"}
+    assert (search.items, search.without_updated) == (15, 0)
+    # The newest `updated` of either collection.
+    assert repository.source_cursors("main") == {search.key: "2024-02-01T08:00:00Z"}
+
+
+def test_more_collections_than_lanes_wait_for_one_to_end(http_server, tmp_path):
+    collections = {"a": _features("a", 9), "b": _features("b", 5), "c": _features("c", 6)}
+    url = _lanes_api(http_server, "waiting", collections)
+    before = len(json.loads(http_server.get("__requests__")))
+
+    report, items, search, _ = _ingest(tmp_path, "two-at-once", url, ("a", "b", "c"), lanes=2)
+
+    assert search.complete and not report.rejected
+    assert len(items) == 20
+    requests = [path for path, _, _ in json.loads(http_server.get("__requests__"))[before:]]
+    firsts = [index for index, path in enumerate(requests) if path == "/waiting/search"]
+    lasts = [requests.index("/waiting/search/a/2.json"), requests.index("/waiting/search/b/1.json")]
+    assert len(firsts) == 3
+    # The third collection's search starts once one of the first two has asked for its last page.
+    assert firsts[2] > min(lasts)
+    assert "/waiting/search/c/1.json" in requests
+
+
+def test_a_search_in_lanes_ingests_what_one_search_ingests_from_floe_serve(tmp_path):
+    source = Repository.create(tmp_path / "a")
+    documents = [_collection(name) for name in "cde"]
+    items = [item for name, count in zip("cde", (23, 9, 14), strict=True) for item in _features(name, count)]
+    (tmp_path / "a.ndjson").write_text("\n".join(json.dumps(document) for document in [*documents, *items]) + "\n")
+    assert not ingest_items(source, [tmp_path / "a.ndjson"]).rejected
+    server = FloeServer(tmp_path / "a", log_dir=tmp_path)
+    try:
+        in_lanes = _ingest(tmp_path, "lanes", server.url, ("c", "d", "e"))
+        as_one = _ingest(tmp_path, "one", server.url, ("c", "d", "e"), lanes=1)
+    finally:
+        server.stop()
+    expected = {
+        (item["collection"], item["id"]): item | {"links": []}  # its API's links are the API's, not the item's
+        for item in source.view("main").items()
+    }
+    assert in_lanes[1] == as_one[1] == expected
+    assert _outcome(*in_lanes[:3]) == _outcome(*as_one[:3])
+    assert in_lanes[2].cursor() == as_one[2].cursor() is not None
+
+
+@pytest.fixture
+def handed_over(monkeypatch):
+    """Forces the page reader to take over at the second page; notes the lane of each page it sent."""
+    sent: list[int] = []
+    read_from = _page_worker.PageReader.read_from
+
+    def noting(self, root, lanes, headers=None):
+        for lane, page in read_from(self, root, lanes, headers):
+            sent.append(lane)
+            yield lane, page
+
+    monkeypatch.setattr(_pages, "HANDOFF_ITEMS", 1)
+    monkeypatch.setattr(_pages, "HANDOFF_WAITS", True)
+    monkeypatch.setattr(_page_worker.PageReader, "read_from", noting)
+    return sent
+
+
+def _collections_of_three() -> dict[str, list]:
+    collections = {"a": _features("a", 14), "b": _features("b", 11), "c": _features("c", 7)}
+    collections["a"][5]["geometry"]["coordinates"][0][1][1] = 95.0  # a latitude out of range
+    collections["c"][6] = 42  # not an item
+    return collections
+
+
+def _read_here(tmp_path: Path, name: str, url: str):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_pages, "HANDOFF_ITEMS", 10**9)
+        return _outcome(*_ingest(tmp_path, name, url, ("a", "b", "c"))[:3])
+
+
+def test_the_page_reader_reads_lanes_with_the_outcome_of_this_process(http_server, tmp_path, handed_over):
+    url = _lanes_api(http_server, "handed", _collections_of_three())
+    alone = _read_here(tmp_path, "alone", url)
+    assert not handed_over
+    read = _outcome(*_ingest(tmp_path, "read", url, ("a", "b", "c"))[:3])
+    assert read == alone
+    assert set(handed_over) == {0, 1, 2}  # the reader sent pages of every lane
+    rejected, items, counts = read
+    assert counts[0] is True and len(items) == 32 - 2
+    assert {source for source, _, _ in rejected} == {
+        f"{url}/search?collections=a#6",  # a-005, its latitude out of range
+        f"{url}/search?collections=c#7",  # 42
+    }
+
+
+def test_a_reader_that_dies_leaves_each_lane_to_this_process(http_server, tmp_path, handed_over, caplog):
+    url = _lanes_api(http_server, "dies", _collections_of_three())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENVIRONMENT_VARIABLE, "reader.after_page:2")  # the reader dies after its second page
+        read = _outcome(*_ingest(tmp_path, "dies", url, ("a", "b", "c"))[:3])
+    assert len(handed_over) == 2
+    assert "the page reader stopped" in caplog.text
+    assert read == _read_here(tmp_path, "alone", url)  # every lane went on here from where the reader left it
+
+
+def test_the_page_reader_reads_its_lanes_at_once(http_server):
+    url = _lanes_api(http_server, "reader-together", {"a": _features("a", 6), "b": _features("b", 5)}, together=2)
+    search = f"{http_server.url}/__together__/2/reader-together/search"
+    lanes = _pages.Lanes(
+        [_pages.PageRequest(search, "POST", None, {"collections": [name], "limit": PAGE}) for name in "ab"], at_once=2
+    )
+    reader = _page_worker.PageReader.start()
+    assert reader is not None
+    try:
+        assert reader.ready(wait=True)
+        pages = [(lane, page.load()) for lane, page in reader.read_from(url, lanes)]
+    finally:
+        reader.close()
+    ids = {lane: [item["id"] for number, page in pages if number == lane for item in page.items] for lane in (0, 1)}
+    assert ids == {0: [f"a-{n:03d}" for n in range(6)], 1: [f"b-{n:03d}" for n in range(5)]}
+    assert lanes.requests == [None, None]
+
+
+def test_a_lane_that_fails_fails_the_search_and_no_lane_reads_on(http_server, tmp_path):
+    collections = {"a": _features("a", 40), "b": _features("b", 9)}
+    url = _lanes_api(http_server, "failing", collections, broken="b")
+    report, items, search, repository = _ingest(tmp_path, "failed", url, ("a", "b"))
+
+    assert not search.complete
+    failed = [rejection.reason for rejection in report.rejected if rejection.source == f"{url}/search"]
+    assert len(failed) == 1 and failed[0].startswith("search failed after") and "404" in failed[0]
+    assert {key for key in items if key[0] == "b"} == {("b", f"b-{n:03d}") for n in range(PAGE)}
+    assert not repository.source_cursors("main")
+    for _ in range(100):  # the lanes notice within a tenth of a second; bounded, not timed
+        if not _lane_threads():
+            break
+        threading.Event().wait(0.1)
+    assert not _lane_threads()
