@@ -8,11 +8,13 @@ Run:  .venv/bin/python scripts/bench_remote.py        (100,000 items; 64 scenes 
    The baseline pages the search of all three collections into a list with
    pystac-client (``items_as_dicts``, ``--page-size`` a page); floe ingests
    the same search (``ingest_items`` with a STAC API source, the defaults:
-   pages fetched ahead on a thread, then by a page reader process, while batches commit) into a fresh
+   one search per collection, three at once, pages fetched ahead on threads, then by a page reader process,
+   while batches commit) into a fresh
    repository, then again with ``ingest_with_ray`` (``floe ingest``'s default,
    ``--workers 2``: the driver commits batches of items alone itself, no Ray
-   started). Alternating, ``--runs`` each; the median items/s and the ratios
-   floe/pystac-client (target: at least 0.8x). ``--api-delay-ms`` puts the
+   started), then in-process with the search read as one (``remote.search_lanes`` 1).
+   Alternating, ``--runs`` each; the median items/s and the ratios
+   floe/pystac-client (target: at least 0.8x) and lanes/one search. ``--api-delay-ms`` puts the
    API behind the latency proxy of part 2 (an API across a network).
 2. **Remote copy.** For each ``--scene-size`` (px a side), as many scene
    COGs as ``--scenes`` says (3-band uint16, 512-px deflate tiles, scene
@@ -129,6 +131,7 @@ def bench_api(workdir: Path, count: int, page_size: int, runs: int, delay_ms: fl
     from pystac_client import Client
 
     from ingest import Repository, Settings
+    from ingest.config import RemoteSettings
     from ingest.pipeline import SearchParameters, SourceOptions, ingest_items, ingest_with_ray
 
     # The generated items are not kept alive through the comparison: neither side needs them.
@@ -141,7 +144,7 @@ def bench_api(workdir: Path, count: int, page_size: int, runs: int, delay_ms: fl
         # Both clients reach the API through the proxy (floe serve writes its links from the Host it was asked).
         url = f"http://127.0.0.1:{start_proxy(int(url.rsplit(':', 1)[1]), delay_ms)}"
         log(f"the API is reached through the proxy at {url}: {delay_ms:g} ms a request")
-    baseline, ours, defaults = [], [], []
+    baseline, ours, defaults, one_search = [], [], [], []
     for run in range(runs):
         started = time.perf_counter()
         listed = list(Client.open(url).search(collections=list(COLLECTIONS), limit=page_size).items_as_dicts())
@@ -167,14 +170,25 @@ def bench_api(workdir: Path, count: int, page_size: int, runs: int, delay_ms: fl
         if report.rows_added != count or report.rejected:
             raise RuntimeError(f"floe (Ray) ingested {report.rows_added} of {count} ({len(report.rejected)} rejected)")
         shutil.rmtree(target)
+        # The search read as one, not one search per collection (remote.search_lanes 1): what the lanes gain.
+        repository = Repository.create(target, Settings())
+        one = SourceOptions(search=options.search, remote=RemoteSettings(search_lanes=1))
+        started = time.perf_counter()
+        report = ingest_items(repository, [url], options=one)
+        one_search.append(report.rows_added / (time.perf_counter() - started))
+        if report.rows_added != count or report.rejected:
+            raise RuntimeError(f"floe (one search) ingested {report.rows_added} of {count}")
+        shutil.rmtree(target)
         log(
             f"run {run + 1}: pystac-client {baseline[-1]:,.0f} items/s, floe ingest {ours[-1]:,.0f} items/s "
-            f"(in-process), {defaults[-1]:,.0f} items/s (Ray pipeline, the CLI's default)"
+            f"(in-process), {defaults[-1]:,.0f} items/s (Ray pipeline, the CLI's default), "
+            f"{one_search[-1]:,.0f} items/s (in-process, the search read as one)"
         )
     return {
         "baseline": statistics.median(baseline),
         "floe": statistics.median(ours),
         "defaults": statistics.median(defaults),
+        "one_search": statistics.median(one_search),
     }
 
 
@@ -517,6 +531,11 @@ def main() -> None:
             f"| the same, through `floe ingest`'s default Ray pipeline (--workers 2), items/s | "
             f"{api['defaults']:,.0f} | {api['baseline']:,.0f} (pystac-client into a list) | "
             f"{api['defaults'] / api['baseline']:.2f}x |"
+        )
+        print(
+            f"| the same in-process, its 3 collections in lanes (the default) against the search read as one, "
+            f"items/s | {api['floe']:,.0f} | {api['one_search']:,.0f} (remote.search_lanes 1) | "
+            f"{api['floe'] / api['one_search']:.2f}x |"
         )
     for size, rasters in sets:
         scenes, megabytes = rasters["scenes"], rasters["megabytes"]
