@@ -89,8 +89,9 @@ class RemoteSettings(BaseModel):
     # Blob endpoints addressed path-style (Azurite, Azure Stack), as host:port: their URLs are
     # http(s)://host:port/{account}/{container}/{blob}.
     blob_path_style: list[str] = Field(default_factory=list)
-    # A STAC API search of several collections is read as one search per collection, this many at once: the API
-    # makes a page of each while the others travel (paging one search is serial). 1: the search is read as one.
+    # A STAC API search is read in this many lanes at once (one search per collection where it names several, per
+    # interval of its time where it names one): the API makes a page of each while the others travel (paging one
+    # search is serial). 1: a search is read as one.
     search_lanes: int = Field(default=3, ge=1)  # _stac_api.SEARCH_LANES
     # HTTP headers sent to URL prefixes only (an API key, a bearer token): {"https://api.example.com/":
     # {"Authorization": "Bearer ..."}}. A request gets those of every prefix it starts with; no other request

@@ -21,7 +21,7 @@ byte, a length, the bytes) on its standard input and output:
 
 1. the reader says it is ready (:data:`READY`);
 2. the ingest hands it the search's root, the request of each lane's next page (by lane number), how many lanes
-   to read at once and the headers requests carry (:data:`HAND_OVER`, a pickle);
+   to read at once, the items each time lane keeps and the headers requests carry (:data:`HAND_OVER`, a pickle);
 3. the reader sends each page: its lane and the request after it in that lane (:data:`FOLLOWING`, a pickle), then
    the page (:data:`PAGE`, a pickled :class:`ReaderPage`, its items as JSON bytes inside); then :data:`END` with
    the reason the search failed (a page that could not be read after retries), empty when it read the last page
@@ -188,7 +188,7 @@ class PageReader:
         try:
             from ingest.remote._headers import Headers
 
-            handed = (root, lanes.open(), lanes.at_once, headers if headers is not None else Headers())
+            handed = (root, lanes.open(), lanes.at_once, lanes.windows, headers if headers is not None else Headers())
             _write(stdin, HAND_OVER, pickle.dumps(handed, protocol=pickle.HIGHEST_PROTOCOL))
             while True:
                 kind, payload = _read(stdout)
@@ -255,11 +255,14 @@ def checked_flags(items: list[Any], *, serialized: bool = False) -> list[bool]:
     return flags
 
 
-def _prepare(page: dict[str, Any], io: Any, root: str, seen: set[str], caught: _Warnings, *, exact: bool) -> ReaderPage:
-    """``page`` walked as the ingest would walk it, its items checked, ready to send."""
+def _prepare(
+    page: dict[str, Any], io: Any, root: str, seen: set[str], caught: _Warnings, *, exact: bool, window: Any = None
+) -> ReaderPage:
+    """``page`` walked as the ingest would walk it (keeping what its lane's ``window`` keeps), its items checked,
+    ready to send."""
     from ingest.pipeline._stac_api import walk_page
 
-    prepared = walk_page(page, io, root, seen)
+    prepared = walk_page(page, io, root, seen, window)
     if exact:
         # One serialization is both what travels and the validation's nesting check.
         with contextlib.suppress(TypeError, orjson.JSONEncodeError):  # then the items go as they are
@@ -326,7 +329,7 @@ def _serve(out: IO[bytes]) -> None:
         return  # the search ended before the reader was needed
     if kind != HAND_OVER:
         return
-    root, requests, at_once, headers = pickle.loads(payload)  # noqa: S301 - from the ingest that started this reader
+    root, requests, at_once, windows, headers = pickle.loads(payload)  # noqa: S301 - from the ingest that started it
     _exit_when_orphaned(stdin)
     io = _session_io(headers)
     seen: set[str] = set()
@@ -336,7 +339,7 @@ def _serve(out: IO[bytes]) -> None:
         # read on threads of their own already).
         pages = read_lanes(io, requests, at_once)
         for lane, page, following, exact in prefetched(pages, PAGES_AHEAD) if len(requests) == 1 else pages:
-            prepared = _prepare(page, io, root, seen, caught, exact=exact)
+            prepared = _prepare(page, io, root, seen, caught, exact=exact, window=windows.get(lane))
             _write(out, FOLLOWING, pickle.dumps((lane, following), protocol=pickle.HIGHEST_PROTOCOL))
             _write(out, PAGE, pickle.dumps(prepared, protocol=pickle.HIGHEST_PROTOCOL))
             fault_point("reader.after_page")

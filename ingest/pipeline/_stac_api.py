@@ -19,10 +19,13 @@ never missed. Where the API cannot say what changed (no filter conformance,
 or items without ``updated``), the whole search is read again and only what
 is new or changed is committed, as local re-runs do.
 
-Pages are read ahead on a thread; a search with many items to go is handed to
-a page reader, a process of its own that reads, decodes and validates pages
-while this one commits (:mod:`ingest.pipeline._pages`,
-:mod:`ingest.pipeline._page_worker`).
+A search is read in lanes, several at once (:mod:`ingest.pipeline._lanes`):
+one search per collection where it names several; one per interval of its
+datetime interval where it names one collection, each keeping the items whose
+instant falls in it. Pages are read ahead on threads; a search with
+many items to go is handed to a page reader, a process of its own that reads,
+decodes and validates pages while this one commits
+(:mod:`ingest.pipeline._pages`, :mod:`ingest.pipeline._page_worker`).
 
 Items and collections read from an API lose the links an API makes for itself
 (``self``, ``root``, ``parent``, ``collection``, ...): floe's API makes its own.
@@ -41,6 +44,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSource
+from ingest.pipeline._lanes import Lane, Window, owned, plan_lanes
 from ingest.pipeline._page_worker import ReaderPage
 from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, Lanes, PageRequest, SearchPages, prefetched
 from ingest.pipeline._sources import SourcedItem
@@ -125,8 +129,10 @@ class ApiSearch:
     headers: Headers = field(default_factory=Headers)
     """The headers its requests carry, by URL prefix (``remote.headers``, ``floe ingest --header``)."""
     lanes: int = 1
-    """How many of its collections are read at once, one search each (``remote.search_lanes``); 1: the search is
-    read as one."""
+    """How many lanes it is read in at once (``remote.search_lanes``, :func:`plan_lanes`); 1: the search is read
+    as one."""
+    lanes_read: list[str] = field(default_factory=list)
+    """The searches it was read as (:meth:`Lane.label`), where it was read in lanes."""
 
     @classmethod
     def parse(cls, url: str, parameters: SearchParameters) -> ApiSearch:
@@ -335,35 +341,43 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
             log.warning(search.note)
     pages: SearchPages | None = None
     try:
-        # A search of several collections is read in lanes, one search per collection, several at once
-        # (_pages.py): what each collection's search reads is what the whole search reads of that collection.
-        split = len(parameters.collections) > 1 and search.lanes > 1
-        lane_collections = [[collection] for collection in parameters.collections] if split else [None]
         method = _search_method(client)
-        firsts: list[PageRequest | None] = []
-        for collections in lane_collections:
-            item_search = client.search(
-                collections=collections or list(parameters.collections) or None,
+
+        def asked(lane: Lane) -> Any:
+            return client.search(
+                collections=lane.collections or list(parameters.collections) or None,
                 bbox=list(parameters.bbox) if parameters.bbox else None,
-                datetime=parameters.datetime,
+                datetime=lane.interval or parameters.datetime,
                 filter=query_filter,
                 filter_lang="cql2-json" if query_filter else None,
                 limit=parameters.page_size,
                 method=method,
             )
+
+        # Paging is serial: a search is read in lanes (_pages.py), several at once, which together read what it
+        # reads (plan_lanes).
+        lanes = plan_lanes(search, io, asked(Lane()).get_parameters().get("datetime"))
+        search.lanes_read = [lane.label(search.root) for lane in lanes] if len(lanes) > 1 else []
+        if search.lanes_read:
+            log.info("%s is read as %d searches: %s", search.key, len(lanes), ", ".join(search.lanes_read))
+        firsts: list[PageRequest | None] = []
+        for lane in lanes:
+            item_search = asked(lane)
             firsts.append(PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters()))
-        pages = SearchPages(io, search.root, Lanes(firsts, at_once=search.lanes), search.headers)
-        labels = [
-            f"{search.root}/search" + (f"?{urlencode({'collections': collections[0]})}" if collections else "")
-            for collections in lane_collections
-        ]
+        windows = {number: lane.window for number, lane in enumerate(lanes) if lane.window is not None}
+        pages = SearchPages(io, search.root, Lanes(firsts, at_once=search.lanes, windows=windows), search.headers)
+        labels = [lane.label(search.root) for lane in lanes]
         numbers = [0] * len(labels)
         seen: set[str] = set()  # collections yielded
         fetched: set[str] = set()  # collections fetched by this process
-        for lane, page in prefetched(iter(pages), SENT_PAGES_AHEAD, _page_weight):
+        for number, page in prefetched(iter(pages), SENT_PAGES_AHEAD, _page_weight):
             # A dict was read here; the rest the page reader read, walked and checked.
-            walked = walk_page(page, io, search.root, fetched) if isinstance(page, dict) else page.load()
-            numbers[lane] = yield from _reader_page(walked, search, seen, labels[lane], numbers[lane])
+            walked = (
+                walk_page(page, io, search.root, fetched, windows.get(number))
+                if isinstance(page, dict)
+                else page.load()
+            )
+            numbers[number] = yield from _reader_page(walked, search, seen, labels[number], numbers[number])
     except Exception as error:  # noqa: BLE001 - a page that cannot be read ends the search, reported
         reason = f"search failed after {search.items} items ({_reason(error)})"
         yield SourcedItem(f"{search.root}/search", error=InvalidSource(reason))
@@ -387,10 +401,13 @@ def _search_method(client: Any) -> str:
     return "POST" if "POST" in methods or not methods else "GET"
 
 
-def walk_page(page: Mapping[str, Any], io: Any, root: str, fetched: set[str]) -> ReaderPage:
-    """A decoded page's features as the ingest takes them (whichever process read the page): without the links
-    the API writes about them, their ``updated`` counted for the cursor, and each collection not in ``fetched``
-    fetched (and added) before its first item. No item is marked checked."""
+def walk_page(
+    page: Mapping[str, Any], io: Any, root: str, fetched: set[str], window: Window | None = None
+) -> ReaderPage:
+    """A decoded page's features as the ingest takes them (whichever process read the page): those its lane keeps
+    (``window``: :func:`owned`), without the links the API writes about them, their ``updated`` counted for the
+    cursor, and each collection not in ``fetched`` fetched (and added) before its first item. No item is marked
+    checked."""
     counts = ApiSearch(root, SearchParameters())
     items: list[Any] = []
     collections: list[tuple[int, str, dict[str, Any] | None]] = []
@@ -398,6 +415,8 @@ def walk_page(page: Mapping[str, Any], io: Any, root: str, fetched: set[str]) ->
         if not isinstance(feature, dict):
             items.append(feature)  # validation says why it is not an item
             continue
+        if window is not None and not owned(feature, window):
+            continue  # another lane's
         counts.note_updated(feature)
         collection_id = feature.get("collection")
         if isinstance(collection_id, str) and collection_id not in fetched:

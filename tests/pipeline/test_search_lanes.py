@@ -1,4 +1,5 @@
-"""A STAC API search of several collections is read in lanes: one search per collection, several at once.
+"""A STAC API search is read in lanes, several at once: one search per collection where it names several, one per
+interval of its datetime interval where it names one collection.
 
 The API is mostly a static one (tests/_http_server.py: a folder of JSON pages on
 127.0.0.1, where a search naming one collection answers from that collection's
@@ -20,7 +21,7 @@ import pytest
 from ingest import Repository
 from ingest._faults import ENVIRONMENT_VARIABLE
 from ingest.config import RemoteSettings
-from ingest.pipeline import SearchParameters, SourceOptions, _page_worker, _pages, ingest_items
+from ingest.pipeline import SearchParameters, SourceOptions, _lanes, _page_worker, _pages, ingest_items
 from tests.api._servers import FloeServer
 from tests.conftest import make_item, with_square
 
@@ -97,10 +98,13 @@ def _lanes_api(server, name: str, collections: dict[str, list], *, together: int
     return base
 
 
-def _ingest(tmp_path: Path, name: str, url: str, collections: tuple[str, ...], lanes: int | None = None):
+def _ingest(
+    tmp_path: Path, name: str, url: str, collections: tuple[str, ...], lanes: int | None = None, when: str | None = None
+):
     repository = Repository.create(tmp_path / name)
     remote = RemoteSettings(search_lanes=lanes) if lanes is not None else None
-    options = SourceOptions(search=SearchParameters(collections=collections, page_size=PAGE), remote=remote)
+    search = SearchParameters(collections=collections, datetime=when, page_size=PAGE)
+    options = SourceOptions(search=search, remote=remote)
     report = ingest_items(repository, [url], options=options)
     items = {(item["collection"], item["id"]): item for item in repository.view("main").items()}
     return report, items, options.searches[0], repository
@@ -262,3 +266,90 @@ def test_a_lane_that_fails_fails_the_search_and_no_lane_reads_on(http_server, tm
             break
         threading.Event().wait(0.1)
     assert not _lane_threads()
+
+
+# -- one collection, in intervals of time --------------------------------------------------------------------------
+
+DAY = "2024-02-01T00:00:00Z/2024-02-02T00:00:00Z"
+"""Read in 3 lanes: until 08:00, from 08:00 to 16:00, from 16:00 (each lane's interval shares its bounds)."""
+
+
+def _timed(collection: str) -> list:
+    """Items of one day: one every 90 minutes, one exactly at each bound of the lanes, and two whose time range
+    spans a bound (one without a ``datetime``)."""
+    times = [f"2024-02-01T{number * 3 // 2:02d}:{number % 2 * 30:02d}:00Z" for number in range(16)]
+    items = [make_item(f"{collection}-{number:02d}", collection, when=when) for number, when in enumerate(times)]
+    bounds = ["2024-02-01T08:00:00Z", "2024-02-01T16:00:00Z"]
+    items += [make_item(f"{collection}-at-{when[11:13]}", collection, when=when) for when in bounds]
+    spanning = make_item(f"{collection}-span", collection, when="2024-02-01T07:00:00Z")
+    spanning["properties"].update(start_datetime="2024-02-01T06:00:00Z", end_datetime="2024-02-01T17:00:00Z")
+    ranged = make_item(f"{collection}-range", collection)
+    ranged["properties"].update(datetime=None, start_datetime="2024-02-01T15:00:00Z")
+    ranged["properties"]["end_datetime"] = "2024-02-01T21:00:00Z"
+    items += [spanning, ranged]
+    return [with_square(item, x=number % 20, y=number % 10, size=0.5) for number, item in enumerate(items)]
+
+
+def test_one_collection_is_read_in_intervals_of_time_from_floe_serve(tmp_path):
+    source = Repository.create(tmp_path / "a")
+    items = _timed("t")
+    (tmp_path / "a.ndjson").write_text("\n".join(json.dumps(item) for item in [_collection("t"), *items]) + "\n")
+    assert not ingest_items(source, [tmp_path / "a.ndjson"]).rejected
+    server = FloeServer(tmp_path / "a", log_dir=tmp_path)
+    try:
+        in_lanes = _ingest(tmp_path, "lanes", server.url, ("t",), when=DAY)
+        as_one = _ingest(tmp_path, "one", server.url, ("t",), when=DAY, lanes=1)
+        whole = _ingest(tmp_path, "whole", server.url, ("t",))  # from the collection's first date to now
+    finally:
+        server.stop()
+    expected = {(item["collection"], item["id"]): item | {"links": []} for item in source.view("main").items()}
+    assert len(expected) == 20
+    assert in_lanes[1] == as_one[1] == whole[1] == expected
+    assert _outcome(*in_lanes[:3]) == _outcome(*as_one[:3])  # nothing twice: no duplicate among the rejections
+    root = server.url.rstrip("/")
+    assert in_lanes[2].lanes_read == [
+        f"{root}/search?datetime=2024-02-01T00:00:00Z/2024-02-01T08:00:00Z",
+        f"{root}/search?datetime=2024-02-01T08:00:00Z/2024-02-01T16:00:00Z",
+        f"{root}/search?datetime=2024-02-01T16:00:00Z/2024-02-02T00:00:00Z",
+    ]
+    assert as_one[2].lanes_read == []
+    first, *_, last = whole[2].lanes_read
+    assert first.startswith(f"{root}/search?datetime=../") and last.endswith("/..") and len(whole[2].lanes_read) == 3
+
+
+def test_time_lanes_keep_each_item_once_from_an_api_that_ignores_the_interval(http_server, tmp_path):
+    # The static API answers every lane with the whole collection (it reads no datetime), behind a gate that opens
+    # for three requests at once: the lanes read at once, and each keeps only the items whose time is its own.
+    items = _timed("s")
+    url = _lanes_api(http_server, "ignores", {"s": items}, together=3)
+    report, stored, search, _ = _ingest(tmp_path, "kept", url, ("s",), when=DAY)
+    assert search.complete and not report.rejected
+    assert set(stored) == {("s", item["id"]) for item in items}
+    assert search.items == len(items)  # counted once, in the lane that kept it
+    assert len(search.lanes_read) == 3
+
+
+def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, handed_over):
+    url = _lanes_api(http_server, "reader-time", {"s": _timed("s")})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_pages, "HANDOFF_ITEMS", 10**9)
+        alone = _outcome(*_ingest(tmp_path, "alone", url, ("s",), when=DAY)[:3])
+    read = _outcome(*_ingest(tmp_path, "read", url, ("s",), when=DAY)[:3])
+    assert set(handed_over) == {0, 1, 2}
+    assert read == alone
+    assert not read[0] and len(read[1]) == 20
+
+
+def test_an_item_belongs_to_the_lane_its_instant_falls_in():
+    def at(when: str | None, start: str | None = None) -> dict:
+        return {"properties": {"datetime": when, **({"start_datetime": start} if start else {})}}
+
+    bound = _lanes.parse_datetime("2024-02-01T08:00:00Z")
+    before, after = (None, bound), (bound, None)
+    assert _lanes.owned(at("2024-02-01T07:59:59.999999Z"), before)
+    assert not _lanes.owned(at("2024-02-01T08:00:00Z"), before)  # a bound is the later lane's
+    assert _lanes.owned(at("2024-02-01T08:00:00Z"), after)
+    assert _lanes.owned(at("2024-02-01T10:00:00Z", start="2024-02-01T01:00:00Z"), after)  # datetime first
+    assert _lanes.owned(at(None, start="2024-02-01T01:00:00Z"), before)  # else its start
+    assert not _lanes.owned(at(None, start="2024-02-01T01:00:00Z"), after)
+    assert _lanes.owned(at("not a time"), before) and _lanes.owned(at("not a time"), after)  # refused later

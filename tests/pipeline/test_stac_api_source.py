@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ingest import Repository
+from ingest.config import RemoteSettings
 from ingest.pipeline import SearchParameters, SourceOptions, ingest_items
 from ingest.repository import SOURCE_CURSORS
 from tests.api._servers import FloeServer
@@ -114,7 +115,9 @@ def test_pages_are_read_by_floes_exact_parser(served, tmp_path, monkeypatch):
 
     monkeypatch.setattr(_pages, "read_json_noting_parser", counted)
     target = Repository.create(tmp_path / "b")
-    report = ingest_items(target, [server.url], options=_options(collections=("c",)))
+    options = _options(collections=("c",))
+    options.remote = RemoteSettings(search_lanes=1)  # read as one search: its pages are counted below
+    report = ingest_items(target, [server.url], options=options)
 
     assert not report.rejected and report.items_read == 31
     assert _items(target)[("c", "item-040")]["properties"]["count"] == 2**70 + 1

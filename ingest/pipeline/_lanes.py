@@ -1,0 +1,132 @@
+"""The lanes a STAC API search is read in: searches that together read what it reads, read several at once.
+
+Paging one search is serial (each page's answer names the next), so it costs
+a round trip and the API's time per page however fast the client is. floe
+reads a search of several collections as one search per collection (an item
+is in one collection), and a search of one collection as one search per
+interval of its datetime interval (from the collection's first date where the
+search gives no start, to now where it gives no end; the first and last lanes
+are open, so an item outside the collection's stated extent is not missed).
+Those intervals share their bounds, and an item whose time range spans a bound
+is found by both lanes: the lane its ``datetime`` (else its
+``start_datetime``) falls in keeps it (:func:`owned`), which is a lane that
+finds it whether the API matches an item's ``datetime`` or its range. An API
+that ignores ``datetime`` gives every lane every item, and each keeps its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+from ingest.stac import parse_datetime
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ingest.pipeline._stac_api import ApiSearch
+
+Window = tuple[datetime | None, datetime | None]
+"""A time lane's items: those whose instant is at or after the first bound and before the second (None: open)."""
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One lane of a search: what its search asks besides the whole search's parameters, and which of its items
+    it keeps."""
+
+    collections: list[str] | None = None
+    """The collection it searches (None: the search's own)."""
+    interval: str | None = None
+    """The datetime interval it searches (None: the search's own)."""
+    window: Window | None = None
+    """The items it keeps, by their instant (:func:`owned`); None: every item."""
+
+    def label(self, root: str) -> str:
+        """How its items are named in the report: ``.../search?collections=C`` or ``.../search?datetime=I``."""
+        if self.collections:
+            return f"{root}/search?{urlencode({'collections': self.collections[0]})}"
+        if self.interval:
+            return f"{root}/search?datetime={self.interval}"
+        return f"{root}/search"
+
+
+def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> list[Lane]:
+    """The lanes ``search`` is read in: one a collection where it names several; for one collection, consecutive
+    intervals of its datetime interval (from the collection's first date where the search gives no start; to now
+    where it gives no end); otherwise the search as it is. ``formatted_datetime``: the search's datetime as
+    pystac-client sends it (``2024`` expanded to the year)."""
+    parameters = search.parameters
+    if search.lanes <= 1:
+        return [Lane()]
+    if len(parameters.collections) > 1:
+        return [Lane(collections=[collection]) for collection in parameters.collections]
+    if len(parameters.collections) == 1:
+        return _time_lanes(search, io, parameters.collections[0], formatted_datetime) or [Lane()]
+    return [Lane()]
+
+
+def _time_lanes(search: ApiSearch, io: Any, collection: str, formatted: str | None) -> list[Lane] | None:
+    first, slash, last = (formatted or "").partition("/")
+    if formatted and not slash:
+        return None  # one instant
+    given_start = None if first in ("", "..") else _timestamp(first)
+    given_end = None if last in ("", "..") else _timestamp(last)
+    if (first not in ("", "..") and given_start is None) or (last not in ("", "..") and given_end is None):
+        return None  # an interval floe does not read: asked as it is
+    start = given_start or _first_date(io, search.root, collection)
+    end = given_end or datetime.now(UTC)
+    if start is None or end - start < timedelta(seconds=search.lanes):
+        return None
+    step = (end - start) / search.lanes
+    cuts = [(start + step * number).replace(microsecond=0) for number in range(1, search.lanes)]
+    if len(set(cuts)) < len(cuts) or cuts[0] <= start:
+        return None
+    bounds: list[datetime | None] = [None, *cuts, None]
+    texts = [first if given_start else "..", *(_rfc3339(cut) for cut in cuts), last if given_end else ".."]
+    return [
+        Lane(interval=f"{texts[number]}/{texts[number + 1]}", window=(bounds[number], bounds[number + 1]))
+        for number in range(search.lanes)
+    ]
+
+
+def _first_date(io: Any, root: str, collection: str) -> datetime | None:
+    """The start of ``collection``'s temporal extent, as the API gives it; None where it says none, or cannot be
+    read (then the search is read as one; the collection's own fetch, with its items, says why)."""
+    try:
+        document = io.read_json(f"{root}/collections/{quote(collection, safe='')}")
+        first = document["extent"]["temporal"]["interval"][0][0]
+    except Exception:  # noqa: BLE001 - any failure leaves the search as it is
+        return None
+    return _timestamp(first) if isinstance(first, str) else None
+
+
+def owned(item: Mapping[str, Any], window: Window) -> bool:
+    """Whether a time lane keeps ``item``: its ``datetime`` (or, without one, its ``start_datetime``) is in the
+    lane's window. Lanes' intervals share their bounds and an item whose time range spans one is found by both:
+    the one its instant falls in keeps it (an API matching ranges finds it there too). An item without a
+    readable instant is kept (its validation names what is wrong)."""
+    properties = item.get("properties")
+    if not isinstance(properties, dict):
+        return True
+    value = properties.get("datetime")
+    if not isinstance(value, str):
+        value = properties.get("start_datetime")
+    when = _timestamp(value) if isinstance(value, str) else None
+    if when is None:
+        return True
+    low, high = window
+    return (low is None or when >= low) and (high is None or when < high)
+
+
+def _timestamp(text: str) -> datetime | None:
+    try:
+        return parse_datetime(text)
+    except ValueError:
+        return None
+
+
+def _rfc3339(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
