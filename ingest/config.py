@@ -91,8 +91,9 @@ class RemoteSettings(BaseModel):
     blob_path_style: list[str] = Field(default_factory=list)
     # A STAC API search is read in this many lanes at once (one search per collection where it names several, per
     # interval of its time where it names one): the API makes a page of each while the others travel (paging one
-    # search is serial). 1: a search is read as one.
-    search_lanes: int = Field(default=3, ge=1)  # _stac_api.SEARCH_LANES
+    # search is serial). 1: a search is read as one. Unset: 3, or 1 for an API on a loopback host (it shares the
+    # ingest's cores; set it for a tunnel to one far away).
+    search_lanes: int | None = Field(default=None, ge=1)
     # HTTP headers sent to URL prefixes only (an API key, a bearer token): {"https://api.example.com/":
     # {"Authorization": "Bearer ..."}}. A request gets those of every prefix it starts with; no other request
     # gets them. `floe ingest --header 'Name: value'` adds one for the http(s) sources it names. Credentials:

@@ -16,10 +16,11 @@ that ignores ``datetime`` gives every lane every item, and each keeps its own.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlparse
 
 from ingest.stac import parse_datetime
 
@@ -53,22 +54,45 @@ class Lane:
         return f"{root}/search"
 
 
+SEARCH_LANES = 3
+"""Lanes read at once where the settings do not say (``remote.search_lanes``), for an API on another machine."""
+
+
+def lanes_for(search: ApiSearch) -> int:
+    """How many lanes ``search`` is read in at once: as the settings say; else :data:`SEARCH_LANES`, or 1 for an
+    API on this machine (a loopback host), which makes its pages on the cores the ingest uses: there lanes add
+    work (threads, requests made at once), not speed (0.93x on 2 cores, BENCHMARKS.md, twenty-second run)."""
+    if search.lanes is not None:
+        return search.lanes
+    return 1 if _loopback(urlparse(search.root).hostname or "") else SEARCH_LANES
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: not resolved here
+
+
 def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> list[Lane]:
     """The lanes ``search`` is read in: one a collection where it names several; for one collection, consecutive
     intervals of its datetime interval (from the collection's first date where the search gives no start; to now
     where it gives no end); otherwise the search as it is. ``formatted_datetime``: the search's datetime as
     pystac-client sends it (``2024`` expanded to the year)."""
     parameters = search.parameters
-    if search.lanes <= 1:
+    lanes = lanes_for(search)
+    if lanes <= 1:
         return [Lane()]
     if len(parameters.collections) > 1:
         return [Lane(collections=[collection]) for collection in parameters.collections]
     if len(parameters.collections) == 1:
-        return _time_lanes(search, io, parameters.collections[0], formatted_datetime) or [Lane()]
+        return _time_lanes(search.root, io, parameters.collections[0], formatted_datetime, lanes) or [Lane()]
     return [Lane()]
 
 
-def _time_lanes(search: ApiSearch, io: Any, collection: str, formatted: str | None) -> list[Lane] | None:
+def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, lanes: int) -> list[Lane] | None:
     first, slash, last = (formatted or "").partition("/")
     if formatted and not slash:
         return None  # one instant
@@ -76,19 +100,19 @@ def _time_lanes(search: ApiSearch, io: Any, collection: str, formatted: str | No
     given_end = None if last in ("", "..") else _timestamp(last)
     if (first not in ("", "..") and given_start is None) or (last not in ("", "..") and given_end is None):
         return None  # an interval floe does not read: asked as it is
-    start = given_start or _first_date(io, search.root, collection)
+    start = given_start or _first_date(io, root, collection)
     end = given_end or datetime.now(UTC)
-    if start is None or end - start < timedelta(seconds=search.lanes):
+    if start is None or end - start < timedelta(seconds=lanes):
         return None
-    step = (end - start) / search.lanes
-    cuts = [(start + step * number).replace(microsecond=0) for number in range(1, search.lanes)]
+    step = (end - start) / lanes
+    cuts = [(start + step * number).replace(microsecond=0) for number in range(1, lanes)]
     if len(set(cuts)) < len(cuts) or cuts[0] <= start:
         return None
     bounds: list[datetime | None] = [None, *cuts, None]
     texts = [first if given_start else "..", *(_rfc3339(cut) for cut in cuts), last if given_end else ".."]
     return [
         Lane(interval=f"{texts[number]}/{texts[number + 1]}", window=(bounds[number], bounds[number + 1]))
-        for number in range(search.lanes)
+        for number in range(lanes)
     ]
 
 

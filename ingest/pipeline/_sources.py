@@ -210,7 +210,7 @@ def _is_api(url: str) -> bool:
 
 def _read_api(url: str, options: SourceOptions) -> Iterator[SourcedItem]:
     """A STAC API search named by URL (its landing page or its ``/search``), with ``options``' parameters."""
-    from ingest.pipeline._stac_api import SEARCH_LANES, ApiSearch, parse_since, read_search
+    from ingest.pipeline._stac_api import ApiSearch, parse_since, read_search
     from ingest.remote._headers import Headers
 
     try:
@@ -230,7 +230,7 @@ def _read_api(url: str, options: SourceOptions) -> Iterator[SourcedItem]:
         yield SourcedItem(url, error=InvalidSource(str(error)))
         return
     search.headers = Headers.of(options.remote)
-    search.lanes = options.remote.search_lanes if options.remote is not None else SEARCH_LANES
+    search.lanes = options.remote.search_lanes if options.remote is not None else None
     options.searches.append(search)
     yield from read_search(search)
 

@@ -44,7 +44,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSource
-from ingest.pipeline._lanes import Lane, Window, owned, plan_lanes
+from ingest.pipeline._lanes import Lane, Window, lanes_for, owned, plan_lanes
 from ingest.pipeline._page_worker import ReaderPage
 from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, Lanes, PageRequest, SearchPages, prefetched
 from ingest.pipeline._sources import SourcedItem
@@ -58,9 +58,6 @@ CLOCK_MARGIN = timedelta(minutes=5)
 
 PAGE_SIZE = 1000
 """Items asked for per page (a server may send fewer)."""
-
-SEARCH_LANES = 3
-"""Collections of one search read at once where the settings do not say (``remote.search_lanes``)."""
 
 RETRIES = 6
 """Retries of one request after a transient failure (backoff 0.5 s, 1 s, 2 s, ... between them)."""
@@ -128,9 +125,9 @@ class ApiSearch:
     """Why the search was read whole although ``--since`` asked for changes only."""
     headers: Headers = field(default_factory=Headers)
     """The headers its requests carry, by URL prefix (``remote.headers``, ``floe ingest --header``)."""
-    lanes: int = 1
-    """How many lanes it is read in at once (``remote.search_lanes``, :func:`plan_lanes`); 1: the search is read
-    as one."""
+    lanes: int | None = None
+    """How many lanes it is read in at once (``remote.search_lanes``; 1: the search is read as one); None: as
+    :func:`~ingest.pipeline._lanes.lanes_for` decides."""
     lanes_read: list[str] = field(default_factory=list)
     """The searches it was read as (:meth:`Lane.label`), where it was read in lanes."""
 
@@ -365,7 +362,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
             item_search = asked(lane)
             firsts.append(PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters()))
         windows = {number: lane.window for number, lane in enumerate(lanes) if lane.window is not None}
-        pages = SearchPages(io, search.root, Lanes(firsts, at_once=search.lanes, windows=windows), search.headers)
+        pages = SearchPages(io, search.root, Lanes(firsts, at_once=lanes_for(search), windows=windows), search.headers)
         labels = [lane.label(search.root) for lane in lanes]
         numbers = [0] * len(labels)
         seen: set[str] = set()  # collections yielded

@@ -21,7 +21,7 @@ import pytest
 from ingest import Repository
 from ingest._faults import ENVIRONMENT_VARIABLE
 from ingest.config import RemoteSettings
-from ingest.pipeline import SearchParameters, SourceOptions, _lanes, _page_worker, _pages, ingest_items
+from ingest.pipeline import SearchParameters, SourceOptions, _lanes, _page_worker, _pages, _stac_api, ingest_items
 from tests.api._servers import FloeServer
 from tests.conftest import make_item, with_square
 
@@ -99,10 +99,12 @@ def _lanes_api(server, name: str, collections: dict[str, list], *, together: int
 
 
 def _ingest(
-    tmp_path: Path, name: str, url: str, collections: tuple[str, ...], lanes: int | None = None, when: str | None = None
+    tmp_path: Path, name: str, url: str, collections: tuple[str, ...], lanes: int | None = 3, when: str | None = None
 ):
+    """Ingest the search of ``collections`` at ``url`` in ``lanes`` (None: as floe decides; the servers here are
+    on a loopback address, where it reads a search as one)."""
     repository = Repository.create(tmp_path / name)
-    remote = RemoteSettings(search_lanes=lanes) if lanes is not None else None
+    remote = RemoteSettings(search_lanes=lanes)
     search = SearchParameters(collections=collections, datetime=when, page_size=PAGE)
     options = SourceOptions(search=search, remote=remote)
     report = ingest_items(repository, [url], options=options)
@@ -353,3 +355,21 @@ def test_an_item_belongs_to_the_lane_its_instant_falls_in():
     assert _lanes.owned(at(None, start="2024-02-01T01:00:00Z"), before)  # else its start
     assert not _lanes.owned(at(None, start="2024-02-01T01:00:00Z"), after)
     assert _lanes.owned(at("not a time"), before) and _lanes.owned(at("not a time"), after)  # refused later
+
+
+def test_an_api_on_this_machine_is_read_as_one_search_unless_the_settings_say(http_server, tmp_path):
+    url = _lanes_api(http_server, "local", {"a": _features("a", 5), "b": _features("b", 3)})
+    report, items, search, _ = _ingest(tmp_path, "auto", url, ("a", "b"), lanes=None)
+    assert search.complete and not report.rejected and len(items) == 8
+    assert search.lanes_read == []  # 127.0.0.1: its pages are made on this machine's cores
+
+    def lanes(root: str, setting: int | None = None) -> int:
+        search = _stac_api.ApiSearch(root, SearchParameters(collections=("a", "b")), lanes=setting)
+        return _lanes.lanes_for(search)
+
+    assert lanes("http://localhost:8080/stac") == lanes("http://[::1]/stac") == lanes("http://127.0.0.2") == 1
+    assert lanes("https://planetarycomputer.microsoft.com/api/stac/v1") == _lanes.SEARCH_LANES == 3
+    assert lanes("http://10.0.0.5/stac") == 3  # another machine of the network
+    assert lanes("http://127.0.0.1:9000", setting=3) == 3 and lanes("https://example.com", setting=1) == 1
+    planned = _lanes.plan_lanes(_stac_api.ApiSearch("https://example.com", SearchParameters(("a", "b"))), None, None)
+    assert [lane.collections for lane in planned] == [["a"], ["b"]]
