@@ -4,9 +4,10 @@ Paging one search is serial (each page's answer names the next), so it costs
 a round trip and the API's time per page however fast the client is. floe
 reads a search of several collections as one search per collection (an item
 is in one collection), and a search of one collection as one search per
-interval of its datetime interval (from the collection's first date where the
-search gives no start, to now where it gives no end; the first and last lanes
-are open, so an item outside the collection's stated extent is not missed).
+interval of its datetime interval (where the search gives no start or end,
+those of the collection's temporal extent, now for an open one; the first and
+last lanes are open, so an item outside the collection's stated extent is not
+missed).
 Those intervals share their bounds, and an item whose time range spans a bound
 is found by both lanes: the lane its ``datetime`` (else its
 ``start_datetime``) falls in keeps it (:func:`owned`), which is a lane that
@@ -78,8 +79,8 @@ def _loopback(host: str) -> bool:
 
 def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> list[Lane]:
     """The lanes ``search`` is read in: one a collection where it names several; for one collection, consecutive
-    intervals of its datetime interval (from the collection's first date where the search gives no start; to now
-    where it gives no end); otherwise the search as it is. ``formatted_datetime``: the search's datetime as
+    intervals of its datetime interval (where it gives no start or end, the collection's extent's; now for an
+    open one); otherwise the search as it is. ``formatted_datetime``: the search's datetime as
     pystac-client sends it (``2024`` expanded to the year)."""
     parameters = search.parameters
     lanes = lanes_for(search)
@@ -100,8 +101,9 @@ def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, lane
     given_end = None if last in ("", "..") else _timestamp(last)
     if (first not in ("", "..") and given_start is None) or (last not in ("", "..") and given_end is None):
         return None  # an interval floe does not read: asked as it is
-    start = given_start or _first_date(io, root, collection)
-    end = given_end or datetime.now(UTC)
+    extent = (None, None) if given_start and given_end else _extent(io, root, collection)
+    start = given_start or extent[0]
+    end = given_end or extent[1] or datetime.now(UTC)
     if start is None or end - start < timedelta(seconds=lanes):
         return None
     step = (end - start) / lanes
@@ -116,15 +118,16 @@ def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, lane
     ]
 
 
-def _first_date(io: Any, root: str, collection: str) -> datetime | None:
-    """The start of ``collection``'s temporal extent, as the API gives it; None where it says none, or cannot be
-    read (then the search is read as one; the collection's own fetch, with its items, says why)."""
+def _extent(io: Any, root: str, collection: str) -> tuple[datetime | None, datetime | None]:
+    """The start and end of ``collection``'s temporal extent, as the API gives them; None where it says none (an
+    open end), or cannot be read (then, without a start, the search is read as one; the collection's own fetch,
+    with its items, says why)."""
     try:
         document = io.read_json(f"{root}/collections/{quote(collection, safe='')}")
-        first = document["extent"]["temporal"]["interval"][0][0]
+        first, last = document["extent"]["temporal"]["interval"][0][:2]
     except Exception:  # noqa: BLE001 - any failure leaves the search as it is
-        return None
-    return _timestamp(first) if isinstance(first, str) else None
+        return None, None
+    return (_timestamp(first) if isinstance(first, str) else None, _timestamp(last) if isinstance(last, str) else None)
 
 
 def owned(item: Mapping[str, Any], window: Window) -> bool:
