@@ -133,17 +133,35 @@ def _extent(io: Any, root: str, collection: str) -> tuple[datetime | None, datet
 def owned(item: Mapping[str, Any], window: Window) -> bool:
     """Whether a time lane keeps ``item``: its ``datetime`` (or, without one, its ``start_datetime``) is in the
     lane's window. Lanes' intervals share their bounds and an item whose time range spans one is found by both:
-    the one its instant falls in keeps it (an API matching ranges finds it there too). An item without a
-    readable instant is kept (its validation names what is wrong)."""
+    the one its instant falls in keeps it (an API matching ranges finds it there too). An item whose ``datetime``
+    lies outside its own range (:func:`irregular`) is kept by its start's lane too, where an API that matches
+    ranges alone finds it (the ingest drops a second copy). An item without a readable instant is kept (its
+    validation names what is wrong)."""
+    when, start, _ = _instants(item)
+    instant = when or start
+    if instant is None:
+        return True
+    return _within(instant, window) or (irregular(item) and start is not None and _within(start, window))
+
+
+def irregular(item: Mapping[str, Any]) -> bool:
+    """Whether ``item``'s ``datetime`` lies outside its own ``start_datetime``..``end_datetime``: two time lanes
+    may each keep it (:func:`owned`)."""
+    when, start, end = _instants(item)
+    return when is not None and start is not None and end is not None and not start <= when <= end
+
+
+def _instants(item: Mapping[str, Any]) -> tuple[datetime | None, datetime | None, datetime | None]:
     properties = item.get("properties")
     if not isinstance(properties, dict):
-        return True
-    value = properties.get("datetime")
-    if not isinstance(value, str):
-        value = properties.get("start_datetime")
-    when = _timestamp(value) if isinstance(value, str) else None
-    if when is None:
-        return True
+        return None, None, None
+    return tuple(  # type: ignore[return-value]
+        _timestamp(value) if isinstance(value := properties.get(name), str) else None
+        for name in ("datetime", "start_datetime", "end_datetime")
+    )
+
+
+def _within(when: datetime, window: Window) -> bool:
     low, high = window
     return (low is None or when >= low) and (high is None or when < high)
 

@@ -7,7 +7,7 @@ the first request's where the link says ``merge``) makes the next request, and
 a page without items, or without a next link, is the last. Paging is serial:
 one page's answer names the next. A search is therefore read in lanes
 (:class:`Lanes`; one search per collection, or per interval of time, as
-:func:`~ingest.pipeline._stac_api.plan_lanes` says), several at once
+:func:`~ingest.pipeline._lanes.plan_lanes` says), several at once
 (:func:`read_lanes`): the API makes a page of each while the others travel
 and decode. Pages are read on a thread ahead of the ingest
 (:func:`prefetched`); a large search is handed to a page reader, a process of
@@ -91,7 +91,7 @@ class PageRequest:
 class Lanes:
     """A search's lanes: the request of each one's next page (None once its last page is read), and how many are
     read at once. One lane is the search as it was asked; others together read what it would
-    (:func:`~ingest.pipeline._stac_api.plan_lanes`)."""
+    (:func:`~ingest.pipeline._lanes.plan_lanes`)."""
 
     requests: list[PageRequest | None]
     at_once: int = 1
@@ -100,7 +100,7 @@ class Lanes:
     matched: dict[int, int] = field(default_factory=dict)
     """Each lane's ``numberMatched``, where its pages say it."""
     windows: dict[int, Any] = field(default_factory=dict)
-    """The items each time lane keeps (:func:`~ingest.pipeline._stac_api.owned`), by lane."""
+    """The items each time lane keeps (:func:`~ingest.pipeline._lanes.owned`), by lane."""
 
     def __post_init__(self) -> None:
         self.read = self.read or [0] * len(self.requests)

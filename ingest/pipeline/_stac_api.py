@@ -44,7 +44,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSource
-from ingest.pipeline._lanes import Lane, Window, lanes_for, owned, plan_lanes
+from ingest.pipeline._lanes import Lane, Window, irregular, lanes_for, owned, plan_lanes
 from ingest.pipeline._page_worker import ReaderPage
 from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, Lanes, PageRequest, SearchPages, prefetched
 from ingest.pipeline._sources import SourcedItem
@@ -364,6 +364,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
         windows = {number: lane.window for number, lane in enumerate(lanes) if lane.window is not None}
         pages = SearchPages(io, search.root, Lanes(firsts, at_once=lanes_for(search), windows=windows), search.headers)
         labels = [lane.label(search.root) for lane in lanes]
+        twice: set[tuple[Any, Any]] | None = set() if windows else None
         numbers = [0] * len(labels)
         seen: set[str] = set()  # collections yielded
         fetched: set[str] = set()  # collections fetched by this process
@@ -374,7 +375,8 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
                 if isinstance(page, dict)
                 else page.load()
             )
-            numbers[number] = yield from _reader_page(walked, search, seen, labels[number], numbers[number])
+            label, count = labels[number], numbers[number]
+            numbers[number] = yield from _reader_page(walked, search, seen, label, count, twice=twice)
     except Exception as error:  # noqa: BLE001 - a page that cannot be read ends the search, reported
         reason = f"search failed after {search.items} items ({_reason(error)})"
         yield SourcedItem(f"{search.root}/search", error=InvalidSource(reason))
@@ -431,11 +433,13 @@ def walk_page(
 
 
 def _reader_page(
-    page: ReaderPage, search: ApiSearch, seen: set[str], label: str, number: int
+    page: ReaderPage, search: ApiSearch, seen: set[str], label: str, number: int, *, twice: set[tuple[Any, Any]] | None
 ) -> Generator[SourcedItem, None, int]:
     """The items of a page (walked by :func:`walk_page`, here or in the page reader), numbered on from
     ``number`` (returns the last number); each collection ``seen`` here for the first time is yielded before its
-    first item (the reader fetches those it saw first: one this search has yielded already is not again)."""
+    first item (the reader fetches those it saw first: one this search has yielded already is not again). With
+    ``twice`` (a search in time lanes), an item two lanes may keep (:func:`~ingest.pipeline._lanes.irregular`)
+    is yielded once: ``twice`` holds those yielded."""
     for warning in page.warnings:
         log.warning("%s", warning)
     search.note_page(page.noted, page.without_updated, page.newest_updated)
@@ -449,6 +453,12 @@ def _reader_page(
                 if collection is not None:
                     yield SourcedItem(_collection_url(search.root, collection_id), collection=collection)
             mark = next(marks, None)
+        if twice is not None and isinstance(item, dict) and irregular(item):
+            key = (item.get("collection"), item.get("id"))
+            if key in twice:
+                search.items -= 1  # counted by the lane that kept it first
+                continue  # kept by another time lane too
+            twice.add(key)
         yield SourcedItem(f"{label}#{number + index + 1}", item=item, checked=checked)
     return number + len(page.items)
 

@@ -328,11 +328,13 @@ def test_time_lanes_keep_each_item_once_from_an_api_that_ignores_the_interval(ht
     # The static API answers every lane with the whole collection (it reads no datetime), behind a gate that opens
     # for three requests at once: the lanes read at once, and each keeps only the items whose time is its own.
     items = _timed("s")
+    odd = items[0]  # its datetime (00:00) outside its own range (09:00-10:00): two lanes keep it, it lands once
+    odd["properties"].update(start_datetime="2024-02-01T09:00:00Z", end_datetime="2024-02-01T10:00:00Z")
     url = _lanes_api(http_server, "ignores", {"s": items}, together=3)
     report, stored, search, _ = _ingest(tmp_path, "kept", url, ("s",), when=DAY)
-    assert search.complete and not report.rejected
+    assert search.complete and not report.rejected  # no duplicate id
     assert set(stored) == {("s", item["id"]) for item in items}
-    assert search.items == len(items)  # counted once, in the lane that kept it
+    assert search.items == len(items)  # the odd one counted once
     assert len(search.lanes_read) == 3
 
 
@@ -360,6 +362,13 @@ def test_an_item_belongs_to_the_lane_its_instant_falls_in():
     assert _lanes.owned(at(None, start="2024-02-01T01:00:00Z"), before)  # else its start
     assert not _lanes.owned(at(None, start="2024-02-01T01:00:00Z"), after)
     assert _lanes.owned(at("not a time"), before) and _lanes.owned(at("not a time"), after)  # refused later
+    # A datetime outside its own range: its start's lane keeps it too (an API matching ranges alone finds it there).
+    odd = at("2024-02-01T10:00:00Z", start="2024-02-01T01:00:00Z")
+    odd["properties"]["end_datetime"] = "2024-02-01T02:00:00Z"
+    assert _lanes.irregular(odd) and _lanes.owned(odd, before) and _lanes.owned(odd, after)
+    inside = at("2024-02-01T01:30:00Z", start="2024-02-01T01:00:00Z")
+    inside["properties"]["end_datetime"] = "2024-02-01T09:00:00Z"
+    assert not _lanes.irregular(inside) and not _lanes.owned(inside, after)
 
 
 def test_an_api_on_this_machine_is_read_as_one_search_unless_the_settings_say(http_server, tmp_path):
