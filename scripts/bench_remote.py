@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import shutil
 import statistics
@@ -131,7 +132,6 @@ def bench_api(
 ) -> dict[str, float]:
     from pystac_client import Client
 
-    from ingest import Repository, Settings
     from ingest.config import RemoteSettings
     from ingest.pipeline import SearchParameters, SourceOptions, ingest_items, ingest_with_ray
 
@@ -155,34 +155,19 @@ def bench_api(
             raise RuntimeError(f"pystac-client listed {len(listed)} of {count} items")
         count = len(listed)  # what floe must ingest too
         del listed
-        target = workdir / f"ingested-{run}"
-        repository = Repository.create(target, Settings())
-        options = SourceOptions(search=SearchParameters(collections=collections, page_size=page_size))
-        started = time.perf_counter()
-        report = ingest_items(repository, [url], options=options)
-        ours.append(report.rows_added / (time.perf_counter() - started))
-        if report.rows_added != count or report.rejected:
-            raise RuntimeError(f"floe ingested {report.rows_added} of {count} ({len(report.rejected)} rejected)")
-        shutil.rmtree(target)
+        target, search = workdir / f"ingested-{run}", SearchParameters(collections=collections, page_size=page_size)
+        in_process = functools.partial(ingest_items, sources=[url], options=SourceOptions(search=search))
+        ours.append(_timed_ingest(target, count, "in-process", in_process))
         # What `floe ingest URL` runs by default (--workers 2): the Ray pipeline, whose driver commits batches of
         # items alone itself (Ray is started only for rasters).
-        repository = Repository.create(target, Settings())
-        started = time.perf_counter()
-        report = ingest_with_ray(repository, [url], workers=2, options=options)
-        defaults.append(report.rows_added / (time.perf_counter() - started))
-        if report.rows_added != count or report.rejected:
-            raise RuntimeError(f"floe (Ray) ingested {report.rows_added} of {count} ({len(report.rejected)} rejected)")
-        shutil.rmtree(target)
+        with_ray = functools.partial(ingest_with_ray, sources=[url], workers=2, options=SourceOptions(search=search))
+        defaults.append(_timed_ingest(target, count, "Ray", with_ray))
         # One search per collection, three at once (remote.search_lanes 3): what an API on another host gets by
         # default (this one is on 127.0.0.1, the proxy too, so the defaults read the search as one).
-        repository = Repository.create(target, Settings())
-        in_lanes = SourceOptions(search=options.search, remote=RemoteSettings(search_lanes=3))
-        started = time.perf_counter()
-        report = ingest_items(repository, [url], options=in_lanes)
-        lanes.append(report.rows_added / (time.perf_counter() - started))
-        if report.rows_added != count or report.rejected:
-            raise RuntimeError(f"floe (in lanes) ingested {report.rows_added} of {count}")
-        shutil.rmtree(target)
+        in_lanes = SourceOptions(search=search, remote=RemoteSettings(search_lanes=3))
+        lanes.append(
+            _timed_ingest(target, count, "in lanes", functools.partial(ingest_items, sources=[url], options=in_lanes))
+        )
         log(
             f"run {run + 1}: pystac-client {baseline[-1]:,.0f} items/s, floe ingest {ours[-1]:,.0f} items/s "
             f"(in-process), {defaults[-1]:,.0f} items/s (Ray pipeline, the CLI's default), "
@@ -194,6 +179,21 @@ def bench_api(
         "defaults": statistics.median(defaults),
         "lanes": statistics.median(lanes),
     }
+
+
+def _timed_ingest(target: Path, wanted: int, what: str, ingest: Any) -> float:
+    """Items/s of ``ingest(repository)`` into a fresh repository at ``target`` (removed after); it must ingest
+    ``wanted`` items and reject none."""
+    from ingest import Repository, Settings
+
+    repository = Repository.create(target, Settings())
+    started = time.perf_counter()
+    report = ingest(repository)
+    rate = report.rows_added / (time.perf_counter() - started)
+    if report.rows_added != wanted or report.rejected:
+        raise RuntimeError(f"floe ({what}) ingested {report.rows_added} of {wanted} ({len(report.rejected)} rejected)")
+    shutil.rmtree(target)
+    return float(rate)
 
 
 # -- 2. COGs on S3 behind a round trip ------------------------------------------------------------------------

@@ -97,8 +97,8 @@ def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, lane
     first, slash, last = (formatted or "").partition("/")
     if formatted and not slash:
         return None  # one instant
-    given_start = None if first in ("", "..") else _timestamp(first)
-    given_end = None if last in ("", "..") else _timestamp(last)
+    given_start = None if first in ("", "..") else timestamp(first)
+    given_end = None if last in ("", "..") else timestamp(last)
     if (first not in ("", "..") and given_start is None) or (last not in ("", "..") and given_end is None):
         return None  # an interval floe does not read: asked as it is
     extent = (None, None) if given_start and given_end else _extent(io, root, collection)
@@ -111,7 +111,7 @@ def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, lane
     if len(set(cuts)) < len(cuts) or cuts[0] <= start:
         return None
     bounds: list[datetime | None] = [None, *cuts, None]
-    texts = [first if given_start else "..", *(_rfc3339(cut) for cut in cuts), last if given_end else ".."]
+    texts = [first if given_start else "..", *(rfc3339(cut) for cut in cuts), last if given_end else ".."]
     return [
         Lane(interval=f"{texts[number]}/{texts[number + 1]}", window=(bounds[number], bounds[number + 1]))
         for number in range(lanes)
@@ -127,7 +127,7 @@ def _extent(io: Any, root: str, collection: str) -> tuple[datetime | None, datet
         first, last = document["extent"]["temporal"]["interval"][0][:2]
     except Exception:  # noqa: BLE001 - any failure leaves the search as it is
         return None, None
-    return (_timestamp(first) if isinstance(first, str) else None, _timestamp(last) if isinstance(last, str) else None)
+    return (timestamp(first) if isinstance(first, str) else None, timestamp(last) if isinstance(last, str) else None)
 
 
 def owned(item: Mapping[str, Any], window: Window) -> bool:
@@ -156,7 +156,7 @@ def _instants(item: Mapping[str, Any]) -> tuple[datetime | None, datetime | None
     if not isinstance(properties, dict):
         return None, None, None
     return tuple(  # type: ignore[return-value]
-        _timestamp(value) if isinstance(value := properties.get(name), str) else None
+        timestamp(value) if isinstance(value := properties.get(name), str) else None
         for name in ("datetime", "start_datetime", "end_datetime")
     )
 
@@ -166,12 +166,14 @@ def _within(when: datetime, window: Window) -> bool:
     return (low is None or when >= low) and (high is None or when < high)
 
 
-def _timestamp(text: str) -> datetime | None:
+def timestamp(text: str) -> datetime | None:
+    """``text`` as an RFC 3339 timestamp (aware, UTC); None where it is not one."""
     try:
         return parse_datetime(text)
     except ValueError:
         return None
 
 
-def _rfc3339(when: datetime) -> str:
+def rfc3339(when: datetime) -> str:
+    """``when`` in UTC, as RFC 3339 with a ``Z``."""
     return when.astimezone(UTC).isoformat().replace("+00:00", "Z")

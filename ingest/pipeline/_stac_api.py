@@ -44,12 +44,12 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSource
-from ingest.pipeline._lanes import Lane, Window, irregular, lanes_for, owned, plan_lanes
+from ingest.pipeline._lanes import Lane, Window, irregular, lanes_for, owned, plan_lanes, rfc3339, timestamp
 from ingest.pipeline._page_worker import ReaderPage
 from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, Lanes, PageRequest, SearchPages, prefetched
 from ingest.pipeline._sources import SourcedItem
 from ingest.remote._headers import Headers
-from ingest.stac import ARRAYS_ASSET, loads_json, parse_datetime
+from ingest.stac import ARRAYS_ASSET, loads_json
 
 log = logging.getLogger(__name__)
 
@@ -196,23 +196,16 @@ class ApiSearch:
         self.items += 1
         properties = item.get("properties")
         value = properties.get("updated") if isinstance(properties, dict) else None
-        when = _timestamp(value) if isinstance(value, str) else None
+        when = timestamp(value) if isinstance(value, str) else None
         if when is None:
             self.without_updated += 1
         elif self.newest_updated is None or when > self.newest_updated:
             self.newest_updated = when
 
 
-def _timestamp(text: str) -> datetime | None:
-    try:
-        return parse_datetime(text)
-    except ValueError:
-        return None
-
-
 def parse_since(text: str) -> datetime:
     """``--since``'s timestamp (RFC 3339; a time without a zone is UTC)."""
-    when = _timestamp(text.strip())
+    when = timestamp(text.strip())
     if when is None:
         raise ValueError(f"--since {text!r} is neither 'last' nor an RFC 3339 timestamp (2024-05-01T00:00:00Z)")
     return when
@@ -331,7 +324,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
     query_filter: dict[str, Any] | None = _filter_json(parameters.filter) if parameters.filter else None
     if search.since is not None:
         if client.conforms_to(ConformanceClasses.FILTER):
-            since = {"op": ">=", "args": [{"property": "updated"}, {"timestamp": _rfc3339(search.since)}]}
+            since = {"op": ">=", "args": [{"property": "updated"}, {"timestamp": rfc3339(search.since)}]}
             query_filter = {"op": "and", "args": [query_filter, since]} if query_filter else since
         else:
             search.note = f"{search.root} cannot filter by updated (no CQL2 filter): the whole search is read again"
@@ -478,7 +471,3 @@ def _fetch_collection(io: Any, root: str, collection_id: str) -> dict[str, Any] 
     if not isinstance(document, dict) or document.get("type") != "Collection":
         return None
     return strip_links(document, _COLLECTION_STRUCTURAL)
-
-
-def _rfc3339(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")

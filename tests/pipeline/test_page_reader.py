@@ -23,6 +23,7 @@ from ingest.config import RemoteSettings
 from ingest.pipeline import SearchParameters, SourceOptions, _page_worker, _pages, _stac_api, ingest_items
 from tests._http_server import TOKEN
 from tests.conftest import make_item, with_square
+from tests.pipeline._static_api import write_search_pages
 
 PAGE = 6
 
@@ -90,16 +91,8 @@ def _static_api(
         },
         "collections/c/index.json": COLLECTION,
     }
-    pages = [features[start : start + PAGE] for start in range(0, len(features), PAGE)]
-    for number, page in enumerate(pages):
-        links = []
-        if number + 1 < len(pages):
-            following = f"{base}/search/{number + 1}.json"
-            if broken_after == number:
-                following = f"{url}/__status__/404/{name}/missing.json"
-            links.append({"rel": "next", "href": following, "method": "GET"})
-        document = {"type": "FeatureCollection", "features": page, "links": links, "numberMatched": len(features)}
-        documents["search/index.json" if number == 0 else f"search/{number}.json"] = document
+    broken = f"{url}/__status__/404/{name}/missing.json"
+    write_search_pages(root, base, "search", features, PAGE, broken_after=broken_after, broken=broken)
     for path, document in documents.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(json.dumps(document))

@@ -24,6 +24,7 @@ from ingest.config import RemoteSettings
 from ingest.pipeline import SearchParameters, SourceOptions, _lanes, _page_worker, _pages, _stac_api, ingest_items
 from tests.api._servers import FloeServer
 from tests.conftest import make_item, with_square
+from tests.pipeline._static_api import write_search_pages
 
 PAGE = 4
 
@@ -54,22 +55,6 @@ def _features(collection: str, count: int) -> list:
     return features
 
 
-def _pages_of(folder: Path, base: str, path: str, features: list, *, broken_after: int | None = None) -> None:
-    """``features`` as a search's pages under ``folder/path`` (``index.json``, then ``1.json``, ...)."""
-    pages = [features[start : start + PAGE] for start in range(0, len(features), PAGE)] or [[]]
-    for number, page in enumerate(pages):
-        links = []
-        if number + 1 < len(pages):
-            following = f"{base}/{path}/{number + 1}.json"
-            if broken_after == number:
-                following = f"{base}/{path}/missing.json"
-            links.append({"rel": "next", "href": following, "method": "GET"})
-        document = {"type": "FeatureCollection", "features": page, "links": links, "numberMatched": len(features)}
-        target = folder / path / ("index.json" if number == 0 else f"{number}.json")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(document))
-
-
 def _lanes_api(server, name: str, collections: dict[str, list], *, together: int = 0, broken: str | None = None) -> str:
     """A static STAC API of ``collections`` (id -> features): its search of all of them, and of each alone. With
     ``together``, the search link is behind the server's gate for that many requests at once; ``broken``: that
@@ -88,13 +73,12 @@ def _lanes_api(server, name: str, collections: dict[str, list], *, together: int
     (folder / "collections").mkdir(parents=True)
     (folder / "index.json").write_text(json.dumps(landing))
     everything = [feature for features in collections.values() for feature in features]
-    _pages_of(folder, base, "search", everything)
+    write_search_pages(folder, base, "search", everything, PAGE)
     for collection_id, features in collections.items():
         (folder / "collections" / collection_id).mkdir()
         (folder / "collections" / collection_id / "index.json").write_text(json.dumps(_collection(collection_id)))
-        _pages_of(
-            folder, base, f"search/{collection_id}", features, broken_after=0 if collection_id == broken else None
-        )
+        broken_after = 0 if collection_id == broken else None
+        write_search_pages(folder, base, f"search/{collection_id}", features, PAGE, broken_after=broken_after)
     return base
 
 
