@@ -31,7 +31,6 @@ def _ingest_progress(label: str) -> Iterator[Any]:
 
     Sources are streamed, so the total grows as the driver reads them.
     """
-
     started = time.monotonic()
     with progress_bar(label) as progress:
         task = progress.add_task("", total=None)
@@ -444,8 +443,9 @@ def _bbox(text: str) -> tuple[float, ...]:
 def _report_search(search: Any) -> None:
     """One line per STAC API search: what it asked for and how far it read."""
     since = f" updated since {search.since.isoformat()}" if search.since is not None else ""
+    lanes = f" in {len(search.lanes_read)} lanes" if search.lanes_read else ""
     state = "read to its end" if search.complete else "NOT read to its end (no cursor recorded)"
-    stderr.print(f"{escape(search.key)}{since}: {search.items} items, {state}", highlight=False, soft_wrap=True)
+    stderr.print(f"{escape(search.key)}{since}: {search.items} items{lanes}, {state}", highlight=False, soft_wrap=True)
     if search.note:
         stderr.print(f"[yellow]note[/] {escape(search.note)}", highlight=False, soft_wrap=True)
 

@@ -8,6 +8,7 @@ interval of its datetime interval (where the search gives no start or end,
 those of the collection's temporal extent, now for an open one; the first and
 last lanes are open, so an item outside the collection's stated extent is not
 missed).
+
 Those intervals share their bounds, and an item whose time range spans a bound
 is found by both lanes: the lane its ``datetime`` (else its
 ``start_datetime``) falls in keeps it (:func:`owned`), which is a lane that
@@ -62,7 +63,7 @@ SEARCH_LANES = 3
 def lanes_for(search: ApiSearch) -> int:
     """How many lanes ``search`` is read in at once: as the settings say; else :data:`SEARCH_LANES`, or 1 for an
     API on this machine (a loopback host), which makes its pages on the cores the ingest uses: there lanes add
-    work (threads, requests made at once), not speed (0.93x on 2 cores, BENCHMARKS.md, twenty-second run)."""
+    work (threads, requests made at once), not speed (0.90-0.93x on 2 cores, BENCHMARKS.md, twenty-second run)."""
     if search.lanes is not None:
         return search.lanes
     return 1 if _loopback(urlparse(search.root).hostname or "") else SEARCH_LANES

@@ -13,6 +13,9 @@ reads a real ``floe serve``.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -371,3 +374,16 @@ def test_an_api_on_this_machine_is_read_as_one_search_unless_the_settings_say(ht
     assert lanes("http://127.0.0.1:9000", setting=3) == 3 and lanes("https://example.com", setting=1) == 1
     planned = _lanes.plan_lanes(_stac_api.ApiSearch("https://example.com", SearchParameters(("a", "b"))), None, None)
     assert [lane.collections for lane in planned] == [["a"], ["b"]]
+
+
+def test_floe_ingest_reads_in_the_lanes_its_settings_say(http_server, tmp_path):
+    # The CLI's default pipeline (its driver reads the search) takes remote.search_lanes from the environment, and
+    # says how the search was read. The API's first pages are answered only to two requests at once.
+    url = _lanes_api(http_server, "cli", {"a": _features("a", 7), "b": _features("b", 5)}, together=2)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "FLOE_REMOTE__SEARCH_LANES": "3"}
+    command = [sys.executable, "-m", "ingest.cli", "--root", str(tmp_path / "r"), "ingest", url, "--collections", "a,b"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "12 items in 2 lanes, read to its end" in " ".join(done.stderr.split())
+    assert len(list(Repository.open(tmp_path / "r").view("main").items())) == 12
