@@ -302,7 +302,8 @@ def _reason(error: Exception) -> str:
 
 def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
     """Each item, collection and failure of ``search``, labelled by URL (``.../search#N``: the Nth item; read in
-    lanes, ``.../search?collections=C#N``: the Nth item of collection C's search, in order within it).
+    lanes, ``.../search?collections=C#N`` or ``.../search?datetime=I#N``: the Nth item its lane kept, in order
+    within the lane).
 
     Collections are fetched the first time one of their items appears, so
     they are stored before it. ``search.complete`` is set once the last page
