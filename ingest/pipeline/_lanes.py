@@ -142,12 +142,17 @@ def owned(item: Mapping[str, Any], window: Window) -> bool:
     instant = when or start
     if instant is None:
         return True
-    return _within(instant, window) or (irregular(item) and start is not None and _within(start, window))
+    if _within(instant, window):
+        return True
+    return start is not None and _within(start, window) and irregular(item)
 
 
 def irregular(item: Mapping[str, Any]) -> bool:
     """Whether ``item``'s ``datetime`` lies outside its own ``start_datetime``..``end_datetime``: two time lanes
     may each keep it (:func:`owned`)."""
+    properties = item.get("properties")
+    if not isinstance(properties, dict) or "start_datetime" not in properties or "end_datetime" not in properties:
+        return False  # most items: nothing to parse
     when, start, end = _instants(item)
     return when is not None and start is not None and end is not None and not start <= when <= end
 
