@@ -347,13 +347,14 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
 
         # Paging is serial: a search is read in lanes (_pages.py), several at once, which together read what it
         # reads (plan_lanes).
-        lanes = plan_lanes(search, io, asked(Lane()).get_parameters().get("datetime"))
+        whole = asked(Lane())
+        lanes = plan_lanes(search, io, whole.get_parameters().get("datetime"))
         search.lanes_read = [lane.label(search.root) for lane in lanes] if len(lanes) > 1 else []
         if search.lanes_read:
             log.info("%s is read as %d searches: %s", search.key, len(lanes), ", ".join(search.lanes_read))
         firsts: list[PageRequest | None] = []
         for lane in lanes:
-            item_search = asked(lane)
+            item_search = whole if lane == Lane() else asked(lane)
             firsts.append(PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters()))
         windows = {number: lane.window for number, lane in enumerate(lanes) if lane.window is not None}
         pages = SearchPages(io, search.root, Lanes(firsts, at_once=lanes_for(search), windows=windows), search.headers)

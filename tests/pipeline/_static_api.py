@@ -1,9 +1,14 @@
-"""A static STAC API's search pages, as files for tests/_http_server.py to serve."""
+"""A static STAC API's search pages, as files for tests/_http_server.py to serve, and the page reader made to take
+over such a search at its second page."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from ingest.pipeline import _page_worker, _pages
 
 
 def write_search_pages(
@@ -24,3 +29,18 @@ def write_search_pages(
         target = folder / path / ("index.json" if number == 0 else f"{number}.json")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(document))
+
+
+def hand_over_at_the_second_page(monkeypatch: Any, note: Callable[[int, Any], None]) -> None:
+    """Forces the page reader to take over a search once its first page is read (``HANDOFF_ITEMS = 1``, and the
+    ingest waits for the reader); ``note(lane, page)`` is told of each page the reader sends."""
+    read_from = _page_worker.PageReader.read_from
+
+    def noting(self: Any, root: str, lanes: Any, headers: Any = None) -> Any:
+        for lane, page in read_from(self, root, lanes, headers):
+            note(lane, page)
+            yield lane, page
+
+    monkeypatch.setattr(_pages, "HANDOFF_ITEMS", 1)
+    monkeypatch.setattr(_pages, "HANDOFF_WAITS", True)
+    monkeypatch.setattr(_page_worker.PageReader, "read_from", noting)

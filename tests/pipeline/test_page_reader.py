@@ -23,7 +23,7 @@ from ingest.config import RemoteSettings
 from ingest.pipeline import SearchParameters, SourceOptions, _page_worker, _pages, _stac_api, ingest_items
 from tests._http_server import TOKEN
 from tests.conftest import make_item, with_square
-from tests.pipeline._static_api import write_search_pages
+from tests.pipeline._static_api import hand_over_at_the_second_page, write_search_pages
 
 PAGE = 6
 
@@ -109,18 +109,9 @@ def _ingest(tmp_path: Path, name: str, url: str, remote: RemoteSettings | None =
 
 @pytest.fixture
 def reader_pages(monkeypatch):
-    """Forces the hand-over at the second page; counts the pages the reader sent."""
+    """Forces the hand-over at the second page; counts the items of each page the reader sent."""
     sent: list[int] = []
-    read_from = _page_worker.PageReader.read_from
-
-    def counting(self, root, lanes, headers=None):
-        for lane, page in read_from(self, root, lanes, headers):
-            sent.append(len(page.load().items))
-            yield lane, page
-
-    monkeypatch.setattr(_pages, "HANDOFF_ITEMS", 1)
-    monkeypatch.setattr(_pages, "HANDOFF_WAITS", True)
-    monkeypatch.setattr(_page_worker.PageReader, "read_from", counting)
+    hand_over_at_the_second_page(monkeypatch, lambda _, page: sent.append(len(page.load().items)))
     return sent
 
 

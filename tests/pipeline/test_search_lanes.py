@@ -27,7 +27,7 @@ from ingest.config import RemoteSettings
 from ingest.pipeline import SearchParameters, SourceOptions, _lanes, _page_worker, _pages, _stac_api, ingest_items
 from tests.api._servers import FloeServer
 from tests.conftest import make_item, with_square
-from tests.pipeline._static_api import write_search_pages
+from tests.pipeline._static_api import hand_over_at_the_second_page, write_search_pages
 
 PAGE = 4
 
@@ -171,16 +171,7 @@ def test_a_search_in_lanes_ingests_what_one_search_ingests_from_floe_serve(tmp_p
 def handed_over(monkeypatch):
     """Forces the page reader to take over at the second page; notes the lane of each page it sent."""
     sent: list[int] = []
-    read_from = _page_worker.PageReader.read_from
-
-    def noting(self, root, lanes, headers=None):
-        for lane, page in read_from(self, root, lanes, headers):
-            sent.append(lane)
-            yield lane, page
-
-    monkeypatch.setattr(_pages, "HANDOFF_ITEMS", 1)
-    monkeypatch.setattr(_pages, "HANDOFF_WAITS", True)
-    monkeypatch.setattr(_page_worker.PageReader, "read_from", noting)
+    hand_over_at_the_second_page(monkeypatch, lambda lane, _: sent.append(lane))
     return sent
 
 
