@@ -184,7 +184,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         typer.Option(
             "--collections",
             help="STAC API sources: search these collections (comma-separated). A search is read in 3 lanes at "
-            "once, one a collection or a third of the time (FLOE_REMOTE__SEARCH_LANES; 1 on a loopback host).",
+            "once, a collection and an interval of time each (FLOE_REMOTE__SEARCH_LANES; 1 on a loopback host).",
             show_default=False,
         ),
     ] = None,

@@ -3,11 +3,16 @@
 Paging one search is serial (each page's answer names the next), so it costs
 a round trip and the API's time per page however fast the client is. floe
 reads a search of several collections as one search per collection (an item
-is in one collection), and a search of one collection as one search per
-interval of its datetime interval (where the search gives no start or end,
-those of the collection's temporal extent, now for an open one; the first and
-last lanes are open, so an item outside the collection's stated extent is not
-missed).
+is in one collection), and each collection as one search per interval of its
+datetime interval (where the search gives no start or end, those of the
+collection's temporal extent, now for an open one; the first and last lanes
+are open, so an item outside the collection's stated extent is not missed).
+
+A search is planned as about :data:`LANES_PER_READ` times as many lanes as
+are read at once: an archive's items crowd into some years (Landsat's into
+its last decade) and some collections hold most of them, so equal intervals
+hold unequal work; a lane that ends takes the next one waiting, and the lanes
+at work stay busy to the end instead of one reading the crowded years alone.
 
 Those intervals share their bounds, and an item whose time range spans a bound
 is found by both lanes: the lane its ``datetime`` (else its
@@ -19,7 +24,8 @@ that ignores ``datetime`` gives every lane every item, and each keeps its own.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlparse
@@ -48,16 +54,21 @@ class Lane:
     """The items it keeps, by their instant (:func:`owned`); None: every item."""
 
     def label(self, root: str) -> str:
-        """How its items are named in the report: ``.../search?collections=C`` or ``.../search?datetime=I``."""
-        if self.collections:
-            return f"{root}/search?{urlencode({'collections': self.collections[0]})}"
+        """How its items are named in the report: ``.../search?collections=C``, ``.../search?datetime=I`` (the
+        search's one collection) or ``.../search?collections=C&datetime=I``."""
+        asked = f"{urlencode({'collections': self.collections[0]})}" if self.collections else ""
         if self.interval:
-            return f"{root}/search?datetime={self.interval}"
-        return f"{root}/search"
+            asked = f"{asked}&datetime={self.interval}" if asked else f"datetime={self.interval}"
+        return f"{root}/search?{asked}" if asked else f"{root}/search"
 
 
 SEARCH_LANES = 3
 """Lanes read at once where the settings do not say (``remote.search_lanes``), for an API on another machine."""
+
+LANES_PER_READ = 3
+"""A search in lanes is split into about this many times as many lanes as are read at once (each collection into
+intervals of time, until there are so many), so that the work a lane holds may be uneven and the lanes read at
+once still end together."""
 
 
 def lanes_for(search: ApiSearch) -> int:
@@ -79,22 +90,30 @@ def _loopback(host: str) -> bool:
 
 
 def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> list[Lane]:
-    """The lanes ``search`` is read in: one a collection where it names several; for one collection, consecutive
-    intervals of its datetime interval (where it gives no start or end, the collection's extent's; now for an
-    open one); otherwise the search as it is. ``formatted_datetime``: the search's datetime as
-    pystac-client sends it (``2024`` expanded to the year)."""
-    parameters = search.parameters
-    lanes = lanes_for(search)
-    if lanes <= 1:
+    """The lanes ``search`` is read in: one a collection where it names several, each split into consecutive
+    intervals of its datetime interval (where it gives no start or end, the collection's extent's; now for an open
+    one) until there are about :data:`LANES_PER_READ` times as many lanes as are read at once; otherwise the search
+    as it is. ``formatted_datetime``: the search's datetime as pystac-client sends it (``2024`` expanded to the
+    year)."""
+    collections = search.parameters.collections
+    at_once = lanes_for(search)
+    if at_once <= 1 or not collections:
         return [Lane()]
-    if len(parameters.collections) > 1:
-        return [Lane(collections=[collection]) for collection in parameters.collections]
-    if len(parameters.collections) == 1:
-        return _time_lanes(search.root, io, parameters.collections[0], formatted_datetime, lanes) or [Lane()]
-    return [Lane()]
+    pieces = -(-LANES_PER_READ * at_once // len(collections))  # intervals a collection is split into
+    several = len(collections) > 1
+    if pieces > 1:
+        with ThreadPoolExecutor(min(at_once, len(collections)), thread_name_prefix="floe-extent") as pool:
+            splits = list(pool.map(lambda c: _time_lanes(search.root, io, c, formatted_datetime, pieces), collections))
+    else:
+        splits = [None] * len(collections)
+    planned: list[Lane] = []
+    for collection, split in zip(collections, splits, strict=True):
+        named = [collection] if several else None
+        planned += [replace(lane, collections=named) for lane in split] if split else [Lane(collections=named)]
+    return planned
 
 
-def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, lanes: int) -> list[Lane] | None:
+def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, pieces: int) -> list[Lane] | None:
     first, slash, last = (formatted or "").partition("/")
     if formatted and not slash:
         return None  # one instant
@@ -105,17 +124,17 @@ def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, lane
     extent = (None, None) if given_start and given_end else _extent(io, root, collection)
     start = given_start or extent[0]
     end = given_end or extent[1] or datetime.now(UTC)
-    if start is None or end - start < timedelta(seconds=lanes):
+    if start is None or end - start < timedelta(seconds=pieces):
         return None
-    step = (end - start) / lanes
-    cuts = [(start + step * number).replace(microsecond=0) for number in range(1, lanes)]
+    step = (end - start) / pieces
+    cuts = [(start + step * number).replace(microsecond=0) for number in range(1, pieces)]
     if len(set(cuts)) < len(cuts) or cuts[0] <= start:
         return None
     bounds: list[datetime | None] = [None, *cuts, None]
     texts = [first if given_start else "..", *(rfc3339(cut) for cut in cuts), last if given_end else ".."]
     return [
         Lane(interval=f"{texts[number]}/{texts[number + 1]}", window=(bounds[number], bounds[number + 1]))
-        for number in range(lanes)
+        for number in range(pieces)
     ]
 
 
@@ -137,11 +156,12 @@ def owned(item: Mapping[str, Any], window: Window) -> bool:
     the one its instant falls in keeps it (an API matching ranges finds it there too). An item whose ``datetime``
     lies outside its own range (:func:`irregular`) is kept by its start's lane too, where an API that matches
     ranges alone finds it (the ingest drops a second copy). An item without a readable instant is kept (its
-    validation names what is wrong)."""
+    validation names what is wrong) by the first lane alone: an API that matches times finds it in no lane, one
+    that ignores them in every lane."""
     when, start, _ = _instants(item)
     instant = when or start
     if instant is None:
-        return True
+        return window[0] is None
     if _within(instant, window):
         return True
     return start is not None and _within(start, window) and irregular(item)

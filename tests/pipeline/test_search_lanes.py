@@ -12,11 +12,13 @@ reads a real ``floe serve``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -41,7 +43,7 @@ def _collection(collection_id: str) -> dict:
         "license": "CC-BY-4.0",
         "extent": {
             "spatial": {"bbox": [[-180, -90, 180, 90]]},
-            "temporal": {"interval": [["2024-01-01T00:00:00Z", None]]},
+            "temporal": {"interval": [[None, None]]},  # no extent: without --datetime, no lanes of time
         },
         "links": [],
     }
@@ -287,19 +289,16 @@ def test_one_collection_is_read_in_intervals_of_time_from_floe_serve(tmp_path):
     assert in_lanes[1] == as_one[1] == whole[1] == expected
     assert _outcome(*in_lanes[:3]) == _outcome(*as_one[:3])  # nothing twice: no duplicate among the rejections
     root = server.url.rstrip("/")
-    assert in_lanes[2].lanes_read == [
-        f"{root}/search?datetime=2024-02-01T00:00:00Z/2024-02-01T08:00:00Z",
-        f"{root}/search?datetime=2024-02-01T08:00:00Z/2024-02-01T16:00:00Z",
-        f"{root}/search?datetime=2024-02-01T16:00:00Z/2024-02-02T00:00:00Z",
-    ]
+    # Three lanes at once, three times as many planned: the day in ninths.
+    cuts = ["02:40", "05:20", "08:00", "10:40", "13:20", "16:00", "18:40", "21:20"]
+    bounds = ["2024-02-01T00:00:00Z", *(f"2024-02-01T{cut}:00Z" for cut in cuts), "2024-02-02T00:00:00Z"]
+    assert in_lanes[2].lanes_read == [f"{root}/search?datetime={a}/{b}" for a, b in itertools.pairwise(bounds)]
     assert as_one[2].lanes_read == []
-    # Without an interval, the collection's extent (the API's: 00:00 to 22:30, its items' times) in thirds, the
+    # Without an interval, the collection's extent (the API's: 00:00 to 22:30, its items' times) in ninths, the
     # first and last lanes open-ended.
-    assert whole[2].lanes_read == [
-        f"{root}/search?datetime=../2024-02-01T07:30:00Z",
-        f"{root}/search?datetime=2024-02-01T07:30:00Z/2024-02-01T15:00:00Z",
-        f"{root}/search?datetime=2024-02-01T15:00:00Z/..",
-    ]
+    cuts = ["02:30", "05:00", "07:30", "10:00", "12:30", "15:00", "17:30", "20:00"]
+    bounds = ["..", *(f"2024-02-01T{cut}:00Z" for cut in cuts), ".."]
+    assert whole[2].lanes_read == [f"{root}/search?datetime={a}/{b}" for a, b in itertools.pairwise(bounds)]
 
 
 def test_time_lanes_keep_each_item_once_from_an_api_that_ignores_the_interval(http_server, tmp_path):
@@ -313,7 +312,72 @@ def test_time_lanes_keep_each_item_once_from_an_api_that_ignores_the_interval(ht
     assert search.complete and not report.rejected  # no duplicate id
     assert set(stored) == {("s", item["id"]) for item in items}
     assert search.items == len(items)  # the odd one counted once
-    assert len(search.lanes_read) == 3
+    assert len(search.lanes_read) == 9
+
+
+def test_each_collection_is_read_in_intervals_of_time_so_more_lanes_read_at_once(http_server, tmp_path):
+    # Two collections, four lanes at once: each collection is split into six intervals of the day (about three
+    # lanes planned for each read at once). Behind a gate that answers first pages only four at a time, the two
+    # collections are read by four lanes at once; one search per collection would get a 409. The static API
+    # ignores the interval, so each lane keeps its own items.
+    a, b = _timed("a"), _timed("b")
+    b[5]["properties"].pop("datetime")  # no time at all: the first lane of b keeps it, and it is rejected once
+    url = _lanes_api(http_server, "split", {"a": a, "b": b}, together=4)
+    report, stored, search, _ = _ingest(tmp_path, "split", url, ("a", "b"), lanes=4, when=DAY)
+
+    assert search.complete, report.rejected
+    assert set(stored) == {("a", item["id"]) for item in a} | {("b", item["id"]) for item in b if item is not b[5]}
+    assert search.items == len(a) + len(b)
+    bounds = ["2024-02-01T00:00:00Z", *(f"2024-02-01T{hour:02d}:00:00Z" for hour in range(4, 24, 4))]
+    bounds.append("2024-02-02T00:00:00Z")
+    assert search.lanes_read == [
+        f"{url}/search?collections={collection}&datetime={start}/{end}"
+        for collection in "ab"
+        for start, end in itertools.pairwise(bounds)
+    ]
+    # b's first lane (00:00-04:00) kept b-00, b-01, b-02, then the timeless b-05: its fourth.
+    assert [(rejection.source, rejection.item_id) for rejection in report.rejected] == [
+        (f"{search.lanes_read[6]}#4", "b-05")
+    ]
+
+
+def test_a_search_is_planned_as_three_lanes_for_each_read_at_once():
+    asked: list[str] = []
+
+    class Extents:
+        """The collections' documents: ``none`` has no temporal extent, the others a day (open for ``open``)."""
+
+        def read_json(self, url: str) -> dict:
+            asked.append(url.rsplit("/", 1)[1])
+            interval = {"none": [None, None], "open": ["2024-02-01T00:00:00Z", None]}
+            day = ["2024-02-01T00:00:00Z", "2024-02-02T00:00:00Z"]
+            return {"type": "Collection", "extent": {"temporal": {"interval": [interval.get(asked[-1], day)]}}}
+
+    def plan(collections: tuple[str, ...], at_once: int = 3) -> list[_lanes.Lane]:
+        search = _stac_api.ApiSearch("https://example.com", SearchParameters(collections), lanes=at_once)
+        return _lanes.plan_lanes(search, Extents(), None)
+
+    one = plan(("c",))
+    assert len(one) == 9 and all(lane.collections is None for lane in one)
+    assert one[0].interval == "../2024-02-01T02:40:00Z" and one[-1].interval == "2024-02-01T21:20:00Z/.."
+    two = plan(("c", "d"))  # 9 lanes wanted, 5 intervals each
+    assert [lane.collections for lane in two] == [["c"]] * 5 + [["d"]] * 5
+    assert two[1].interval == two[6].interval == "2024-02-01T04:48:00Z/2024-02-01T09:36:00Z"
+    # A collection without an extent is read as one lane; the others are still split.
+    mixed = plan(("none", "c"))
+    assert [(lane.collections, lane.interval) for lane in mixed[:2]] == [
+        (["none"], None),
+        (["c"], "../2024-02-01T04:48:00Z"),
+    ]
+    assert len(mixed) == 6
+    start, now = _lanes.parse_datetime("2024-02-01T00:00:00Z"), datetime.now(UTC)
+    open_ended = plan(("open",), at_once=2)  # its extent runs to now: six intervals of that
+    first_cut = _lanes.parse_datetime(open_ended[0].interval.removeprefix("../"))
+    assert len(open_ended) == 6 and abs(first_cut - start - (now - start) / 6) < timedelta(minutes=1)
+    asked.clear()
+    many = plan(tuple("abcdefghi"))  # nine collections: a lane each, no extent asked for
+    assert [lane.collections for lane in many] == [[name] for name in "abcdefghi"] and not asked
+    assert plan(("c",), at_once=1) == [_lanes.Lane()]
 
 
 def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, handed_over):
@@ -322,7 +386,7 @@ def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, 
         patch.setattr(_pages, "HANDOFF_ITEMS", 10**9)
         alone = _outcome(*_ingest(tmp_path, "alone", url, ("s",), when=DAY)[:3])
     read = _outcome(*_ingest(tmp_path, "read", url, ("s",), when=DAY)[:3])
-    assert set(handed_over) == {0, 1, 2}
+    assert set(handed_over) == set(range(9))
     assert read == alone
     assert not read[0] and len(read[1]) == 20
 
@@ -339,7 +403,9 @@ def test_an_item_belongs_to_the_lane_its_instant_falls_in():
     assert _lanes.owned(at("2024-02-01T10:00:00Z", start="2024-02-01T01:00:00Z"), after)  # datetime first
     assert _lanes.owned(at(None, start="2024-02-01T01:00:00Z"), before)  # else its start
     assert not _lanes.owned(at(None, start="2024-02-01T01:00:00Z"), after)
-    assert _lanes.owned(at("not a time"), before) and _lanes.owned(at("not a time"), after)  # refused later
+    # Refused later, once: the first lane keeps it (an API that ignores times gives it to every lane).
+    assert _lanes.owned(at("not a time"), before) and not _lanes.owned(at("not a time"), after)
+    assert _lanes.owned({"properties": {}}, before) and not _lanes.owned({"properties": {}}, after)
     # A datetime outside its own range: its start's lane keeps it too (an API matching ranges alone finds it there).
     odd = at("2024-02-01T10:00:00Z", start="2024-02-01T01:00:00Z")
     odd["properties"]["end_datetime"] = "2024-02-01T02:00:00Z"
