@@ -12,9 +12,14 @@ Run:  .venv/bin/python scripts/bench_remote.py        (100,000 items; 64 scenes 
    repository, then again with ``ingest_with_ray`` (``floe ingest``'s default,
    ``--workers 2``: the driver commits batches of items alone itself, no Ray
    started), then in-process in 3 lanes, one search per collection at once (``remote.search_lanes`` 3, the
-   default for an API on another host). Alternating, ``--runs`` each; the median items/s and the ratios
-   floe/pystac-client (target: at least 0.8x) and lanes/one search. ``--api-delay-ms`` puts the
-   API behind the latency proxy of part 2 (an API across a network).
+   default for an API on another host; each collection split into intervals of time, about three lanes
+   planned for each read at once), and in 3 lanes as planned before (one per collection, or per third of
+   one collection's time). Alternating, ``--runs`` each; the median items/s and the ratios
+   floe/pystac-client (target: at least 0.8x), lanes/one search and lanes/lanes as planned before.
+   ``--api-delay-ms`` puts the API behind the latency proxy of part 2 (an API across a network);
+   ``--crowded`` gives the items times that crowd toward the end of the year (as many an instant as the
+   square of the time since its start, as in an archive whose missions multiply), where equal intervals of
+   time hold unequal work.
 2. **Remote copy.** For each ``--scene-size`` (px a side), as many scene
    COGs as ``--scenes`` says (3-band uint16, 512-px deflate tiles, scene
    ``n`` on tile ``n % --grids``, a date each) and their items go to a
@@ -57,11 +62,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_ingest import generated_items
 from bench_search import (
     PROCESSES,
     REPO_ROOT,
@@ -127,16 +136,34 @@ def start_proxy(target: int, delay_ms: float) -> int:
 # -- 1. a STAC API search -------------------------------------------------------------------------------------
 
 
+def crowded(items: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]:
+    """``items`` with times in 2024 whose density grows as the square of the time since the year's start: the last
+    third of the year holds 70% of them, the first 4%."""
+    rng = np.random.default_rng(seed)
+    start, year = datetime(2024, 1, 1, tzinfo=UTC), timedelta(days=366)
+    for item, share in zip(items, rng.random(len(items)) ** (1 / 3), strict=True):
+        when = (start + year * float(share)).replace(microsecond=0)
+        item["properties"]["datetime"] = when.isoformat().replace("+00:00", "Z")
+    return items
+
+
 def bench_api(
-    workdir: Path, count: int, page_size: int, runs: int, delay_ms: float = 0.0, collections: tuple[str, ...] = ()
+    workdir: Path,
+    count: int,
+    page_size: int,
+    runs: int,
+    delay_ms: float = 0.0,
+    collections: tuple[str, ...] = (),
+    *,
+    crowd: bool = False,
 ) -> dict[str, float]:
     from pystac_client import Client
 
     from ingest.config import RemoteSettings
-    from ingest.pipeline import SearchParameters, SourceOptions, ingest_items, ingest_with_ray
+    from ingest.pipeline import SearchParameters, SourceOptions, _lanes, ingest_items, ingest_with_ray
 
     # The generated items are not kept alive through the comparison: neither side needs them.
-    written = write_data(workdir, count)
+    written = write_data(workdir, count, crowded(generated_items(count)) if crowd else None)
     items_path, collection_files = written[1], written[3]
     del written
     root, _rate = load_floe(workdir, items_path, collection_files, count)
@@ -146,7 +173,7 @@ def bench_api(
         url = f"http://127.0.0.1:{start_proxy(int(url.rsplit(':', 1)[1]), delay_ms)}"
         log(f"the API is reached through the proxy at {url}: {delay_ms:g} ms a request")
     collections = collections or COLLECTIONS
-    baseline, ours, defaults, lanes = [], [], [], []
+    baseline, ours, defaults, lanes, before = [], [], [], [], []
     for run in range(runs):
         started = time.perf_counter()
         listed = list(Client.open(url).search(collections=list(collections), limit=page_size).items_as_dicts())
@@ -165,19 +192,25 @@ def bench_api(
         # One search per collection, three at once (remote.search_lanes 3): what an API on another host gets by
         # default (this one is on 127.0.0.1, the proxy too, so the defaults read the search as one).
         in_lanes = SourceOptions(search=search, remote=RemoteSettings(search_lanes=3))
-        lanes.append(
-            _timed_ingest(target, count, "in lanes", functools.partial(ingest_items, sources=[url], options=in_lanes))
-        )
+        in_lanes_ingest = functools.partial(ingest_items, sources=[url], options=in_lanes)
+        lanes.append(_timed_ingest(target, count, "in lanes", in_lanes_ingest))
+        # The same lanes as planned before: one per collection or per third of the time, no more than are read.
+        planned, _lanes.LANES_PER_READ = _lanes.LANES_PER_READ, 1
+        try:
+            before.append(_timed_ingest(target, count, "in lanes as planned before", in_lanes_ingest))
+        finally:
+            _lanes.LANES_PER_READ = planned
         log(
             f"run {run + 1}: pystac-client {baseline[-1]:,.0f} items/s, floe ingest {ours[-1]:,.0f} items/s "
             f"(in-process), {defaults[-1]:,.0f} items/s (Ray pipeline, the CLI's default), "
-            f"{lanes[-1]:,.0f} items/s (in-process, 3 lanes)"
+            f"{lanes[-1]:,.0f} items/s (in-process, 3 lanes), {before[-1]:,.0f} items/s (3 lanes as planned before)"
         )
     return {
         "baseline": statistics.median(baseline),
         "floe": statistics.median(ours),
         "defaults": statistics.median(defaults),
         "lanes": statistics.median(lanes),
+        "before": statistics.median(before),
     }
 
 
@@ -481,6 +514,9 @@ def main() -> None:
         default=",".join(COLLECTIONS),
         help="the collections the search names (part 1; one collection is read in lanes of time)",
     )
+    parser.add_argument(
+        "--crowded", action="store_true", help="the items' times crowd toward the end of the year (part 1)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
         "--layout",
@@ -506,6 +542,7 @@ def main() -> None:
                 arguments.runs,
                 arguments.api_delay_ms,
                 tuple(name for name in arguments.collections.split(",") if name),
+                crowd=arguments.crowded,
             )
         )
         sets = []
@@ -531,8 +568,9 @@ def main() -> None:
         PROCESSES.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
     api_delay = f" ({arguments.api_delay_ms:g} ms a request)" if arguments.api_delay_ms else ""
+    crowd = ", crowded in time" if arguments.crowded else ""
     print(
-        f"## bench_remote: {'no API part' if arguments.skip_api else f'{arguments.items:,} items{api_delay}'}; "
+        f"## bench_remote: {'no API part' if arguments.skip_api else f'{arguments.items:,} items{crowd}{api_delay}'}; "
         f"scenes on {arguments.grids} tiles; "
         f"{arguments.delay_ms:g} ms a request; arrays layout {arguments.layout or 'default'}\n"
     )
@@ -552,6 +590,11 @@ def main() -> None:
             f"| the same in-process, in 3 lanes at once (remote.search_lanes 3, the default for an API on another "
             f"host; {arguments.collections}), items/s | {api['lanes']:,.0f} | {api['floe']:,.0f} (the search read "
             f"as one, the default on 127.0.0.1) | {api['lanes'] / api['floe']:.2f}x |"
+        )
+        print(
+            f"| the same 3 lanes at once, about 3 planned for each | {api['lanes']:,.0f} | {api['before']:,.0f} "
+            f"(3 lanes as planned before: one a collection or a third of the time) | "
+            f"{api['lanes'] / api['before']:.2f}x |"
         )
     for size, rasters in sets:
         scenes, megabytes = rasters["scenes"], rasters["megabytes"]

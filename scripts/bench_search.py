@@ -192,8 +192,11 @@ def collection_documents(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return documents
 
 
-def write_data(workdir: Path, count: int) -> tuple[list[dict[str, Any]], Path, Path, list[Path]]:
-    items = generated_items(count)
+def write_data(
+    workdir: Path, count: int, items: list[dict[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], Path, Path, list[Path]]:
+    """``count`` generated items (or ``items``) and their collections, written as NDJSON and collection files."""
+    items = generated_items(count) if items is None else items
     items_path = workdir / "items.ndjson"
     items_path.write_text("".join(json.dumps(item) + "\n" for item in items))
     collections = collection_documents(items)

@@ -13,6 +13,7 @@ are read at once: an archive's items crowd into some years (Landsat's into
 its last decade) and some collections hold most of them, so equal intervals
 hold unequal work; a lane that ends takes the next one waiting, and the lanes
 at work stay busy to the end instead of one reading the crowded years alone.
+The newest intervals are read first: they are the likeliest to be the longest.
 
 Those intervals share their bounds, and an item whose time range spans a bound
 is found by both lanes: the lane its ``datetime`` (else its
@@ -92,9 +93,9 @@ def _loopback(host: str) -> bool:
 def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> list[Lane]:
     """The lanes ``search`` is read in: one a collection where it names several, each split into consecutive
     intervals of its datetime interval (where it gives no start or end, the collection's extent's; now for an open
-    one) until there are about :data:`LANES_PER_READ` times as many lanes as are read at once; otherwise the search
-    as it is. ``formatted_datetime``: the search's datetime as pystac-client sends it (``2024`` expanded to the
-    year)."""
+    one) until there are about :data:`LANES_PER_READ` times as many lanes as are read at once, the newest
+    intervals first; otherwise the search as it is. ``formatted_datetime``: the search's datetime as pystac-client
+    sends it (``2024`` expanded to the year)."""
     collections = search.parameters.collections
     at_once = lanes_for(search)
     if at_once <= 1 or not collections:
@@ -106,11 +107,15 @@ def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> li
             splits = list(pool.map(lambda c: _time_lanes(search.root, io, c, formatted_datetime, pieces), collections))
     else:
         splits = [None] * len(collections)
-    planned: list[Lane] = []
-    for collection, split in zip(collections, splits, strict=True):
-        named = [collection] if several else None
-        planned += [replace(lane, collections=named) for lane in split] if split else [Lane(collections=named)]
-    return planned
+    # Newest first, the collections taking turns: an archive's later years hold most of its items, and the
+    # longest lanes should start first, so that the lanes read at once end together.
+    columns = [
+        [replace(lane, collections=[collection] if several else None) for lane in reversed(split)]
+        if split
+        else [Lane(collections=[collection] if several else None)]
+        for collection, split in zip(collections, splits, strict=True)
+    ]
+    return [column[rank] for rank in range(max(map(len, columns))) for column in columns if rank < len(column)]
 
 
 def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, pieces: int) -> list[Lane] | None:

@@ -118,14 +118,21 @@ class Lanes:
         self.requests[lane] = following
 
     def large(self) -> bool:
-        """Whether the search has :data:`HANDOFF_ITEMS` still to read, as its lanes' ``numberMatched`` say (or,
-        where none says, whether it has read that many already)."""
+        """Whether the search has :data:`HANDOFF_ITEMS` still to read, as its lanes' ``numberMatched`` say, a lane
+        not started yet taken to hold as many as those that said on average (or, where none says, whether it has
+        read that many already)."""
         if self.matched:
             remaining = sum(
                 max(matched - self.read[lane], 0)
                 for lane, matched in self.matched.items()
                 if self.requests[lane] is not None
             )
+            unstarted = sum(
+                1
+                for lane, request in enumerate(self.requests)
+                if request is not None and lane not in self.matched and not self.read[lane]
+            )
+            remaining += unstarted * sum(self.matched.values()) // len(self.matched)
             return remaining >= HANDOFF_ITEMS
         return sum(self.read) >= HANDOFF_ITEMS
 
@@ -179,8 +186,8 @@ def read_lanes(
 ) -> Generator[tuple[int, dict[str, Any], PageRequest | None, bool]]:
     """Each page of the lanes ``requests`` start (by lane number), as :func:`read_pages` gives them, with its lane.
 
-    One lane is read as :func:`read_pages` reads it, here. Several are read on
-    threads of their own, ``at_once`` at a time (a lane starts when one ends), each at most
+    One lane is read as :func:`read_pages` reads it, here. Several are read by ``at_once`` threads, the longest
+    lanes first once each has said how long it is (:class:`_LaneThreads`), each at most
     :data:`LANE_PAGES_AHEAD` pages ahead; pages come as they arrive, in order within a lane. A lane's failure is
     raised here; closing the generator stops the lanes (pages on their way are dropped: their requests are
     still each lane's next).
@@ -198,58 +205,99 @@ def read_lanes(
 
 
 class _LaneThreads:
-    """:func:`read_lanes`' threads: one a lane, ``at_once`` at a time, handing their pages over a queue."""
+    """:func:`read_lanes`' threads: ``at_once`` of them, each reading the next page of a lane no other is reading,
+    handing the pages over a queue (in order within a lane: a lane's next request is free once its page is queued).
+
+    Which lane a thread reads next: one not started yet (its first page says how many items it holds), else the
+    one with the most items left, as its ``numberMatched`` says (else the first in the plan's order). So the
+    longest lanes are read all along, and the lanes end together instead of one reading on alone. A lane holds at
+    most :data:`LANE_PAGES_AHEAD` pages the ingest has not taken (and one more on its way), and all lanes together
+    ``at_once`` times that."""
 
     def __init__(self, io: Any, requests: Mapping[int, PageRequest], at_once: int) -> None:
         import queue
         import threading
-        from collections import deque
 
         self.io, self.at_once = io, max(at_once, 1)
         self.arrived: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
         self.stop = threading.Event()
-        self.room: dict[int, threading.Semaphore] = {}
-        self.waiting = deque(requests.items())
+        self.free: dict[int, PageRequest] = dict(requests)
+        """Each lane's next request, while no thread reads that lane."""
+        self.order = {lane: rank for rank, lane in enumerate(requests)}
+        self.left: dict[int, int] = {}
+        """Items each started lane has left, where its pages say how many it holds."""
+        self.read = dict.fromkeys(requests, 0)
+        """Items read in each lane."""
+        self.started: set[int] = set()
+        self.held = dict.fromkeys(requests, 0)
+        """Pages of each lane on their way or not taken yet."""
+        self.reading = 0
+        self.unread = len(requests)
+        """Lanes whose last page has not been taken."""
+        self.changed = threading.Condition()
 
     def pages(self) -> Generator[tuple[int, dict[str, Any], PageRequest | None, bool]]:
-        running = 0
-        while self.waiting and running < self.at_once:
-            self._start()
-            running += 1
-        while running:
+        import threading
+
+        for number in range(min(self.at_once, len(self.free))):
+            threading.Thread(target=self._run, name=f"floe-lane-{number}", daemon=True).start()
+        while self.unread:
             lane, read, error = self.arrived.get()
             if error is not None:
                 raise error
-            self.room[lane].release()
+            with self.changed:
+                self.held[lane] -= 1
+                self.changed.notify_all()
             page, following, exact = read
-            if following is None:  # the lane's last page: another lane may start
-                running -= 1
-                if self.waiting:
-                    self._start()
-                    running += 1
+            if following is None:  # the lane's last page
+                self.unread -= 1
             yield lane, page, following, exact
 
-    def _start(self) -> None:
-        import threading
+    def _next(self) -> tuple[int, PageRequest] | None:
+        """The lane to read next and its request (taken), None when no lane may be read now (called with
+        :attr:`changed` held)."""
+        if sum(self.held.values()) >= self.at_once * (LANE_PAGES_AHEAD + 1):
+            return None
+        ready = [lane for lane in self.free if self.held[lane] <= LANE_PAGES_AHEAD]
+        if not ready:
+            return None
+        lane = min(
+            ready,
+            key=lambda lane: (lane in self.started, -self.left.get(lane, -1), self.order[lane]),
+        )
+        self.started.add(lane)
+        self.held[lane] += 1
+        self.reading += 1
+        return lane, self.free.pop(lane)
 
-        lane, request = self.waiting.popleft()
-        self.room[lane] = threading.Semaphore(LANE_PAGES_AHEAD)
-        threading.Thread(target=self._run, args=(lane, request), name=f"floe-lane-{lane}", daemon=True).start()
-
-    def _run(self, lane: int, request: PageRequest) -> None:
-        pages = read_pages(self.io, request, ahead=False)
-        try:
-            for read in pages:
-                while not self.room[lane].acquire(timeout=0.1):
-                    if self.stop.is_set():
-                        return
+    def _run(self) -> None:
+        while True:
+            with self.changed:
+                while (taken := self._next()) is None:
+                    if self.stop.is_set() or (not self.free and not self.reading):
+                        return  # every lane read to its end, or being read by another thread
+                    self.changed.wait(0.1)
+            lane, request = taken
+            try:
+                text = _fetch(self.io, request)
+                page, following, exact = _decoded(text, request)
+            except BaseException as error:  # noqa: BLE001 - raised by the reader of the lanes
+                self.arrived.put((lane, None, error))
+                return
+            with self.changed:
+                self.reading -= 1
                 if self.stop.is_set():
                     return
-                self.arrived.put((lane, read, None))
-        except BaseException as error:  # noqa: BLE001 - raised by the reader of the lanes
-            self.arrived.put((lane, None, error))
-        finally:
-            pages.close()
+                self.read[lane] += len(page.get("features") or ())
+                matched = page.get("numberMatched")
+                if isinstance(matched, int) and not isinstance(matched, bool):
+                    self.left[lane] = matched - self.read[lane]
+                elif lane in self.left:
+                    self.left[lane] = self.left[lane] - len(page.get("features") or ())
+                self.arrived.put((lane, (page, following, exact), None))
+                if following is not None:
+                    self.free[lane] = following
+                self.changed.notify_all()
 
 
 _LINKS_KEY = '"links"'

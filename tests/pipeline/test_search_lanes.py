@@ -130,22 +130,31 @@ def test_the_collections_of_a_search_are_read_at_once(http_server, tmp_path):
     assert repository.source_cursors("main") == {search.key: "2024-02-01T08:00:00Z"}
 
 
-def test_more_collections_than_lanes_wait_for_one_to_end(http_server, tmp_path):
+def test_lanes_are_read_by_as_many_threads_as_read_at_once_the_longest_first(http_server, tmp_path):
+    # a holds 9 items (3 pages), b 5 (2), c 6 (2); each page says how many its search holds (numberMatched).
     collections = {"a": _features("a", 9), "b": _features("b", 5), "c": _features("c", 6)}
-    url = _lanes_api(http_server, "waiting", collections)
-    before = len(json.loads(http_server.get("__requests__")))
+    url = _lanes_api(http_server, "longest", collections)
+    io = _stac_api._session_io()
 
-    report, items, search, _ = _ingest(tmp_path, "two-at-once", url, ("a", "b", "c"), lanes=2)
+    def requests() -> dict[int, _pages.PageRequest]:
+        return {
+            number: _pages.PageRequest(f"{url}/search", "GET", None, {"collections": name, "limit": PAGE})
+            for number, name in enumerate(collections)
+        }
 
-    assert search.complete and not report.rejected
-    assert len(items) == 20
-    requests = [path for path, _, _ in json.loads(http_server.get("__requests__"))[before:]]
-    firsts = [index for index, path in enumerate(requests) if path == "/waiting/search"]
-    lasts = [requests.index("/waiting/search/a/2.json"), requests.index("/waiting/search/b/1.json")]
-    assert len(firsts) == 3
-    # The third collection's search starts once one of the first two has asked for its last page.
-    assert firsts[2] > min(lasts)
-    assert "/waiting/search/c/1.json" in requests
+    # One thread: each lane's first page (which says its length), then always the lane with the most items left.
+    # a has 5 left, c 2 and b 1: a; then c 2, a 1, b 1: c; then a, then b (the plan's order breaks the tie).
+    read = [(lane, len(page["features"])) for lane, page, _, _ in _pages.read_lanes(io, requests(), 1)]
+    assert read == [(0, 4), (1, 4), (2, 4), (0, 4), (2, 2), (0, 1), (1, 1)]
+
+    # Two at once: two threads read the three lanes, each one request at a time.
+    pages = _pages.read_lanes(io, requests(), 2)
+    ids = {0: [], 1: [], 2: []}
+    for number, (lane, page, _, _) in enumerate(pages):
+        if number == 0:
+            assert len(_lane_threads()) == 2
+        ids[lane] += [feature["id"] for feature in page["features"]]
+    assert ids == {lane: [item["id"] for item in items] for lane, items in enumerate(collections.values())}
 
 
 def test_a_search_in_lanes_ingests_what_one_search_ingests_from_floe_serve(tmp_path):
@@ -289,16 +298,18 @@ def test_one_collection_is_read_in_intervals_of_time_from_floe_serve(tmp_path):
     assert in_lanes[1] == as_one[1] == whole[1] == expected
     assert _outcome(*in_lanes[:3]) == _outcome(*as_one[:3])  # nothing twice: no duplicate among the rejections
     root = server.url.rstrip("/")
-    # Three lanes at once, three times as many planned: the day in ninths.
+    # Three lanes at once, three times as many planned: the day in ninths, the newest first.
     cuts = ["02:40", "05:20", "08:00", "10:40", "13:20", "16:00", "18:40", "21:20"]
     bounds = ["2024-02-01T00:00:00Z", *(f"2024-02-01T{cut}:00Z" for cut in cuts), "2024-02-02T00:00:00Z"]
-    assert in_lanes[2].lanes_read == [f"{root}/search?datetime={a}/{b}" for a, b in itertools.pairwise(bounds)]
+    ninths = [f"{root}/search?datetime={a}/{b}" for a, b in itertools.pairwise(bounds)]
+    assert in_lanes[2].lanes_read == ninths[::-1]
     assert as_one[2].lanes_read == []
     # Without an interval, the collection's extent (the API's: 00:00 to 22:30, its items' times) in ninths, the
     # first and last lanes open-ended.
     cuts = ["02:30", "05:00", "07:30", "10:00", "12:30", "15:00", "17:30", "20:00"]
     bounds = ["..", *(f"2024-02-01T{cut}:00Z" for cut in cuts), ".."]
-    assert whole[2].lanes_read == [f"{root}/search?datetime={a}/{b}" for a, b in itertools.pairwise(bounds)]
+    ninths = [f"{root}/search?datetime={a}/{b}" for a, b in itertools.pairwise(bounds)]
+    assert whole[2].lanes_read == ninths[::-1]
 
 
 def test_time_lanes_keep_each_item_once_from_an_api_that_ignores_the_interval(http_server, tmp_path):
@@ -330,14 +341,15 @@ def test_each_collection_is_read_in_intervals_of_time_so_more_lanes_read_at_once
     assert search.items == len(a) + len(b)
     bounds = ["2024-02-01T00:00:00Z", *(f"2024-02-01T{hour:02d}:00:00Z" for hour in range(4, 24, 4))]
     bounds.append("2024-02-02T00:00:00Z")
+    # The newest intervals first, the collections taking turns.
     assert search.lanes_read == [
         f"{url}/search?collections={collection}&datetime={start}/{end}"
+        for start, end in reversed(list(itertools.pairwise(bounds)))
         for collection in "ab"
-        for start, end in itertools.pairwise(bounds)
     ]
     # b's first lane (00:00-04:00) kept b-00, b-01, b-02, then the timeless b-05: its fourth.
     assert [(rejection.source, rejection.item_id) for rejection in report.rejected] == [
-        (f"{search.lanes_read[6]}#4", "b-05")
+        (f"{url}/search?collections=b&datetime=2024-02-01T00:00:00Z/2024-02-01T04:00:00Z#4", "b-05")
     ]
 
 
@@ -353,26 +365,28 @@ def test_a_search_is_planned_as_three_lanes_for_each_read_at_once():
             day = ["2024-02-01T00:00:00Z", "2024-02-02T00:00:00Z"]
             return {"type": "Collection", "extent": {"temporal": {"interval": [interval.get(asked[-1], day)]}}}
 
+    start, now = _lanes.parse_datetime("2024-02-01T00:00:00Z"), datetime.now(UTC)
+
     def plan(collections: tuple[str, ...], at_once: int = 3) -> list[_lanes.Lane]:
         search = _stac_api.ApiSearch("https://example.com", SearchParameters(collections), lanes=at_once)
         return _lanes.plan_lanes(search, Extents(), None)
 
-    one = plan(("c",))
+    one = plan(("c",))  # the newest first
     assert len(one) == 9 and all(lane.collections is None for lane in one)
-    assert one[0].interval == "../2024-02-01T02:40:00Z" and one[-1].interval == "2024-02-01T21:20:00Z/.."
-    two = plan(("c", "d"))  # 9 lanes wanted, 5 intervals each
-    assert [lane.collections for lane in two] == [["c"]] * 5 + [["d"]] * 5
-    assert two[1].interval == two[6].interval == "2024-02-01T04:48:00Z/2024-02-01T09:36:00Z"
+    assert one[0].interval == "2024-02-01T21:20:00Z/.." and one[-1].interval == "../2024-02-01T02:40:00Z"
+    assert [lane.window for lane in one] == sorted((lane.window for lane in one), key=lambda w: w[0] or start)[::-1]
+    two = plan(("c", "d"))  # 9 lanes wanted, 5 intervals each, taking turns
+    assert [lane.collections for lane in two] == [["c"], ["d"]] * 5
+    assert two[6].interval == two[7].interval == "2024-02-01T04:48:00Z/2024-02-01T09:36:00Z"
     # A collection without an extent is read as one lane; the others are still split.
     mixed = plan(("none", "c"))
     assert [(lane.collections, lane.interval) for lane in mixed[:2]] == [
         (["none"], None),
-        (["c"], "../2024-02-01T04:48:00Z"),
+        (["c"], "2024-02-01T19:12:00Z/.."),
     ]
     assert len(mixed) == 6
-    start, now = _lanes.parse_datetime("2024-02-01T00:00:00Z"), datetime.now(UTC)
     open_ended = plan(("open",), at_once=2)  # its extent runs to now: six intervals of that
-    first_cut = _lanes.parse_datetime(open_ended[0].interval.removeprefix("../"))
+    first_cut = _lanes.parse_datetime(open_ended[-1].interval.removeprefix("../"))
     assert len(open_ended) == 6 and abs(first_cut - start - (now - start) / 6) < timedelta(minutes=1)
     asked.clear()
     many = plan(tuple("abcdefghi"))  # nine collections: a lane each, no extent asked for
