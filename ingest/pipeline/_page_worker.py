@@ -315,11 +315,14 @@ def main() -> None:
 def _serve(out: IO[bytes]) -> None:
     from ingest._faults import fault_point
     from ingest.pipeline._pages import PAGES_AHEAD, prefetched, read_lanes
-    from ingest.pipeline._stac_api import _reason, _session_io
+    from ingest.pipeline._stac_api import _reason, _session_io, with_headers
 
     caught = _Warnings()
     logging.getLogger("ingest").addHandler(caught)
     logging.getLogger("ingest").propagate = False
+    # Made before the reader says it is ready: the first one takes 70 ms (pystac-client's and requests' lazy
+    # imports), which the search would wait for at the hand-over.
+    io = _session_io()
 
     _write(out, READY)
     stdin = sys.stdin.buffer
@@ -331,7 +334,7 @@ def _serve(out: IO[bytes]) -> None:
         return
     root, requests, at_once, windows, headers = pickle.loads(payload)  # noqa: S301 - from the ingest that started it
     _exit_when_orphaned(stdin)
-    io = _session_io(headers)
+    io = with_headers(io, headers)
     seen: set[str] = set()
 
     try:

@@ -288,7 +288,11 @@ def _session_io(headers: Headers | None = None) -> Any:
         respect_retry_after_header=True,
         raise_on_status=False,  # the last answer reaches pystac-client, which names its status
     )
-    io = ExactFastIO(max_retries=retry, timeout=TIMEOUT)
+    return with_headers(ExactFastIO(max_retries=retry, timeout=TIMEOUT), headers)
+
+
+def with_headers(io: Any, headers: Headers | None) -> Any:
+    """``io`` (:func:`_session_io`'s), each of its requests carrying the ``headers`` its URL takes."""
     if headers:
         io.session.auth = headers.requests_auth()
     return io

@@ -157,6 +157,24 @@ def test_lanes_are_read_by_as_many_threads_as_read_at_once_the_longest_first(htt
     assert ids == {lane: [item["id"] for item in items] for lane, items in enumerate(collections.values())}
 
 
+def test_lanes_not_started_count_toward_handing_a_large_search_to_the_page_reader():
+    # Nine lanes, three read at once: each started lane says it holds 7,000 items and has read 1,000. The 18,000
+    # left in those three are not enough for a page reader of its own (HANDOFF_ITEMS, 20,000), the six lanes not
+    # started yet, taken to hold as many, are.
+    request = _pages.PageRequest("https://example.com/search")
+    page = {"features": [{}] * 1000, "numberMatched": 7000}
+
+    def noted(count: int) -> _pages.Lanes:
+        lanes = _pages.Lanes([request] * count, at_once=3)
+        for lane in range(3):
+            lanes.note(lane, page, request)
+        return lanes
+
+    assert _pages.HANDOFF_ITEMS == 20_000
+    assert not noted(3).large()
+    assert noted(9).large()
+
+
 def test_a_search_in_lanes_ingests_what_one_search_ingests_from_floe_serve(tmp_path):
     source = Repository.create(tmp_path / "a")
     documents = [_collection(name) for name in "cde"]
