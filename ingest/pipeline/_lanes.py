@@ -7,13 +7,16 @@ is in one collection), and each collection as one search per interval of its
 datetime interval (where the search gives no start or end, those of the
 collection's temporal extent, now for an open one; the first and last lanes
 are open, so an item outside the collection's stated extent is not missed).
+A search of the whole API (no collection named) is read as one search per
+interval of its datetime interval where that has a start.
 
 A search is planned as about :data:`LANES_PER_READ` times as many lanes as
 are read at once: an archive's items crowd into some years (Landsat's into
 its last decade) and some collections hold most of them, so equal intervals
-hold unequal work; a lane that ends takes the next one waiting, and the lanes
-at work stay busy to the end instead of one reading the crowded years alone.
-The newest intervals are read first: they are the likeliest to be the longest.
+hold unequal work. The lanes' readers take the longest lanes first
+(:func:`~ingest.pipeline._pages.read_lanes`), so the lanes end together
+instead of one reading the crowded years alone; the newest intervals are
+planned first, the likeliest to be the longest where the API does not say.
 
 Those intervals share their bounds, and an item whose time range spans a bound
 is found by both lanes: the lane its ``datetime`` (else its
@@ -94,12 +97,16 @@ def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> li
     """The lanes ``search`` is read in: one a collection where it names several, each split into consecutive
     intervals of its datetime interval (where it gives no start or end, the collection's extent's; now for an open
     one) until there are about :data:`LANES_PER_READ` times as many lanes as are read at once, the newest
-    intervals first; otherwise the search as it is. ``formatted_datetime``: the search's datetime as pystac-client
-    sends it (``2024`` expanded to the year)."""
+    intervals first; a search of the whole API, intervals of its datetime interval where that has a start;
+    otherwise the search as it is. ``formatted_datetime``: the search's datetime as pystac-client sends it
+    (``2024`` expanded to the year)."""
     collections = search.parameters.collections
     at_once = lanes_for(search)
-    if at_once <= 1 or not collections:
+    if at_once <= 1:
         return [Lane()]
+    if not collections:  # the whole API: its datetime interval split, where it has a start (no extent to ask)
+        split = _time_lanes(search.root, io, None, formatted_datetime, LANES_PER_READ * at_once)
+        return split[::-1] if split else [Lane()]
     pieces = -(-LANES_PER_READ * at_once // len(collections))  # intervals a collection is split into
     several = len(collections) > 1
     if pieces > 1:
@@ -118,7 +125,10 @@ def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> li
     return [column[rank] for rank in range(max(map(len, columns))) for column in columns if rank < len(column)]
 
 
-def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, pieces: int) -> list[Lane] | None:
+def _time_lanes(root: str, io: Any, collection: str | None, formatted: str | None, pieces: int) -> list[Lane] | None:
+    """``pieces`` consecutive intervals of ``formatted`` (where it gives no start or end, ``collection``'s extent's;
+    now for an open one), the first and last open-ended; None where they cannot be made (a single instant, an
+    interval floe does not read, no start)."""
     first, slash, last = (formatted or "").partition("/")
     if formatted and not slash:
         return None  # one instant
@@ -126,7 +136,7 @@ def _time_lanes(root: str, io: Any, collection: str, formatted: str | None, piec
     given_end = None if last in ("", "..") else timestamp(last)
     if (first not in ("", "..") and given_start is None) or (last not in ("", "..") and given_end is None):
         return None  # an interval floe does not read: asked as it is
-    extent = (None, None) if given_start and given_end else _extent(io, root, collection)
+    extent = (None, None) if (given_start and given_end) or collection is None else _extent(io, root, collection)
     start = given_start or extent[0]
     end = given_end or extent[1] or datetime.now(UTC)
     if start is None or end - start < timedelta(seconds=pieces):

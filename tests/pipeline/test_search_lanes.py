@@ -371,6 +371,23 @@ def test_each_collection_is_read_in_intervals_of_time_so_more_lanes_read_at_once
     ]
 
 
+def test_a_search_of_the_whole_api_is_read_in_intervals_of_its_datetime(http_server, tmp_path):
+    # No collection named: the search's own interval in ninths, three at once (the gate answers first pages only
+    # three at a time); the static API ignores the interval, and each lane keeps its own.
+    a, b = _timed("a"), _timed("b")
+    url = _lanes_api(http_server, "whole", {"a": a, "b": b}, together=3)
+    report, stored, search, _ = _ingest(tmp_path, "whole", url, (), when=DAY)
+    assert search.complete and not report.rejected
+    assert set(stored) == {(item["collection"], item["id"]) for item in a + b}
+    assert search.items == len(a) + len(b)
+    assert len(search.lanes_read) == 9
+    assert search.lanes_read[0] == f"{url}/search?datetime=2024-02-01T21:20:00Z/2024-02-02T00:00:00Z"
+    # Without a start there is nothing to split (no collection's extent to ask): one search.
+    ungated = _lanes_api(http_server, "whole-open", {"a": a, "b": b})
+    _, stored, search, _ = _ingest(tmp_path, "open", ungated, (), when="../2024-02-02")
+    assert search.lanes_read == [] and set(stored) == {(item["collection"], item["id"]) for item in a + b}
+
+
 def test_a_search_is_planned_as_three_lanes_for_each_read_at_once():
     asked: list[str] = []
 
