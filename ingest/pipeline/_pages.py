@@ -275,7 +275,7 @@ class _LaneThreads:
             with self.changed:
                 while (taken := self._next()) is None:
                     if self.stop.is_set() or (not self.free and not self.reading):
-                        return  # every lane read to its end, or being read by another thread
+                        return  # every lane read to its end (none free, none on its way)
                     self.changed.wait(0.1)
             lane, request = taken
             try:
