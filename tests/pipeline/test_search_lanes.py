@@ -110,6 +110,14 @@ def _lane_threads() -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name.startswith("floe-lane-") and thread.is_alive()]
 
 
+def _wait_for_no_lane_threads() -> None:
+    for _ in range(100):  # lane threads notice within a tenth of a second; bounded, not timed
+        if not _lane_threads():
+            return
+        threading.Event().wait(0.1)
+    assert not _lane_threads()
+
+
 def test_the_collections_of_a_search_are_read_at_once(http_server, tmp_path):
     a, b = _features("a", 9), _features("b", 6)
     b[2]["properties"].pop("datetime")  # invalid: its rejection names b's search and the item's place in it
@@ -142,11 +150,13 @@ def test_lanes_are_read_by_as_many_threads_as_read_at_once_the_longest_first(htt
             for number, name in enumerate(collections)
         }
 
+    _wait_for_no_lane_threads()  # none left by an earlier test
     # One thread: each lane's first page (which says its length), then always the lane with the most items left.
     # a has 5 left, c 2 and b 1: a; then c 2, a 1, b 1: c; then a, then b (the plan's order breaks the tie).
     read = [(lane, len(page["features"])) for lane, page, _, _ in _pages.read_lanes(io, requests(), 1)]
     assert read == [(0, 4), (1, 4), (2, 4), (0, 4), (2, 2), (0, 1), (1, 1)]
 
+    _wait_for_no_lane_threads()  # the one thread ends once it has no lane left to read
     # Two at once: two threads read the three lanes, each one request at a time.
     pages = _pages.read_lanes(io, requests(), 2)
     ids = {0: [], 1: [], 2: []}
@@ -270,11 +280,7 @@ def test_a_lane_that_fails_fails_the_search_and_no_lane_reads_on(http_server, tm
     assert len(failed) == 1 and failed[0].startswith("search failed after") and "404" in failed[0]
     assert {key for key in items if key[0] == "b"} == {("b", f"b-{n:03d}") for n in range(PAGE)}
     assert not repository.source_cursors("main")
-    for _ in range(100):  # the lanes notice within a tenth of a second; bounded, not timed
-        if not _lane_threads():
-            break
-        threading.Event().wait(0.1)
-    assert not _lane_threads()
+    _wait_for_no_lane_threads()
 
 
 # -- one collection, in intervals of time --------------------------------------------------------------------------
