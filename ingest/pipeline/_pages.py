@@ -209,8 +209,10 @@ class _LaneThreads:
     handing the pages over a queue (in order within a lane: a lane's next request is free once its page is queued).
 
     Which lane a thread reads next: one not started yet (its first page says how many items it holds), else the
-    one with the most items left, as its ``numberMatched`` says (else the first in the plan's order). So the
-    longest lanes are read all along, and the lanes end together instead of one reading on alone. A lane holds at
+    one with the most items left, as its ``numberMatched`` says; a lane whose pages do not say counts as long as
+    the longest that does, and among equals the lane read least goes first (so, where the API counts nothing,
+    the lanes take turns). So the longest lanes are read all along, and the lanes end together instead of one
+    reading on alone. A lane holds at
     most :data:`LANE_PAGES_AHEAD` pages the ingest has not taken (and one more on its way), and all lanes together
     ``at_once`` times that."""
 
@@ -261,9 +263,12 @@ class _LaneThreads:
         ready = [lane for lane in self.free if self.held[lane] <= LANE_PAGES_AHEAD]
         if not ready:
             return None
+        # A lane whose pages do not say how long it is counts as long as the longest that says (an API may count
+        # only some searches); among equals, the lane read least.
+        longest = max(self.left.values(), default=0)
         lane = min(
             ready,
-            key=lambda lane: (lane in self.started, -self.left.get(lane, -1), self.order[lane]),
+            key=lambda lane: (lane in self.started, -self.left.get(lane, longest), self.read[lane], self.order[lane]),
         )
         self.started.add(lane)
         self.held[lane] += 1

@@ -152,9 +152,9 @@ def test_lanes_are_read_by_as_many_threads_as_read_at_once_the_longest_first(htt
 
     _wait_for_no_lane_threads()  # none left by an earlier test
     # One thread: each lane's first page (which says its length), then always the lane with the most items left.
-    # a has 5 left, c 2 and b 1: a; then c 2, a 1, b 1: c; then a, then b (the plan's order breaks the tie).
+    # a has 5 left, c 2 and b 1: a; then c 2, a 1, b 1: c; then b (read least of the two with 1 left), then a.
     read = [(lane, len(page["features"])) for lane, page, _, _ in _pages.read_lanes(io, requests(), 1)]
-    assert read == [(0, 4), (1, 4), (2, 4), (0, 4), (2, 2), (0, 1), (1, 1)]
+    assert read == [(0, 4), (1, 4), (2, 4), (0, 4), (2, 2), (1, 1), (0, 1)]
 
     _wait_for_no_lane_threads()  # the one thread ends once it has no lane left to read
     # Two at once: two threads read the three lanes, each one request at a time.
@@ -165,6 +165,19 @@ def test_lanes_are_read_by_as_many_threads_as_read_at_once_the_longest_first(htt
             assert len(_lane_threads()) == 2
         ids[lane] += [feature["id"] for feature in page["features"]]
     assert ids == {lane: [item["id"] for item in items] for lane, items in enumerate(collections.values())}
+
+
+def test_a_lane_whose_length_the_api_does_not_say_is_not_left_for_last():
+    # floe serve, for one, counts a search only where that is cheap: lanes 1 and 2 never said how long they are.
+    # Taken to be as long as the longest that did (lane 0, 10 left), the one read least goes first.
+    request = _pages.PageRequest("https://example.com/search")
+    threads = _pages._LaneThreads(None, {0: request, 1: request, 2: request}, 1)
+    threads.started, threads.left, threads.read = {0, 1, 2}, {0: 10}, {0: 5000, 1: 5000, 2: 1000}
+    assert threads._next() == (2, request)
+    # Lane 1 now says 2 left: the lane that does not say (read most) still goes before it.
+    threads = _pages._LaneThreads(None, {0: request, 1: request, 2: request}, 3)
+    threads.started, threads.left, threads.read = {0, 1, 2}, {0: 10, 1: 2}, {0: 5000, 1: 1000, 2: 9000}
+    assert [threads._next()[0] for _ in range(3)] == [0, 2, 1]
 
 
 def test_lanes_not_started_count_toward_handing_a_large_search_to_the_page_reader():
