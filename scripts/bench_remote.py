@@ -139,11 +139,13 @@ def start_proxy(target: int, delay_ms: float) -> int:
 def crowded(items: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]:
     """``items`` with times in 2024 whose density grows as the square of the time since the year's start: the last
     third of the year holds 70% of them, the first 4%."""
+    from ingest.pipeline._lanes import rfc3339
+
     rng = np.random.default_rng(seed)
     start, year = datetime(2024, 1, 1, tzinfo=UTC), timedelta(days=366)
     for item, share in zip(items, rng.random(len(items)) ** (1 / 3), strict=True):
         when = (start + year * float(share)).replace(microsecond=0)
-        item["properties"]["datetime"] = when.isoformat().replace("+00:00", "Z")
+        item["properties"]["datetime"] = rfc3339(when)
     return items
 
 

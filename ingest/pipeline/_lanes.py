@@ -100,13 +100,11 @@ def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> li
     intervals first; a search of the whole API, intervals of its datetime interval where that has a start;
     otherwise the search as it is. ``formatted_datetime``: the search's datetime as pystac-client sends it
     (``2024`` expanded to the year)."""
-    collections = search.parameters.collections
     at_once = lanes_for(search)
     if at_once <= 1:
         return [Lane()]
-    if not collections:  # the whole API: its datetime interval split, where it has a start (no extent to ask)
-        split = _time_lanes(search.root, io, None, formatted_datetime, LANES_PER_READ * at_once)
-        return split[::-1] if split else [Lane()]
+    # None: the whole API, whose datetime interval is split where it has a start (there is no extent to ask).
+    collections: list[str | None] = [*search.parameters.collections] or [None]
     pieces = -(-LANES_PER_READ * at_once // len(collections))  # intervals a collection is split into
     several = len(collections) > 1
     if pieces > 1:
@@ -117,9 +115,9 @@ def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> li
     # Newest first, the collections taking turns: an archive's later years hold most of its items, and the
     # longest lanes should start first, so that the lanes read at once end together.
     columns = [
-        [replace(lane, collections=[collection] if several else None) for lane in reversed(split)]
+        [replace(lane, collections=[collection] if several and collection else None) for lane in reversed(split)]
         if split
-        else [Lane(collections=[collection] if several else None)]
+        else [Lane(collections=[collection] if several and collection else None)]
         for collection, split in zip(collections, splits, strict=True)
     ]
     return [column[rank] for rank in range(max(map(len, columns))) for column in columns if rank < len(column)]
