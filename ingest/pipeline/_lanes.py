@@ -180,6 +180,17 @@ def owned(item: Mapping[str, Any], window: Window) -> bool:
     return start is not None and _within(start, window) and irregular(item)
 
 
+def outside(item: Mapping[str, Any], window: Window) -> bool:
+    """Whether ``item``'s time misses ``window`` altogether (its ``datetime`` and its range all before the window's
+    start or all after its end; bounds included, as a ``datetime`` search matches them): an API that filtered by
+    the lane's interval would not have returned it. False for an item without a readable time."""
+    instants = [when for when in _instants(item) if when is not None]
+    if not instants:
+        return False
+    low, high = window
+    return (low is not None and max(instants) < low) or (high is not None and min(instants) > high)
+
+
 def irregular(item: Mapping[str, Any]) -> bool:
     """Whether ``item``'s ``datetime`` lies outside its own ``start_datetime``..``end_datetime``: two time lanes
     may each keep it (:func:`owned`)."""

@@ -90,6 +90,9 @@ class ReaderPage:
     """Items whose ``updated`` was looked at (:meth:`~ingest.pipeline._stac_api.ApiSearch.note_updated`)."""
     without_updated: int = 0
     newest_updated: datetime | None = None
+    outside: bool = False
+    """The page held an item whose time misses its lane's interval (:func:`~ingest.pipeline._lanes.outside`): the
+    API does not filter by ``datetime``."""
     items_json: bytes | None = None
     """The items as JSON, where orjson writes and reads them back exactly (a page orjson decoded): cheaper to
     send than a pickle of them (1 us an item to write and 5 to read, against 3 and 6)."""

@@ -44,7 +44,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSource
-from ingest.pipeline._lanes import Lane, Window, irregular, lanes_for, owned, plan_lanes, rfc3339, timestamp
+from ingest.pipeline._lanes import Lane, Window, irregular, lanes_for, outside, owned, plan_lanes, rfc3339, timestamp
 from ingest.pipeline._page_worker import ReaderPage
 from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, Lanes, PageRequest, SearchPages, prefetched
 from ingest.pipeline._sources import SourcedItem
@@ -122,7 +122,9 @@ class ApiSearch:
     newest_updated: datetime | None = None
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
     note: str | None = None
-    """Why the search was read whole although ``--since`` asked for changes only."""
+    """What the operator should know of how the search was read (logged too, and printed by ``floe ingest``): why
+    it was read whole although ``--since`` asked for changes only; that the API ignored the time lanes'
+    ``datetime``."""
     headers: Headers = field(default_factory=Headers)
     """The headers its requests carry, by URL prefix (``remote.headers``, ``floe ingest --header``)."""
     lanes: int | None = None
@@ -191,6 +193,18 @@ class ApiSearch:
         self.without_updated += without_updated
         if newest_updated is not None and (self.newest_updated is None or newest_updated > self.newest_updated):
             self.newest_updated = newest_updated
+
+    def note_unfiltered(self) -> None:
+        """A time lane's page held items outside the lane's interval: said once (logged, and in :attr:`note`)."""
+        message = (
+            f"{self.root} does not filter by datetime: each of the {len(self.lanes_read)} time lanes read its whole "
+            "search and kept its own items (nothing is missed or doubled, but each item was read once a lane); "
+            "remote.search_lanes = 1 (FLOE_REMOTE__SEARCH_LANES=1) reads this API as one search"
+        )
+        if self.note is not None and message in self.note:
+            return
+        log.warning("%s", message)
+        self.note = f"{self.note}; {message}" if self.note else message
 
     def note_updated(self, item: Mapping[str, Any]) -> None:
         self.items += 1
@@ -409,11 +423,13 @@ def walk_page(
     counts = ApiSearch(root, SearchParameters())
     items: list[Any] = []
     collections: list[tuple[int, str, dict[str, Any] | None]] = []
+    unfiltered = False
     for feature in page.get("features") or ():
         if not isinstance(feature, dict):
             items.append(feature)  # validation says why it is not an item
             continue
         if window is not None and not owned(feature, window):
+            unfiltered = unfiltered or outside(feature, window)
             continue  # another lane's
         counts.note_updated(feature)
         collection_id = feature.get("collection")
@@ -428,6 +444,7 @@ def walk_page(
         noted=counts.items,
         without_updated=counts.without_updated,
         newest_updated=counts.newest_updated,
+        outside=unfiltered,
     )
 
 
@@ -442,6 +459,8 @@ def _reader_page(
     for warning in page.warnings:
         log.warning("%s", warning)
     search.note_page(page.noted, page.without_updated, page.newest_updated)
+    if page.outside:
+        search.note_unfiltered()
     marks = iter(page.collections)
     mark = next(marks, None)
     for index, (item, checked) in enumerate(zip(page.items, page.checked, strict=True)):

@@ -334,6 +334,7 @@ def test_one_collection_is_read_in_intervals_of_time_from_floe_serve(tmp_path):
     assert len(expected) == 20
     assert in_lanes[1] == as_one[1] == whole[1] == expected
     assert _outcome(*in_lanes[:3]) == _outcome(*as_one[:3])  # nothing twice: no duplicate among the rejections
+    assert in_lanes[2].note is None and whole[2].note is None  # floe serve filters by datetime: nothing to say
     root = server.url.rstrip("/")
     # Three lanes at once, three times as many planned: the day in ninths, the newest first.
     cuts = ["02:40", "05:20", "08:00", "10:40", "13:20", "16:00", "18:40", "21:20"]
@@ -361,6 +362,12 @@ def test_time_lanes_keep_each_item_once_from_an_api_that_ignores_the_interval(ht
     assert set(stored) == {("s", item["id"]) for item in items}
     assert search.items == len(items)  # the odd one counted once
     assert len(search.lanes_read) == 9
+    # Said once, for the operator: the API reads no datetime, so each lane read the whole collection.
+    assert search.note == (
+        f"{url} does not filter by datetime: each of the 9 time lanes read its whole search and kept its own items "
+        "(nothing is missed or doubled, but each item was read once a lane); remote.search_lanes = 1 "
+        "(FLOE_REMOTE__SEARCH_LANES=1) reads this API as one search"
+    )
 
 
 def test_each_collection_is_read_in_intervals_of_time_so_more_lanes_read_at_once(http_server, tmp_path):
@@ -452,11 +459,13 @@ def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, 
     url = _lanes_api(http_server, "reader-time", {"s": _timed("s")})
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_pages, "HANDOFF_ITEMS", 10**9)
-        alone = _outcome(*_ingest(tmp_path, "alone", url, ("s",), when=DAY)[:3])
-    read = _outcome(*_ingest(tmp_path, "read", url, ("s",), when=DAY)[:3])
+        alone = _ingest(tmp_path, "alone", url, ("s",), when=DAY)
+    read = _ingest(tmp_path, "read", url, ("s",), when=DAY)
     assert set(handed_over) == set(range(9))
-    assert read == alone
-    assert not read[0] and len(read[1]) == 20
+    assert _outcome(*read[:3]) == _outcome(*alone[:3])
+    assert not read[0].rejected and len(read[1]) == 20
+    # The static API ignores datetime, which the pages the reader walked say as this process's do.
+    assert read[2].note == alone[2].note and "does not filter by datetime" in (read[2].note or "")
 
 
 def test_an_item_belongs_to_the_lane_its_instant_falls_in():
@@ -481,6 +490,25 @@ def test_an_item_belongs_to_the_lane_its_instant_falls_in():
     inside = at("2024-02-01T01:30:00Z", start="2024-02-01T01:00:00Z")
     inside["properties"]["end_datetime"] = "2024-02-01T09:00:00Z"
     assert not _lanes.irregular(inside) and not _lanes.owned(inside, after)
+
+
+def test_an_item_whose_time_misses_its_lane_says_the_api_ignored_the_interval():
+    def at(when: str | None, start: str | None = None, end: str | None = None) -> dict:
+        properties = {"datetime": when, "start_datetime": start, "end_datetime": end}
+        return {"properties": {key: value for key, value in properties.items() if value}}
+
+    low, high = _lanes.parse_datetime("2024-02-01T08:00:00Z"), _lanes.parse_datetime("2024-02-01T16:00:00Z")
+    window = (low, high)
+    assert _lanes.outside(at("2024-02-01T07:59:59Z"), window)
+    assert _lanes.outside(at("2024-02-01T16:00:01Z"), window)
+    assert not _lanes.outside(at("2024-02-01T08:00:00Z"), window)  # bounds match (a later lane keeps it)
+    assert not _lanes.outside(at("2024-02-01T16:00:00Z"), window)
+    # A range that reaches into the window matches it, whichever lane keeps the item.
+    assert not _lanes.outside(at("2024-02-01T01:00:00Z", "2024-02-01T01:00:00Z", "2024-02-01T09:00:00Z"), window)
+    assert _lanes.outside(at(None, "2024-02-01T01:00:00Z", "2024-02-01T02:00:00Z"), window)
+    assert not _lanes.outside(at("not a time"), window) and not _lanes.outside({"properties": {}}, window)
+    assert _lanes.outside(at("2024-02-01T07:00:00Z"), (None, low)) is False
+    assert _lanes.outside(at("2024-02-01T07:00:00Z"), (high, None))
 
 
 def test_an_api_on_this_machine_is_read_as_one_search_unless_the_settings_say(http_server, tmp_path):
@@ -512,3 +540,21 @@ def test_floe_ingest_reads_in_the_lanes_its_settings_say(http_server, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "12 items in 2 lanes, read to its end" in " ".join(done.stderr.split())
     assert len(list(Repository.open(tmp_path / "r").view("main").items())) == 12
+
+
+def test_floe_ingest_says_when_an_api_ignores_the_time_lanes_interval(http_server, tmp_path):
+    # The static API answers every time lane with the whole collection: the run ingests each item once and says,
+    # after its summary line, why the search cost a read of the collection per lane and what to set.
+    items = _timed("s")
+    url = _lanes_api(http_server, "cli-unfiltered", {"s": items})
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root), "FLOE_REMOTE__SEARCH_LANES": "3"}
+    command = [sys.executable, "-m", "ingest.cli", "--root", str(tmp_path / "r"), "ingest", url, "--collections", "s"]
+    command += ["--datetime", DAY]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"{len(items)} items in 9 lanes, read to its end" in said
+    assert f"note {url} does not filter by datetime: each of the 9 time lanes read its whole search" in said
+    assert "FLOE_REMOTE__SEARCH_LANES=1" in said
+    assert len(list(Repository.open(tmp_path / "r").view("main").items())) == len(items)
