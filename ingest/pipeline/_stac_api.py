@@ -132,6 +132,8 @@ class ApiSearch:
     :func:`~ingest.pipeline._lanes.lanes_for` decides."""
     lanes_read: list[str] = field(default_factory=list)
     """The searches it was read as (:meth:`Lane.label`), where it was read in lanes."""
+    unfiltered: bool = False
+    """A time lane's page held items outside its interval: the API does not filter by ``datetime``."""
 
     @classmethod
     def parse(cls, url: str, parameters: SearchParameters) -> ApiSearch:
@@ -196,13 +198,14 @@ class ApiSearch:
 
     def note_unfiltered(self) -> None:
         """A time lane's page held items outside the lane's interval: said once (logged, and in :attr:`note`)."""
+        if self.unfiltered:
+            return
+        self.unfiltered = True
         message = (
             f"{self.root} does not filter by datetime: each of the {len(self.lanes_read)} time lanes read its whole "
             "search and kept its own items (nothing is missed or doubled, but each item was read once a lane); "
             "remote.search_lanes = 1 (FLOE_REMOTE__SEARCH_LANES=1) reads this API as one search"
         )
-        if self.note is not None and message in self.note:
-            return
         log.warning("%s", message)
         self.note = f"{self.note}; {message}" if self.note else message
 

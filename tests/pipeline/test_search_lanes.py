@@ -455,8 +455,10 @@ def test_a_search_is_planned_as_three_lanes_for_each_read_at_once():
     assert plan(("c",), at_once=1) == [_lanes.Lane()]
 
 
-def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, handed_over):
+def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, handed_over, monkeypatch):
     url = _lanes_api(http_server, "reader-time", {"s": _timed("s")})
+    flagged: list[bool] = []  # each page the reader sent: whether it held items outside its lane's interval
+    hand_over_at_the_second_page(monkeypatch, lambda _, page: flagged.append(page.load().outside))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_pages, "HANDOFF_ITEMS", 10**9)
         alone = _ingest(tmp_path, "alone", url, ("s",), when=DAY)
@@ -465,6 +467,7 @@ def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, 
     assert _outcome(*read[:3]) == _outcome(*alone[:3])
     assert not read[0].rejected and len(read[1]) == 20
     # The static API ignores datetime, which the pages the reader walked say as this process's do.
+    assert any(flagged) and len(flagged) == len(handed_over)
     assert read[2].note == alone[2].note and "does not filter by datetime" in (read[2].note or "")
 
 
