@@ -498,12 +498,16 @@ def _ratios(values: list[float]) -> str:
     return ", ".join(f"{value:.2f}x" for value in values)
 
 
+def _numbers[N: (int, float)](text: str, kind: type[N]) -> list[N]:
+    return [kind(part) for part in text.split(",") if part.strip()]
+
+
 def _delays(text: str) -> list[float]:
-    return [float(part) for part in text.split(",") if part]
+    return _numbers(text, float)
 
 
 def _sizes(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
+    return _numbers(text, int)
 
 
 def main() -> None:
