@@ -122,9 +122,8 @@ class ApiSearch:
     newest_updated: datetime | None = None
     started: datetime = field(default_factory=lambda: datetime.now(UTC))
     note: str | None = None
-    """What the operator should know of how the search was read (logged too, and printed by ``floe ingest``): why
-    it was read whole although ``--since`` asked for changes only; that the API ignored the time lanes'
-    ``datetime``."""
+    """What the operator should know of how it was read (logged, and printed by ``floe ingest``): why it was read
+    whole although ``--since`` asked for changes only; that the API ignored the time lanes' ``datetime``."""
     headers: Headers = field(default_factory=Headers)
     """The headers its requests carry, by URL prefix (``remote.headers``, ``floe ingest --header``)."""
     lanes: int | None = None
