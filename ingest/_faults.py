@@ -16,6 +16,9 @@ handler, no ``finally`` and no ``atexit``, as a power cut or an OOM kill would.
 
 The points (name: where the process dies):
 
+- ``create.before_first_commit``: a new repository's Icechunk repository is
+  there, floe's first commit (the empty items table) is not yet
+  (``repository/_repo.py``; ``floe init`` completes such a one);
 - ``write.data_file``: right after a data file of the items table is written
   (a writer's new file, or a copy-on-write rewrite for a replacement), before
   the next one of the batch (``repository/_files.py``, ``repository/_replace.py``);
@@ -54,6 +57,7 @@ import signal
 ENVIRONMENT_VARIABLE = "FLOE_FAULT"
 
 POINTS = (
+    "create.before_first_commit",
     "write.data_file",
     "commit.after_metadata",
     "commit.before_swap",

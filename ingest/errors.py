@@ -21,6 +21,7 @@ The tree::
     │   └── ItemExists
     ├── InvalidInput                  (also a ValueError)   400
     │   ├── InvalidRoot
+    │   ├── InvalidSettings
     │   ├── UnsupportedLayout
     │   ├── InvalidRefName
     │   ├── InvalidItem
@@ -46,7 +47,8 @@ The tree::
     │   ├── RepositoryMoved
     │   └── ReplicationFailed
     └── Unavailable                   (a service to reach)  503
-        └── RayUnavailable
+        ├── RayUnavailable
+        └── StoreUnreachable
 """
 
 from __future__ import annotations
@@ -128,6 +130,12 @@ class InvalidRoot(InvalidInput):
     """A root that is neither a local path nor an s3:// URL."""
 
     kind = "invalid-root"
+
+
+class InvalidSettings(InvalidInput):
+    """Settings that contradict each other or that a client of the store would read differently (S3's)."""
+
+    kind = "invalid-settings"
 
 
 class UnsupportedLayout(InvalidInput):
@@ -335,3 +343,10 @@ class RayUnavailable(Unavailable):
     """The Ray cluster given with ``--ray-address`` could not be joined; the message says why and what to try."""
 
     kind = "ray-unavailable"
+
+
+class StoreUnreachable(Unavailable):
+    """The object store of a repository's root cannot be reached (a wrong endpoint, a missing bucket, refused
+    credentials); the message names the root and the cause."""
+
+    kind = "store-unreachable"

@@ -12,6 +12,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,9 @@ from urllib.parse import urlparse
 
 import icechunk
 
+from ingest._aws import repository_s3
 from ingest.config import S3Settings, Settings
-from ingest.errors import InvalidRoot
+from ingest.errors import InvalidRoot, StoreUnreachable
 
 if TYPE_CHECKING:
     from pyiceberg.io.pyarrow import PyArrowFileIO
@@ -41,10 +43,17 @@ class Location:
     url: str
     """The normalised root: an absolute local path or ``s3://bucket/prefix``."""
     s3: S3Settings
+    """For an ``s3://`` root, what every client of it is given: floe's settings over the ``AWS_*`` environment
+    (:func:`ingest._aws.repository_s3`)."""
 
     @classmethod
     def parse(cls, root: str | os.PathLike[str], settings: Settings | None = None) -> Location:
-        """Normalise ``root``; relative local paths become absolute."""
+        """Normalise ``root``; relative local paths become absolute.
+
+        Raises:
+            InvalidRoot: ``root`` is neither a local path nor ``s3://bucket/prefix``.
+            InvalidSettings: the S3 settings of an ``s3://`` root contradict each other (see ``ingest._aws``).
+        """
         s3 = settings.s3 if settings is not None else S3Settings()
         text = os.fspath(root)
         parsed = urlparse(text)
@@ -54,7 +63,7 @@ class Location:
             prefix = parsed.path.strip("/")
             if not prefix:
                 raise InvalidRoot(f"root {text!r} is a bucket root: give a prefix, s3://{parsed.netloc}/<prefix>")
-            return cls(url=f"s3://{parsed.netloc}/{prefix}", s3=s3)
+            return cls(url=f"s3://{parsed.netloc}/{prefix}", s3=repository_s3(s3))
         if parsed.scheme == "file":
             text = parsed.path
         elif parsed.scheme and len(parsed.scheme) > 1:
@@ -98,6 +107,7 @@ class Location:
             secret_access_key=s3.secret_access_key if has_keys else None,
             session_token=s3.session_token if has_keys else None,
             anonymous=s3.anonymous or None,
+            # Without keys in any setting, Icechunk's own chain (an instance role, a container's credentials).
             from_env=None if has_keys or s3.anonymous else True,
             force_path_style=s3.force_path_style,
         )
@@ -113,7 +123,7 @@ class Location:
             "s3.access-key-id": s3.access_key_id,
             "s3.secret-access-key": s3.secret_access_key,
             "s3.session-token": s3.session_token,
-            "s3.force-virtual-addressing": "false" if s3.force_path_style or s3.endpoint_url else None,
+            "s3.force-virtual-addressing": "false" if s3.force_path_style else None,
             "s3.anonymous": "true" if s3.anonymous else None,
         }
         return {key: value for key, value in properties.items() if value is not None}
@@ -123,6 +133,49 @@ class Location:
         from pyiceberg.io.pyarrow import PyArrowFileIO
 
         return PyArrowFileIO(properties=self.file_io_properties())
+
+    def probe(self) -> None:
+        """Ask the store whether this root's bucket is there, as the table's client reaches it (one request).
+
+        A wrong endpoint, a missing bucket or refused credentials fail here in about a second, before anything
+        is written (Icechunk retries a refused connection for about half a minute before it gives up).
+
+        Raises:
+            StoreUnreachable: the bucket cannot be reached or does not exist; the message names the cause.
+        """
+        if self.is_local:
+            return
+        from pyarrow import fs
+
+        try:
+            found = self.file_io().fs_by_scheme("s3", self.bucket).get_file_info(self.bucket)
+        except OSError as error:
+            raise StoreUnreachable(self.unreachable(error)) from None
+        if found.type == fs.FileType.NotFound:
+            where = f" at {self.s3.endpoint_url}" if self.s3.endpoint_url else ""
+            raise StoreUnreachable(f"cannot reach {self.url}: bucket {self.bucket!r} does not exist{where}")
+
+    def unreachable(self, error: BaseException) -> str:
+        """One line saying why this root's store failed: its URL, the endpoint, and the client's first line."""
+        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        # PyArrow leads with the key it asked for, then says what went wrong after "AWS Error".
+        cause = cause.split("AWS Error ", 1)[-1]
+        where = f" (endpoint {self.s3.endpoint_url})" if self.s3.endpoint_url else ""
+        return f"cannot reach {self.url}{where}: {cause}"
+
+    def remove_contents(self) -> None:
+        """Delete everything floe keeps under this root (``arrays/`` and ``tables/``): ``floe init --force`` on a
+        half-made repository. The caller holds the mutation lock."""
+        if self.is_local:
+            for folder in (ARRAYS_DIR, TABLES_DIR):
+                shutil.rmtree(self.join(folder), ignore_errors=True)
+            return
+        filesystem = self.file_io().fs_by_scheme("s3", self.bucket)
+        for folder in (ARRAYS_DIR, TABLES_DIR):
+            try:
+                filesystem.delete_dir_contents(f"{self.bucket}/{self.prefix}/{folder}", missing_dir_ok=True)
+            except OSError as error:
+                raise StoreUnreachable(self.unreachable(error)) from None
 
     @contextlib.contextmanager
     def mutation_lock(self) -> Iterator[None]:

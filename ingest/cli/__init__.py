@@ -6,10 +6,10 @@ Exit status: 0 success, 1 error, 2 usage error, 3 some input was rejected
 Modules (each command is a thin shell over library calls):
 
 - ``_app``: the Typer application, global options, shared error rendering and consoles;
-- ``_ingest``: ``init``, ``ingest``, ``demo``;
+- ``_ingest``: ``ingest``, ``demo``;
 - ``_read``: ``export``, ``log``, ``tag``, ``branch``, ``refs``;
 - ``_changes``: ``delete``;
-- ``_lifecycle``: ``check``, ``gc``, ``replicate``, ``relocate``, ``optimize``;
+- ``_lifecycle``: ``init``, ``check``, ``gc``, ``replicate``, ``relocate``, ``optimize``;
 - ``_api``: ``serve``, ``search``, ``browser install``;
 - ``_interrupt``: Ctrl-C acts within seconds even inside a storage call (:func:`run` arms it).
 

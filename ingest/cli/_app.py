@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from ingest.config import Settings, load_settings
-from ingest.errors import FloeError
+from ingest.errors import FloeError, RepositoryExists, RepositoryNotFound
 from ingest.repository import Repository
 
 EXIT_ERROR = 1
@@ -80,6 +80,20 @@ def settings_of(ctx: typer.Context) -> Settings:
 
 def open_repository(ctx: typer.Context) -> Repository:
     return Repository.open(settings=settings_of(ctx))
+
+
+def open_or_create_repository(ctx: typer.Context) -> Repository:
+    """The repository at the root, created (or its stopped creation completed) where there is none; says so."""
+    try:
+        return open_repository(ctx)
+    except RepositoryNotFound:
+        pass
+    try:
+        repository = Repository.create(settings=settings_of(ctx))
+    except RepositoryExists:
+        return open_repository(ctx)  # another process created it meanwhile
+    stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
+    return repository
 
 
 @app.callback()

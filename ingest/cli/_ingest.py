@@ -1,4 +1,4 @@
-"""Commands that write: ``floe init``, ``floe ingest``, ``floe demo``."""
+"""Commands that write items: ``floe ingest``, ``floe demo``."""
 
 from __future__ import annotations
 
@@ -12,17 +12,16 @@ import typer
 from rich.markup import escape
 
 from ingest.cli._access import remote_access
-from ingest.cli._app import EXIT_REJECTED, app, fail, floe_errors, open_repository, progress_bar, settings_of, stderr
-from ingest.errors import RepositoryNotFound
-from ingest.repository import Repository
-
-
-@app.command()
-def init(ctx: typer.Context) -> None:
-    """Create an empty repository at the root (an Icechunk repository and an empty items table)."""
-    with floe_errors():
-        repository = Repository.create(settings=settings_of(ctx))
-    stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
+from ingest.cli._app import (
+    EXIT_REJECTED,
+    app,
+    fail,
+    floe_errors,
+    open_or_create_repository,
+    progress_bar,
+    settings_of,
+    stderr,
+)
 
 
 @contextmanager
@@ -322,11 +321,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         headers=header or [],
     )
     with _report_file(report) as sink, floe_errors(_INTERRUPTED):
-        try:
-            repository = open_repository(ctx)
-        except RepositoryNotFound:
-            repository = Repository.create(settings=settings_of(ctx))
-            stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
+        repository = open_or_create_repository(ctx)
         with _ingest_progress("ingest") as update:
             if workers == 0:
                 result = ingest_items(
@@ -467,10 +462,7 @@ def demo(
     with floe_errors():
         items = make_archive(archive, granules=granules, seed=0)
         stderr.print(f"wrote {len(items)} COG granules with STAC items to [bold]{archive}[/]")
-        try:
-            repository = open_repository(ctx)
-        except RepositoryNotFound:
-            repository = Repository.create(settings=settings_of(ctx))
+        repository = open_or_create_repository(ctx)
         with _ingest_progress("demo") as update:
             result = ingest_with_ray(repository, [archive], workers=workers, batch_size=10, progress=update)
         try:

@@ -1,4 +1,5 @@
-"""Lifecycle commands: ``floe check``, ``floe gc``, ``floe replicate``."""
+"""Lifecycle commands: ``floe init``, ``floe check``, ``floe gc``, ``floe replicate``, ``floe relocate``,
+``floe optimize``."""
 
 from __future__ import annotations
 
@@ -21,6 +22,32 @@ from ingest.cli._app import (
 )
 from ingest.config import S3Settings, Settings
 from ingest.errors import InvalidInput
+from ingest.repository import Repository
+
+
+@app.command()
+def init(
+    ctx: typer.Context,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help=(
+                "Where an earlier creation stopped (Icechunk's repository is there without floe's first commit), "
+                "remove what it wrote and start anew instead of completing it. A complete repository is never "
+                "removed."
+            ),
+        ),
+    ] = False,
+) -> None:
+    """Create an empty repository at the root (an Icechunk repository and an empty items table).
+
+    A root where an earlier creation stopped (a crash, a store that refused a write) is completed. Nothing is
+    written when the store cannot be reached or its bucket does not exist.
+    """
+    with floe_errors():
+        repository = Repository.create(settings=settings_of(ctx), force=force)
+    stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
 
 
 @app.command()

@@ -34,23 +34,25 @@ from ingest.remote import Buckets
 from ingest.repository._append import ManifestCache
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import (
-    AppliedChange,
-    Base,
     CommitMetadata,
-    TableChange,
-    commit_change,
     decode_pointer,
     encode_pointer,
     newest_cursors,
     pointer_of,
 )
 from ingest.repository._containers import allow_sources, authorizing, container_access, with_stored_config
+from ingest.repository._create import (
+    commit_first_version,
+    icechunk_repository,
+    reaching,
+    stack_config,
+)
 from ingest.repository._groups import ensure_groups
 from ingest.repository._layout import check_layout, kept_tiling, root_attributes
 from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
-from ingest.stac import SLOT, check_name, shown
+from ingest.stac import check_name, shown
 from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
@@ -105,40 +107,6 @@ class LogEntry:
         return document
 
 
-def stack_config(split: int) -> icechunk.RepositoryConfig:
-    """The Icechunk configuration of a new repository: manifests split every ``split`` slots of a stack.
-
-    A commit rewrites the manifest of every array it touches; split along the
-    slot axis, that is the newest split of each stack it appends to, so the
-    cost of a commit stays bounded by its granules, not by the stack's length.
-    """
-    config = icechunk.RepositoryConfig.default()
-    config.manifest = icechunk.ManifestConfig(
-        splitting=icechunk.ManifestSplittingConfig.from_dict(
-            {
-                icechunk.ManifestSplitCondition.path_matches(".*"): {
-                    icechunk.ManifestSplitDimCondition.DimensionName(f"^{SLOT}$"): split
-                }
-            }
-        )
-    )
-    return config
-
-
-class _InitialTable(TableChange):
-    """The first commit's table change: version 0 of an empty items table (written once, whatever the attempt)."""
-
-    def __init__(self, catalog: PointerCatalog, location: str) -> None:
-        self._catalog = catalog
-        self._location = location
-        self._metadata_location: str | None = None
-
-    def apply(self, base: Base) -> AppliedChange:
-        if self._metadata_location is None:
-            self._metadata_location = self._catalog.create_initial(self._location).metadata_location
-        return AppliedChange(self._metadata_location)
-
-
 class Repository:
     """A floe repository: an Icechunk repository whose commits carry the items table's pointer.
 
@@ -155,21 +123,35 @@ class Repository:
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
-    def create(cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> Repository:
-        """Create an empty repository at ``root``: the Icechunk repository and version 0 of the items table."""
+    def create(
+        cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None, *, force: bool = False
+    ) -> Repository:
+        """Create an empty repository at ``root``: the Icechunk repository and version 0 of the items table.
+
+        A root where an earlier creation stopped (Icechunk's repository is there, floe's first commit is not:
+        a crash, a store that refused the table's first file) is completed, or with ``force`` removed and
+        created anew.
+
+        Args:
+            root: a local path or ``s3://bucket/prefix`` (default: the configured root).
+            settings: floe's settings (default: :func:`~ingest.config.load_settings`).
+            force: replace a half-made repository instead of completing it (never a complete one).
+
+        Returns:
+            The repository, opened.
+
+        Raises:
+            RepositoryExists: a complete floe repository is at ``root`` (or another process completed it first).
+            StoreUnreachable: the store cannot be reached, or its bucket does not exist; nothing was written.
+            InvalidSettings: the S3 settings contradict each other; nothing was written.
+        """
         settings = settings or load_settings()
         location = Location.parse(root if root is not None else settings.root, settings)
         quiet_icechunk_logs()
-        storage = location.icechunk_storage()
-        with location.mutation_lock():
-            if icechunk.Repository.exists(storage):
-                raise RepositoryExists(f"a repository exists already at {location.url}")
-            repo = icechunk.Repository.create(storage, config=stack_config(settings.arrays.manifest_split))
+        repo = icechunk_repository(location, stack_config(settings.arrays.manifest_split), force=force)
+        fault_point("create.before_first_commit")
         self = cls(location, settings, repo)
-        session = repo.writable_session("main")
-        zarr.open_group(session.store, mode="a", attributes=root_attributes(settings))
-        initial = _InitialTable(self.catalog, location.join(TABLES_DIR, ITEMS_TABLE_DIR))
-        snapshot_id = commit_change(self, session, "main", "floe: initialize repository", initial).snapshot_id
+        snapshot_id = commit_first_version(self, root_attributes(settings), location.join(TABLES_DIR, ITEMS_TABLE_DIR))
         if settings.branch != "main":
             with location.mutation_lock():
                 repo.create_branch(check_ref_name(settings.branch), snapshot_id)
@@ -190,9 +172,11 @@ class Repository:
         location = Location.parse(root if root is not None else settings.root, settings)
         quiet_icechunk_logs()
         storage = location.icechunk_storage()
-        if not icechunk.Repository.exists(storage):
-            raise RepositoryNotFound(f"no floe repository at {location.url} (create one with `floe init`)")
-        repo = icechunk.Repository.open(storage)
+        with reaching(location):
+            if not icechunk.Repository.exists(storage):
+                location.probe()  # a missing bucket says so, rather than "no repository"
+                raise RepositoryNotFound(f"no floe repository at {location.url} (create one with `floe init`)")
+            repo = icechunk.Repository.open(storage)
         access = container_access(repo.config, *authorizing(settings))
         if access:
             # Virtual references read only through authorized containers.
@@ -250,7 +234,8 @@ class Repository:
         except zarr.errors.GroupNotFoundError:
             raise RepositoryNotFound(
                 f"no floe repository at {self.location.url} yet: Icechunk's is there without floe's first commit "
-                "(being created now, or its creation stopped; if nothing is creating it, remove it and `floe init`)"
+                "(being created now, or its creation stopped: `floe init` completes it, `floe init --force` "
+                "starts it anew)"
             ) from None
         self.settings = kept_tiling(root, self.settings, self.location.url)
         check_layout(root, self.location.url)

@@ -74,9 +74,10 @@ SCENARIO_POINTS: dict[str, tuple[str, ...]] = {
     "branch": ("ref.before_create", "ref.after_create"),
     "replicate": ("replicate.between_copies", "replicate.between_rewrites", "replicate.before_refs"),
 }
-OTHER_POINTS = ("reader.after_page",)
-"""Points whose process commits nothing: a search's page reader, whose death the ingest survives (reading on
-itself, tests/pipeline/test_search_lanes.py)."""
+OTHER_POINTS = ("reader.after_page", "create.before_first_commit")
+"""Points tried elsewhere: a search's page reader, whose death the ingest survives (reading on itself,
+tests/pipeline/test_search_lanes.py), and a new repository's creation, which `floe init` or an ingest completes
+(tests/repository/test_create.py)."""
 assert {point for points in SCENARIO_POINTS.values() for point in points} == set(POINTS) - set(OTHER_POINTS)
 COMMAND_TIMEOUT = 600.0
 

@@ -64,7 +64,7 @@ def test_every_fault_point_is_documented_and_tried():
     import ingest._faults
 
     assert all(point in (ingest._faults.__doc__ or "") for point in POINTS)
-    # The page reader's point is tried where its death is survived: tests/pipeline/test_search_lanes.py.
+    # The page reader's and the creation's points are tried in their own tests (OTHER_POINTS says where).
     stores = set(POINTS) - set(OTHER_POINTS)
     assert {point for points in SCENARIO_POINTS.values() for point in points} == stores
     assert {fault.partition(":")[0] for _, faults, _ in LOCAL_TRIALS for fault in faults} == stores
