@@ -171,6 +171,8 @@ class ApiSettings(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    # Processes `floe serve` answers from (one socket; each its own caches). Unset: the cores floe may use.
+    workers: int | None = Field(default=None, ge=1)
     # Largest page a search returns. A larger limit gets max_limit items (OGC API Features: "SHALL NOT result in
     # an error"), or, with refuse_over_limit, a 400 that says so.
     max_limit: int = Field(default=10_000, ge=1)

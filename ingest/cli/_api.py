@@ -35,8 +35,22 @@ def serve(
             ),
         ),
     ] = False,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            "-w",
+            min=1,
+            help=(
+                "Processes answering requests on one socket, so a heavy search does not hold up the others "
+                "(default: the cores floe may use; api.workers in the settings)."
+            ),
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the STAC API: the default branch at /, every branch, tag and snapshot at /refs/{ref}/."""
+    from ingest.api import default_workers
     from ingest.api import serve as run_server
 
     settings = settings_of(ctx)
@@ -46,15 +60,20 @@ def serve(
         repository = open_repository(ctx)
     host = host or settings.api.host
     port = settings.api.port if port is None else port
+    workers = workers or settings.api.workers or default_workers()
     writes = " (writes accepted with the write token)" if transactions else ""
-    stderr.print(f"serving {repository.location.url} at http://{host}:{port}/{writes} (Ctrl-C stops)", highlight=False)
+    processes = f" by {workers} worker processes" if workers > 1 else ""
+    stderr.print(
+        f"serving {repository.location.url} at http://{host}:{port}/{processes}{writes} (Ctrl-C stops)",
+        highlight=False,
+    )
     from ingest.api import browser_home, installed_build
 
     if installed_build(browser_home(settings)) is None:
         stderr.print("STAC Browser is not installed (`floe browser install`): /browser/ says how", highlight=False)
     else:
         stderr.print(f"STAC Browser at http://{host}:{port}/browser/ and /refs/{{ref}}/browser/", highlight=False)
-    run_server(repository, host, port, transactions=transactions)
+    run_server(repository, host, port, transactions=transactions, workers=workers)
 
 
 @app.command()
