@@ -105,17 +105,19 @@ def test_create_open_errors(tmp_path):
 
 def test_a_repository_whose_creation_stopped_before_floe_s_first_commit_is_not_one_yet(tmp_path, monkeypatch):
     # What another process sees while `floe init` (or a first `floe ingest`) is creating the repository.
-    from ingest.repository import _repo
+    from ingest.repository import _create
 
     def stopped(*_args, **_kwargs):
         raise RuntimeError("stopped before floe's first commit")
 
-    monkeypatch.setattr(_repo, "commit_change", stopped)
+    monkeypatch.setattr(_create, "commit_change", stopped)
     with pytest.raises(RuntimeError):
         Repository.create(tmp_path / "repo")
     monkeypatch.undo()
     with pytest.raises(RepositoryNotFound, match="without floe's first commit"):
         Repository.open(tmp_path / "repo")
+    # Creating again completes it (tests/repository/test_create.py kills a real `floe init` there).
+    assert [entry.message for entry in Repository.create(tmp_path / "repo").log()] == ["floe: initialize repository"]
 
 
 @pytest.mark.s3
