@@ -13,11 +13,13 @@ import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
@@ -25,6 +27,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from ingest.api._prune import FileStats
+from ingest.repository import data_fragment
 
 DEFAULT_CACHE_MB = 256
 SNAPSHOT_CACHE_SIZE = 64
@@ -43,14 +46,18 @@ class FileLayout:
     metadata: pq.FileMetaData
     starts: np.ndarray
     """The first row of each row group, then the number of rows."""
+    fragment: ds.ParquetFileFragment
+    """The file, its footer read: reads of its row groups start with their bytes."""
     _bounds: BoxBounds | None = None
 
     @classmethod
-    def of(cls, parquet: pq.ParquetFile) -> FileLayout:
-        metadata = parquet.metadata
+    def of(cls, fragment: ds.ParquetFileFragment) -> FileLayout:
+        fragment.ensure_complete_metadata()
+        metadata = fragment.metadata
         sizes = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
-        schema = parquet.schema_arrow
-        return cls(schema, list(schema.names), metadata, np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]))
+        schema = fragment.physical_schema
+        starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        return cls(schema, list(schema.names), metadata, starts, fragment)
 
     @property
     def num_rows(self) -> int:
@@ -81,6 +88,10 @@ class _Piece:
 
 LAYOUTS_KEPT = 8192
 """Footers kept (a compacted file's is about 24 KB): enough for every file of a ten-million-item table."""
+SIZES_KEPT = 8 * LAYOUTS_KEPT
+"""Data-file sizes kept (a path and a number each), learned from the snapshots searched."""
+READS_AT_ONCE = 16
+"""Footers one search reads at once."""
 
 
 class ColumnCache:
@@ -90,6 +101,7 @@ class ColumnCache:
         self.io = io
         self.max_bytes = max_bytes
         self._layouts: OrderedDict[str, FileLayout] = OrderedDict()
+        self._sizes: OrderedDict[str, int] = OrderedDict()
         self._pieces: OrderedDict[tuple[str, int], _Piece] = OrderedDict()
         self._cached_bytes = 0
         self._lock = threading.Lock()
@@ -100,6 +112,25 @@ class ColumnCache:
         with self._lock:
             return self._cached_bytes
 
+    def know(self, files: Sequence[DataFile]) -> None:
+        """Learn the sizes of ``files`` (their manifests record them), so that reading one asks the store no
+        size first (see ``ingest.repository.data_fragment``)."""
+        with self._lock:
+            for data_file in files:
+                self._sizes[data_file.file_path] = data_file.file_size_in_bytes
+                self._sizes.move_to_end(data_file.file_path)
+            while len(self._sizes) > SIZES_KEPT:
+                self._sizes.popitem(last=False)
+
+    def prefetch(self, paths: Sequence[str]) -> None:
+        """Read the footers of those of ``paths`` not read yet, ``READS_AT_ONCE`` at a time (a search about to
+        read them one after another would otherwise wait a round trip for each)."""
+        with self._lock:
+            missing = [path for path in dict.fromkeys(paths) if path not in self._layouts]
+        if len(missing) > 1:
+            with ThreadPoolExecutor(min(READS_AT_ONCE, len(missing)), thread_name_prefix="floe-footers") as pool:
+                list(pool.map(self.layout, missing))
+
     def layout(self, path: str) -> FileLayout:
         """A data file's columns and row groups (its footer, read once)."""
         with self._lock:
@@ -107,7 +138,10 @@ class ColumnCache:
             if known is not None:
                 self._layouts.move_to_end(path)
                 return known
-        made = FileLayout.of(pq.ParquetFile(self.io.new_input(path).open()))
+            size = self._sizes.get(path)
+        if size is None:
+            size = len(self.io.new_input(path))  # a file of no known snapshot: ask the store
+        made = FileLayout.of(data_fragment(self.io, path, size))
         with self._lock:
             self._layouts[path] = made
             while len(self._layouts) > LAYOUTS_KEPT:
@@ -130,9 +164,9 @@ class ColumnCache:
         missing = [position for position, piece in enumerate(pieces) if any(name not in piece for name in wanted)]
         if missing:
             missing_names = [name for name in wanted if any(name not in pieces[position] for position in missing)]
-            parquet = pq.ParquetFile(self.io.new_input(path).open(), metadata=layout.metadata)
-            # One thread per request: the server runs requests side by side already.
-            table = parquet.read_row_groups([groups[p] for p in missing], columns=missing_names, use_threads=False)
+            # One thread per request: the server runs requests side by side already. Groups are in ascending order.
+            part = layout.fragment.subset(row_group_ids=[groups[p] for p in missing])
+            table = part.to_table(columns=missing_names, use_threads=False)
             offset = 0
             for position in missing:
                 group = groups[position]

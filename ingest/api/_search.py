@@ -30,6 +30,7 @@ import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cql2
@@ -58,6 +59,8 @@ ID_INDEXES_KEPT = 2
 """Versions whose id index a server keeps (at ten million items, 160 MB each)."""
 _POSITION = (FILE_INDEX, ROW_NUMBER)
 """Columns searches add to rows read (which file, which row): never part of an item."""
+FOOTERS_AHEAD = 16
+"""Candidate files whose footers a search reads together (and, by ids, whose rows), before it reads the first."""
 _IDS_CHUNK_FILES = 64
 """Files a search by ids gathers rows from before it filters them together."""
 
@@ -108,6 +111,7 @@ class SearchEngine:
         table = self.repository.catalog.load_at(location)
         schema = table.schema()
         files = sorted((task.file for task in table.scan().plan_files()), key=lambda data_file: data_file.file_path)
+        self.columns.know(files)
         return SnapshotState(
             snapshot_id=snapshot_id,
             table=table,
@@ -270,7 +274,8 @@ class SearchEngine:
             if found is not None:
                 self._id_indexes.move_to_end(state.snapshot_id)
                 return found
-        made = IdIndex.build(self.repository.io, state.files)
+        # Through the column cache: the footers it reads serve the search's row reads, and the ids stay decoded.
+        made = IdIndex.build(state.files, lambda data_file: self.columns.read(data_file.file_path, ["id"]).column("id"))
         with self._id_lock:
             self._id_indexes[state.snapshot_id] = made
             while len(self._id_indexes) > ID_INDEXES_KEPT:
@@ -320,6 +325,19 @@ class SearchEngine:
     def _rows(self, path: str, rows: np.ndarray) -> pa.Table:
         """The full rows at ``rows`` (sorted row numbers) of one file: only the row groups holding them are read."""
         return self.columns.rows(path, rows)
+
+    def _rows_of_files(self, wanted: list[tuple[int, str, np.ndarray]]) -> list[tuple[int, pa.Table]]:
+        """(file index, its numbered rows) for each (file index, path, sorted row numbers) of ``wanted``, the files
+        read ``FOOTERS_AHEAD`` at a time (rows of different files are different requests: they overlap)."""
+
+        def read(entry: tuple[int, str, np.ndarray]) -> tuple[int, pa.Table]:
+            index, path, rows = entry
+            return index, self.columns.rows(path, rows, numbered=True)
+
+        if len(wanted) <= 1:
+            return [read(entry) for entry in wanted]
+        with ThreadPoolExecutor(min(FOOTERS_AHEAD, len(wanted)), thread_name_prefix="floe-rows") as pool:
+            return list(pool.map(read, wanted))
 
     def _items(self, snapshot_id: str, table: pa.Table) -> list[dict[str, Any]]:
         return [served_arrays_asset(item, self.arrays_url, snapshot_id) for item in arrow_to_items(table)]
@@ -404,7 +422,7 @@ class SearchEngine:
         pending: list[pa.Table] = []
         held = 0
         start_file, start_row = position
-        for index, data_file, test in self._candidates(state, plan, tests, start_file):
+        for index, data_file, test in self._footers_ahead(self._candidates(state, plan, tests, start_file)):
             first_row = start_row if index == start_file else 0
             rows = self._matching_row_numbers(state, plan, test, index, first_row)
             if len(rows) == 0:
@@ -427,6 +445,15 @@ class SearchEngine:
         found.extend(self._items_of(state.snapshot_id, pending))
         return SearchPage(found, state.snapshot_id)
 
+    def _footers_ahead(
+        self, candidates: Iterator[tuple[int, DataFile, RowTest]]
+    ) -> Iterator[tuple[int, DataFile, RowTest]]:
+        """``candidates``, the footers of each next ``FOOTERS_AHEAD`` read together before the first is read (one by
+        one, each would wait a round trip on object storage)."""
+        while window := list(itertools.islice(candidates, FOOTERS_AHEAD)):
+            self.columns.prefetch([data_file.file_path for _, data_file, _ in window])
+            yield from window
+
     def _ids_page(
         self, state: SnapshotState, plan: SearchPlan, tests: RowTests, position: tuple[int, int]
     ) -> SearchPage:
@@ -448,16 +475,17 @@ class SearchEngine:
             chunk = list(itertools.islice(candidates, _IDS_CHUNK_FILES))
             if not chunk:
                 break
-            gathered: list[pa.Table] = []
+            wanted: list[tuple[int, str, np.ndarray]] = []
             for index, data_file, _ in chunk:
                 rows = self._rows_named(state, plan, index)
                 if index == start_file:
                     rows = rows[rows >= start_row]
                 if len(rows):
-                    table = self.columns.rows(data_file.file_path, rows, numbered=True)
-                    gathered.append(
-                        table.append_column(FILE_INDEX, pa.array(np.full(len(rows), index, dtype=np.int64)))
-                    )
+                    wanted.append((index, data_file.file_path, rows))
+            gathered = [
+                table.append_column(FILE_INDEX, pa.array(np.full(table.num_rows, index, dtype=np.int64)))
+                for index, table in self._rows_of_files(wanted)
+            ]
             for table in _runs_of_one_schema(gathered):
                 passed = self._passing(test, table)
                 matched.append(passed)

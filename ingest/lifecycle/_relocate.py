@@ -159,6 +159,7 @@ class _Relocation:
 
     def verify(self) -> None:
         """Step 5: every ref's files read back, under this root."""
+        self.repository.catalog.forget_metadata()  # what this process read before step 3 rewrote it in place
         problems = check(self.repository, all_refs=True)
         if problems:
             shown = "; ".join(str(problem) for problem in problems[:10])

@@ -22,6 +22,7 @@ from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import SOURCE_CURSORS, AppliedChange, Base, CommitMetadata, TableChange, commit_change
 from ingest.repository._keys import IdIndex, id_hashes
 from ingest.repository._optimize import OptimizeResult
+from ingest.repository._read import data_fragment
 from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
 from ingest.repository._view import View
 from ingest.repository._writer import CommitResult, Writer
@@ -43,5 +44,6 @@ __all__ = [
     "Writer",
     "check_ref_name",
     "commit_change",
+    "data_fragment",
     "id_hashes",
 ]

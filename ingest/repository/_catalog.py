@@ -10,6 +10,8 @@ its location (see :mod:`ingest.repository._commit`).
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -26,6 +28,8 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.transforms import Transform
 
 TABLE_IDENTIFIER = ("floe", "items")
+METADATA_KEPT = 64
+"""Table versions (parsed metadata.json files) a catalog keeps in memory."""
 DEFAULT_NAME_MAPPING = "schema.name-mapping.default"
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / "items.json"
 
@@ -94,6 +98,9 @@ class PointerCatalog(MetastoreCatalog):
         super().__init__("floe", **io.properties)
         self._io = io
         self._snapshot_log = snapshot_log
+        # A metadata.json is written once under a new name and never changed: each is read once per process.
+        self._metadata: OrderedDict[str, TableMetadata] = OrderedDict()
+        self._metadata_lock = threading.Lock()
 
     @property
     def io(self) -> FileIO:
@@ -103,9 +110,23 @@ class PointerCatalog(MetastoreCatalog):
         return self._io
 
     def load_at(self, metadata_location: str) -> Table:
-        """The table as recorded in ``metadata_location``."""
-        metadata = FromInputFile.table_metadata(self._io.new_input(metadata_location))
+        """The table as recorded in ``metadata_location`` (read once: metadata files never change)."""
+        with self._metadata_lock:
+            metadata = self._metadata.get(metadata_location)
+            if metadata is not None:
+                self._metadata.move_to_end(metadata_location)
+        if metadata is None:
+            metadata = FromInputFile.table_metadata(self._io.new_input(metadata_location))
+            with self._metadata_lock:
+                self._metadata[metadata_location] = metadata
+                while len(self._metadata) > METADATA_KEPT:
+                    self._metadata.popitem(last=False)
         return Table(TABLE_IDENTIFIER, metadata, metadata_location, self._io, self)
+
+    def forget_metadata(self) -> None:
+        """Drop the metadata files read so far: ``floe relocate`` rewrites them in place (nothing else does)."""
+        with self._metadata_lock:
+            self._metadata.clear()
 
     def create_initial(self, location: str, definition_path: Path | None = None) -> Table:
         """Write version 0 of a new, empty items table under ``location`` (as ``schemas/items.json`` defines it)."""

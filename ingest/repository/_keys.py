@@ -22,12 +22,18 @@ partitions hold; a search by ids may reach every file of the table.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import pyarrow.parquet as pq
+import pyarrow as pa
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
+
+from ingest.repository._read import read_column
+
+READS_AT_ONCE = 16
+"""Data files whose ids one index build reads at once (their requests overlap; the CPU work stays small)."""
 
 
 def id_hashes(ids: Iterable[str]) -> np.ndarray:
@@ -63,9 +69,7 @@ class KeyIndex:
         with self._lock:
             cached = self._files.get(path)
         if cached is None:
-            with self.io.new_input(path).open() as stream:
-                ids = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
-            cached = _FileIds(ids)
+            cached = _FileIds(read_column(self.io, data_file, "id").to_pylist())
             with self._lock:
                 self._files[path] = cached
         return cached
@@ -105,15 +109,18 @@ class IdIndex:
         self.hashes, self.files, self.rows = hashes, files, rows
 
     @classmethod
-    def build(cls, io: FileIO, data_files: list[DataFile]) -> IdIndex:
-        """Read the ids of ``data_files`` (file numbers are positions in that list)."""
+    def build(cls, data_files: list[DataFile], read_ids: Callable[[DataFile], pa.ChunkedArray]) -> IdIndex:
+        """The ids of ``data_files`` as ``read_ids`` reads them (file numbers are positions in that list),
+        ``READS_AT_ONCE`` files at a time: on object storage each file is a round trip or two, and a table's
+        files are hundreds."""
         parts, owners, numbers = [], [], []
-        for position, data_file in enumerate(data_files):
-            with io.new_input(data_file.file_path).open() as stream:
-                ids = pq.read_table(stream, columns=["id"]).column("id").to_pylist()
-            parts.append(np.fromiter((hash(item_id) for item_id in ids), dtype=np.int64, count=len(ids)))
-            owners.append(np.full(len(ids), position, dtype=np.int32))
-            numbers.append(np.arange(len(ids), dtype=np.int32))
+        with ThreadPoolExecutor(READS_AT_ONCE, thread_name_prefix="floe-ids") as pool:
+            columns = pool.map(read_ids, data_files)
+            for position, column in enumerate(columns):
+                ids = column.to_pylist()
+                parts.append(np.fromiter((hash(item_id) for item_id in ids), dtype=np.int64, count=len(ids)))
+                owners.append(np.full(len(ids), position, dtype=np.int32))
+                numbers.append(np.arange(len(ids), dtype=np.int32))
         if not parts:
             empty = np.empty(0, dtype=np.int64)
             return cls(empty, empty.astype(np.int32), empty.astype(np.int32))

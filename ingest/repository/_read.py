@@ -1,4 +1,12 @@
-"""Reading the items table's rows: Iceberg plans, floe reads its own GeoParquet files by name."""
+"""Reading the items table's rows: Iceberg plans, floe reads its own GeoParquet files by name.
+
+A data file is opened by its size (:func:`data_fragment`), which its manifest
+entry records: PyIceberg's FileIO asks the store for the size first (a
+``HEAD`` on S3, a round trip before any byte is read). Reads of several
+columns are pre-buffered: Arrow coalesces the byte ranges of the column
+chunks a read needs into few requests and issues them together, where a
+plain Parquet read asks for each column chunk in turn.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +14,43 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.expressions.parser import parse
 from pyiceberg.expressions.visitors import bind, extract_field_ids
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import expression_to_pyarrow, schema_to_pyarrow
+from pyiceberg.io.pyarrow import PyArrowFileIO, expression_to_pyarrow, schema_to_pyarrow
+from pyiceberg.manifest import DataFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 BATCH_ROWS = 8192
+_PARQUET = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True))
+
+
+def data_fragment(io: FileIO, location: str, size: int) -> ds.ParquetFileFragment:
+    """The data file at ``location``, of ``size`` bytes, ready to read its footer and row groups without a HEAD.
+
+    Args:
+        io: the table's FileIO (a PyArrow one: its filesystem reads the file).
+        location: the file's absolute location.
+        size: its size in bytes (``DataFile.file_size_in_bytes``).
+
+    Returns:
+        A fragment whose ``metadata`` (the footer, one ranged GET) and
+        ``subset(row_group_ids=...).to_table(columns=...)`` read the file.
+    """
+    if not isinstance(io, PyArrowFileIO):
+        raise TypeError(f"floe reads data files through PyArrow's FileIO, not {type(io).__name__}")
+    scheme, netloc, path = PyArrowFileIO.parse_location(location)
+    return _PARQUET.make_fragment(path, filesystem=io.fs_by_scheme(scheme, netloc), file_size=size)
+
+
+def read_column(io: FileIO, data_file: DataFile, name: str) -> pa.ChunkedArray:
+    """Column ``name`` of a whole data file (the footer, then its chunks in coalesced reads)."""
+    fragment = data_fragment(io, data_file.file_path, data_file.file_size_in_bytes)
+    return fragment.to_table(columns=[name], use_threads=False).column(name)
 
 
 def read_batches(

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.io import InputFile
+from pyarrow import fs
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from ingest.api._cache import ROW_NUMBER, ColumnCache, SnapshotCache, SnapshotState
@@ -20,16 +20,57 @@ def _write(path: Path, rows: int, row_group_size: int | None = None) -> str:
     return str(path)
 
 
+class _CountingFiles(fs.FileSystemHandler):
+    """The local file system, noting each file opened for reading (the cache reads through a filesystem)."""
+
+    def __init__(self, opened: list[str]) -> None:
+        self.local = fs.LocalFileSystem()
+        self.opened = opened
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    def __ne__(self, other: object) -> bool:
+        return other is not self
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def get_type_name(self) -> str:
+        return "counting-local"
+
+    def normalize_path(self, path: str) -> str:
+        return self.local.normalize_path(path)
+
+    def get_file_info(self, paths: list[str]) -> list[fs.FileInfo]:
+        return self.local.get_file_info(paths)
+
+    def get_file_info_selector(self, selector: fs.FileSelector) -> list[fs.FileInfo]:
+        return self.local.get_file_info(selector)
+
+    def open_input_file(self, path: str) -> pa.NativeFile:
+        self.opened.append(path)
+        return self.local.open_input_file(path)
+
+    def open_input_stream(self, path: str) -> pa.NativeFile:
+        self.opened.append(path)
+        return self.local.open_input_stream(path)
+
+    def create_dir(self, path, recursive):  # not used by reads
+        raise NotImplementedError
+
+    delete_dir = delete_dir_contents = delete_root_dir_contents = delete_file = move = copy_file = create_dir
+    open_output_stream = open_append_stream = create_dir
+
+
 class _CountingIO(PyArrowFileIO):
     """Local files, counting how many times each is opened."""
 
     def __init__(self) -> None:
         super().__init__()
         self.opened: list[str] = []
-
-    def new_input(self, location: str) -> InputFile:
-        self.opened.append(location)
-        return super().new_input(location)
+        counting = fs.PyFileSystem(_CountingFiles(self.opened))
+        self.fs_by_scheme = lambda scheme, netloc: counting
 
 
 def test_columns_are_decoded_once_and_only_those_asked_for(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
 from ingest.repository import IdIndex, id_hashes
+from ingest.repository._read import read_column
 
 
 def _file(path: Path, ids: list[str]) -> DataFile:
@@ -30,12 +31,13 @@ def test_every_row_holding_a_named_id_is_found_in_every_file(tmp_path: Path) -> 
         _file(tmp_path / "b.parquet", []),
         _file(tmp_path / "c.parquet", ["q", "x", "w"]),
     ]
-    index = IdIndex.build(PyArrowFileIO(), files)
+    io = PyArrowFileIO()
+    index = IdIndex.build(files, lambda data_file: read_column(io, data_file, "id"))
     found = index.locate(id_hashes(["y", "x", "absent"]))
     assert {file: rows.tolist() for file, rows in found.items()} == {0: [0, 1, 3], 2: [1]}
     assert index.locate(id_hashes(["absent"])) == {}
     assert index.locate(id_hashes([])) == {}
-    assert IdIndex.build(PyArrowFileIO(), []).locate(id_hashes(["x"])) == {}
+    assert IdIndex.build([], lambda data_file: read_column(io, data_file, "id")).locate(id_hashes(["x"])) == {}
 
 
 def test_rows_of_one_hash_in_many_files_come_back_sorted_per_file() -> None:

@@ -7,6 +7,8 @@ from collections import Counter
 import pytest
 
 from ingest import Repository
+from ingest.repository import _keys
+from ingest.repository._read import read_column
 from tests.conftest import make_item
 
 
@@ -109,6 +111,12 @@ def test_lookups_read_only_the_files_that_hold_a_key_once_their_keys_are_known(r
             return new_input(location)
 
         monkeypatch.setattr(repository.io, "new_input", counted)
+
+        def counted_column(io, data_file, name):
+            opened.append(data_file.file_path)  # the key index reads ids by the file's size, not through new_input
+            return read_column(io, data_file, name)
+
+        monkeypatch.setattr(_keys, "read_column", counted_column)
 
     counting(repo)
     assert repo.writer().stored_items([("c", "T05-new")]) == {}
