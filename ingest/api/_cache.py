@@ -171,7 +171,8 @@ class ColumnCache:
             for position in missing:
                 group = groups[position]
                 size = int(layout.starts[group + 1] - layout.starts[group])
-                pieces[position] = self._keep((path, group), table.slice(offset, size))
+                # What this read saw cached stays in its answer even if another thread dropped the entry since.
+                pieces[position] = {**pieces[position], **self._keep((path, group), table.slice(offset, size))}
                 offset += size
         if pieces:
             columns = {
@@ -188,6 +189,10 @@ class ColumnCache:
             [pa.array(np.concatenate(numbers) if numbers else np.empty(0, dtype=np.int64))]
         )
         return pa.table(columns)
+
+    def whole_column(self, path: str, name: str) -> pa.ChunkedArray:
+        """Column ``name`` of every row of a file, not kept (an index made from it is): the footer is shared."""
+        return self.layout(path).fragment.to_table(columns=[name], use_threads=False).column(name)
 
     def rows(self, path: str, rows: np.ndarray, *, numbered: bool = False) -> pa.Table:
         """Every column of the rows numbered ``rows`` (sorted) of one file: only their row groups are read.

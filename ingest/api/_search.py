@@ -29,9 +29,9 @@ import dataclasses
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import cql2
 import numpy as np
@@ -59,8 +59,10 @@ ID_INDEXES_KEPT = 2
 """Versions whose id index a server keeps (at ten million items, 160 MB each)."""
 _POSITION = (FILE_INDEX, ROW_NUMBER)
 """Columns searches add to rows read (which file, which row): never part of an item."""
-FOOTERS_AHEAD = 16
-"""Candidate files whose footers a search reads together (and, by ids, whose rows), before it reads the first."""
+FILES_AT_ONCE = 16
+"""Candidate files a search reads together (footers, filter columns, rows), before it uses the first."""
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 _IDS_CHUNK_FILES = 64
 """Files a search by ids gathers rows from before it filters them together."""
 
@@ -96,9 +98,8 @@ class SearchEngine:
         cached = self._tags.get(ref)
         if cached is not None:
             return cached
-        snapshot_id = self.repository.resolve(ref)
-        name = ref.split(":", 1)[1] if ref.startswith(("tag:", "snapshot:", "branch:")) else ref
-        if not ref.startswith("branch:") and name not in self.repository.icechunk.list_branches():
+        kind, snapshot_id = self.repository.resolve_ref(ref)
+        if kind != "branch":
             self._tags[ref] = snapshot_id
         return snapshot_id
 
@@ -274,8 +275,8 @@ class SearchEngine:
             if found is not None:
                 self._id_indexes.move_to_end(state.snapshot_id)
                 return found
-        # Through the column cache: the footers it reads serve the search's row reads, and the ids stay decoded.
-        made = IdIndex.build(state.files, lambda data_file: self.columns.read(data_file.file_path, ["id"]).column("id"))
+        # The footers the index build reads serve the search's row reads after it.
+        made = IdIndex.build(state.files, lambda data_file: self.columns.whole_column(data_file.file_path, "id"))
         with self._id_lock:
             self._id_indexes[state.snapshot_id] = made
             while len(self._id_indexes) > ID_INDEXES_KEPT:
@@ -326,18 +327,26 @@ class SearchEngine:
         """The full rows at ``rows`` (sorted row numbers) of one file: only the row groups holding them are read."""
         return self.columns.rows(path, rows)
 
-    def _rows_of_files(self, wanted: list[tuple[int, str, np.ndarray]]) -> list[tuple[int, pa.Table]]:
-        """(file index, its numbered rows) for each (file index, path, sorted row numbers) of ``wanted``, the files
-        read ``FOOTERS_AHEAD`` at a time (rows of different files are different requests: they overlap)."""
+    def _rows_of_files(
+        self, wanted: list[tuple[int, str, np.ndarray]], *, numbered: bool = True
+    ) -> list[tuple[int, pa.Table]]:
+        """(file index, its rows) for each (file index, path, sorted row numbers) of ``wanted``, in that order, the
+        files read together (rows of different files are different requests: they overlap)."""
 
         def read(entry: tuple[int, str, np.ndarray]) -> tuple[int, pa.Table]:
             index, path, rows = entry
-            return index, self.columns.rows(path, rows, numbered=True)
+            return index, self.columns.rows(path, rows, numbered=numbered)
 
-        if len(wanted) <= 1:
-            return [read(entry) for entry in wanted]
-        with ThreadPoolExecutor(min(FOOTERS_AHEAD, len(wanted)), thread_name_prefix="floe-rows") as pool:
-            return list(pool.map(read, wanted))
+        return self._overlapped(read, wanted)
+
+    @staticmethod
+    def _overlapped(work: Callable[[_In], _Out], entries: list[_In]) -> list[_Out]:
+        """``work`` of each entry, in order, up to ``FILES_AT_ONCE`` at once (their reads overlap; Arrow's and the
+        store's I/O leave the GIL)."""
+        if len(entries) <= 1:
+            return [work(entry) for entry in entries]
+        with ThreadPoolExecutor(min(FILES_AT_ONCE, len(entries)), thread_name_prefix="floe-reads") as pool:
+            return list(pool.map(work, entries))
 
     def _items(self, snapshot_id: str, table: pa.Table) -> list[dict[str, Any]]:
         return [served_arrays_asset(item, self.arrays_url, snapshot_id) for item in arrow_to_items(table)]
@@ -413,7 +422,13 @@ class SearchEngine:
         return total
 
     def _page(self, state: SnapshotState, plan: SearchPlan, position: tuple[int, int]) -> SearchPage:
-        """The next page of an unsorted search, in file order from ``position`` (a file index and a row)."""
+        """The next page of an unsorted search, in file order from ``position`` (a file index and a row).
+
+        Candidates are taken in windows, 2 files, then twice as many each time up to ``FILES_AT_ONCE``: their
+        footers, then their filter columns, then the rows the page takes of them are read together (on object
+        storage each is a round trip; one after another, a page crossing many files waits for each), then used
+        in file order as one file at a time would be. A page that fills in its first file reads one more.
+        """
         tests = self._row_tests(state, plan)
         if plan.id_hashes is not None and plan.residual is None and not plan.filtered_properties:
             return self._ids_page(state, plan, tests, position)
@@ -422,37 +437,54 @@ class SearchEngine:
         pending: list[pa.Table] = []
         held = 0
         start_file, start_row = position
-        for index, data_file, test in self._footers_ahead(self._candidates(state, plan, tests, start_file)):
-            first_row = start_row if index == start_file else 0
-            rows = self._matching_row_numbers(state, plan, test, index, first_row)
-            if len(rows) == 0:
-                continue
-            path = data_file.file_path
-            if test.residual is not None:
-                found.extend(self._items_of(state.snapshot_id, pending))
-                pending, held = [], 0
-                next_row = self._add_residual_matches(state, test.residual, path, rows, found=found, limit=plan.limit)
-                if next_row is not None:
-                    return self._finish(state, plan, tests, found, index, next_row, None)
-                continue
-            wanted = plan.limit - len(found) - held
-            taken = rows[:wanted]
-            pending.append(self._rows(path, taken))
-            held += len(taken)
-            if len(found) + held >= plan.limit:
-                found.extend(self._items_of(state.snapshot_id, pending))
-                return self._finish(state, plan, tests, found, index, int(taken[-1]) + 1, len(rows) > wanted)
+        candidates = self._candidates(state, plan, tests, start_file)
+        size = 2
+        while window := list(itertools.islice(candidates, size)):
+            size = min(2 * size, FILES_AT_ONCE)
+            takes: list[tuple[int, str, np.ndarray]] = []
+            for index, data_file, test, rows in self._matched_in(state, plan, window, start_file, start_row):
+                if len(rows) == 0:
+                    continue
+                path = data_file.file_path
+                if test.residual is not None:
+                    pending.extend(table for _, table in self._rows_of_files(takes, numbered=False))
+                    found.extend(self._items_of(state.snapshot_id, pending))
+                    takes, pending, held = [], [], 0
+                    next_row = self._add_residual_matches(
+                        state, test.residual, path, rows, found=found, limit=plan.limit
+                    )
+                    if next_row is not None:
+                        return self._finish(state, plan, tests, found, index, next_row, None)
+                    continue
+                wanted = plan.limit - len(found) - held
+                taken = rows[:wanted]
+                takes.append((index, path, taken))
+                held += len(taken)
+                if len(found) + held >= plan.limit:
+                    pending.extend(table for _, table in self._rows_of_files(takes, numbered=False))
+                    found.extend(self._items_of(state.snapshot_id, pending))
+                    return self._finish(state, plan, tests, found, index, int(taken[-1]) + 1, len(rows) > wanted)
+            pending.extend(table for _, table in self._rows_of_files(takes, numbered=False))
         found.extend(self._items_of(state.snapshot_id, pending))
         return SearchPage(found, state.snapshot_id)
 
-    def _footers_ahead(
-        self, candidates: Iterator[tuple[int, DataFile, RowTest]]
-    ) -> Iterator[tuple[int, DataFile, RowTest]]:
-        """``candidates``, the footers of each next ``FOOTERS_AHEAD`` read together before the first is read (one by
-        one, each would wait a round trip on object storage)."""
-        while window := list(itertools.islice(candidates, FOOTERS_AHEAD)):
-            self.columns.prefetch([data_file.file_path for _, data_file, _ in window])
-            yield from window
+    def _matched_in(
+        self,
+        state: SnapshotState,
+        plan: SearchPlan,
+        window: list[tuple[int, DataFile, RowTest]],
+        start_file: int,
+        start_row: int,
+    ) -> list[tuple[int, DataFile, RowTest, np.ndarray]]:
+        """Each candidate of ``window`` with the numbers of its rows that pass its test, the files read together."""
+        self.columns.prefetch([data_file.file_path for _, data_file, _ in window])
+
+        def matched(candidate: tuple[int, DataFile, RowTest]) -> tuple[int, DataFile, RowTest, np.ndarray]:
+            index, data_file, test = candidate
+            first_row = start_row if index == start_file else 0
+            return index, data_file, test, self._matching_row_numbers(state, plan, test, index, first_row)
+
+        return self._overlapped(matched, window)
 
     def _ids_page(
         self, state: SnapshotState, plan: SearchPlan, tests: RowTests, position: tuple[int, int]

@@ -182,9 +182,9 @@ class Repository:
             # Virtual references read only through authorized containers.
             repo = repo.reopen(authorize_virtual_chunk_access=access)
         repository = cls(location, settings, repo)
-        repository.check_layout()
+        main_tip = repository.check_layout()
         if not moved_ok:
-            repository.check_rooted()
+            repository.check_rooted(main_tip)  # the tip check_layout read: no second look-up
         return repository
 
     @classmethod
@@ -218,17 +218,19 @@ class Repository:
         branches = sorted(self.icechunk.list_branches())
         return "main" if "main" in branches else branches[0]
 
-    def recorded_table_location(self) -> str:
-        """The table location the metadata of the sentinel branch's tip records (see :meth:`check_rooted`)."""
-        return self.table_at(self.icechunk.lookup_branch(self.sentinel_branch())).location().rstrip("/")
+    def recorded_table_location(self, main_tip: str | None = None) -> str:
+        """The table location the metadata of the sentinel branch's tip records (see :meth:`check_rooted`);
+        ``main_tip``: the tip of ``main``, when the caller has just read it (the sentinel then)."""
+        tip = main_tip if main_tip is not None else self.icechunk.lookup_branch(self.sentinel_branch())
+        return self.table_at(tip).location().rstrip("/")
 
-    def check_layout(self) -> None:
+    def check_layout(self) -> str | None:
         """Refuse a repository whose arrays an earlier floe laid out otherwise, and write with the tiling it was
-        created with (both read at ``main``'s tip; see ``_layout.py``)."""
+        created with (both read at ``main``'s tip; see ``_layout.py``). Returns that tip (None: no ``main``)."""
         try:
             session = self.icechunk.readonly_session(branch="main")
         except icechunk.IcechunkError:
-            return  # no main branch: nothing written by floe's first commit to look at
+            return None  # no main branch: nothing written by floe's first commit to look at
         try:
             root = zarr.open_group(session.store, mode="r")
         except zarr.errors.GroupNotFoundError:
@@ -239,8 +241,9 @@ class Repository:
             ) from None
         self.settings = kept_tiling(root, self.settings, self.location.url)
         check_layout(root, self.location.url)
+        return session.snapshot_id
 
-    def check_rooted(self) -> None:
+    def check_rooted(self, main_tip: str | None = None) -> None:
         """Raise ``RepositoryMoved`` if the table metadata names another root than this one.
 
         Iceberg metadata holds absolute locations; Icechunk's objects and floe's
@@ -250,7 +253,7 @@ class Repository:
         One metadata.json tells: the tip of ``main`` (or of the first branch),
         which ``floe relocate`` rewrites last of all.
         """
-        recorded = self.recorded_table_location()
+        recorded = self.recorded_table_location(main_tip)
         if recorded == self.table_location:
             return
         suffix = f"/{TABLES_DIR}/{ITEMS_TABLE_DIR}"
@@ -317,6 +320,11 @@ class Repository:
 
         Prefix with ``branch:``, ``tag:`` or ``snapshot:`` to be explicit.
         """
+        return self.resolve_ref(ref)[1]
+
+    def resolve_ref(self, ref: str | None = None) -> tuple[str, str]:
+        """What a ref names: ``("branch" | "tag" | "snapshot", snapshot id)``, looked up in :meth:`resolve`'s order
+        (one request for a branch: a caller can tell what never changes without listing the branches)."""
         ref = ref or self.settings.branch
         kind, _, name = ref.partition(":") if ref.split(":", 1)[0] in ("branch", "tag", "snapshot") else ("", "", ref)
         lookups = {
@@ -327,7 +335,7 @@ class Repository:
         order = [kind] if kind else ["branch", "tag"] + (["snapshot"] if _SNAPSHOT_ID.match(name) else [])
         for candidate in order:
             try:
-                return lookups[candidate](name)
+                return candidate, lookups[candidate](name)
             except (icechunk.IcechunkError, KeyError, ValueError):
                 continue
         raise RefNotFound(f"no branch, tag or snapshot named {shown(ref)} (see `floe refs`)")

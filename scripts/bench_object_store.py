@@ -1,0 +1,186 @@
+"""Benchmark: a repository on object storage against the same items on local disk (issue 48).
+
+One run, with the items of ``bench_scale`` (``--items``, three collections, 2022-2024):
+
+1. **Ingest**: ``floe ingest --workers 0`` of the same NDJSON into a local root and into an ``s3://`` root on moto
+   behind a proxy that holds each request ``--delay-ms`` (a cloud round trip), items/s each, their ratio, and
+   the S3 requests per 1,000 items.
+2. **First search in a fresh process**, per query of ``bench_scale``: a new Python process opens the repository
+   and runs the search (imports are not timed: the timer starts after them), on local disk and on S3; the
+   milliseconds of each, their ratio, and the S3 requests it made (counted by tests/_signature_proxy.py, which
+   sits between the latency proxy and moto). Both sides must return the same ids.
+
+The chain on S3 is floe -> latency proxy -> counting proxy -> moto, each on 127.0.0.1 and stopped by its pid.
+Run: ``.venv/bin/python scripts/bench_object_store.py --items 100000`` (figures in BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_remote import start_proxy
+from bench_scale import queries, write_data
+from bench_search import PROCESSES, REPO_ROOT, Stoppable, free_port
+
+PROBE = """
+import json, sys, time
+from ingest import Repository
+from ingest.api import SearchEngine, SearchRequest
+root, body = sys.argv[1], json.loads(sys.argv[2])
+started = time.perf_counter()
+engine = SearchEngine(Repository.open(root))
+page = engine.search(SearchRequest(**body))
+took = time.perf_counter() - started
+print(json.dumps({"ms": took * 1000, "ids": [item["id"] for item in page.items]}))
+"""
+
+
+def log(message: str) -> None:
+    print(f"[bench_object_store {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+class Counter:
+    """tests/_signature_proxy.py in front of moto: every request noted."""
+
+    def __init__(self, moto_port: int) -> None:
+        self.port = free_port()
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "tests._signature_proxy", str(self.port), str(moto_port)], cwd=REPO_ROOT
+        )
+        PROCESSES.add(Stoppable("counting proxy", popen.pid, popen=popen))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.count()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def count(self) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/__requests__", timeout=30) as answer:
+            return len(json.loads(answer.read()))
+
+
+def environment(endpoint: str) -> dict[str, str]:
+    kept = {name: value for name, value in os.environ.items() if not name.startswith(("FLOE_", "AWS_"))}
+    return {
+        **kept,
+        "PYTHONPATH": str(REPO_ROOT),
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_REGION": "us-east-1",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+
+
+def ingest(root: str, sources: list[Path], env: dict[str, str]) -> float:
+    """Seconds ``floe ingest --workers 0`` took for ``sources`` into ``root``."""
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "ingest.cli", "--root", root, "ingest", *map(str, sources), "--workers", "0"],
+        cwd=REPO_ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return time.perf_counter() - started
+
+
+def first_search(root: str, body: dict, env: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, root, json.dumps(body)],
+        cwd=REPO_ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run(arguments: argparse.Namespace, workdir: Path) -> None:
+    sys.path.insert(0, str(REPO_ROOT))
+    from tests.conftest import MotoServer
+
+    moto = MotoServer()
+    PROCESSES.add(Stoppable("moto", moto.process.pid, popen=moto.process))
+    counter = Counter(moto.port)
+    slow = f"http://127.0.0.1:{start_proxy(counter.port, arguments.delay_ms)}"
+    s3_env = environment(slow)
+    local_env = environment(moto.endpoint)
+    bucket = moto.create_bucket()
+    s3_root, local_root = f"s3://{bucket}/archive", str(workdir / "local")
+
+    log(f"writing {arguments.items:,} items")
+    data = write_data(workdir, arguments.items, arguments.seed)
+    sources = [*data.collection_files, data.items]
+    local_seconds = ingest(local_root, sources, local_env)
+    before = counter.count()
+    s3_seconds = ingest(s3_root, sources, s3_env)
+    ingest_requests = counter.count() - before
+    log(f"ingested: local {local_seconds:.1f} s, S3 {s3_seconds:.1f} s ({ingest_requests:,} requests)")
+
+    rows = []
+    for query in queries(arguments.items, arguments.seed):
+        body = {key.replace("-", "_"): value for key, value in query.body.items()}
+        local_ms, s3_ms, requests = [], [], []
+        for _ in range(arguments.runs):
+            local = first_search(local_root, body, local_env)
+            before = counter.count()
+            remote = first_search(s3_root, body, s3_env)
+            requests.append(counter.count() - before)
+            if sorted(local["ids"]) != sorted(remote["ids"]):
+                raise SystemExit(f"{query.name}: S3 returned other items than local disk")
+            local_ms.append(local["ms"])
+            s3_ms.append(remote["ms"])
+        rows.append(
+            (query.name, statistics.median(local_ms), statistics.median(s3_ms), max(requests), len(local["ids"]))
+        )
+        log(f"{query.name}: local {rows[-1][1]:.0f} ms, S3 {rows[-1][2]:.0f} ms, {rows[-1][3]} requests")
+
+    setting = f"S3 on moto behind {arguments.delay_ms:g} ms a request; medians of {arguments.runs} fresh processes"
+    print(f"\n{arguments.items:,} items, {setting}\n")
+    print("| ingest | local disk | S3 | ratio (S3/local) | S3 requests per 1,000 items |")
+    print("|---|---|---|---|---|")
+    local_rate, s3_rate = arguments.items / local_seconds, arguments.items / s3_seconds
+    per_thousand = ingest_requests * 1000 / arguments.items
+    print(f"| items/s | {local_rate:,.0f} | {s3_rate:,.0f} | {s3_rate / local_rate:.2f}x | {per_thousand:.1f} |\n")
+    print("| first search in a fresh process | items | local disk ms | S3 ms | S3 requests | S3/local |")
+    print("|---|---|---|---|---|---|")
+    for name, local_ms_median, s3_ms_median, requests_made, items in rows:
+        print(
+            f"| {name} | {items} | {local_ms_median:,.0f} | {s3_ms_median:,.0f} | {requests_made} "
+            f"| {s3_ms_median / max(local_ms_median, 1e-9):.1f}x |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=100_000, help="generated items (bench_scale's)")
+    parser.add_argument("--delay-ms", type=float, default=20.0, help="the proxy's hold of each S3 request")
+    parser.add_argument("--runs", type=int, default=3, help="fresh processes per query and side (medians)")
+    parser.add_argument("--seed", type=int, default=0)
+    arguments = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="floe-bench-object-store-") as workdir:
+        try:
+            run(arguments, Path(workdir))
+        finally:
+            PROCESSES.stop_all()
+
+
+if __name__ == "__main__":
+    main()
