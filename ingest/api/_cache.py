@@ -9,10 +9,11 @@ threads may load the same entry at once; either result is correct).
 
 from __future__ import annotations
 
+import itertools
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +92,17 @@ LAYOUTS_KEPT = 8192
 SIZES_KEPT = 8 * LAYOUTS_KEPT
 """Data-file sizes kept (a path and a number each), learned from the snapshots searched."""
 READS_AT_ONCE = 16
-"""Footers one search reads at once."""
+"""Data files one search reads at once (footers, filter columns, rows): their requests overlap."""
+
+
+def read_windows[T](candidates: Iterable[T]) -> Iterator[list[T]]:
+    """``candidates`` in windows of 2, then twice as many each time up to ``READS_AT_ONCE``: the files of a window
+    are read together, and a search that stops early has read few more than it used."""
+    iterator = iter(candidates)
+    size = 2
+    while window := list(itertools.islice(iterator, size)):
+        yield window
+        size = min(2 * size, READS_AT_ONCE)
 
 
 class ColumnCache:

@@ -41,7 +41,16 @@ import shapely
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 
-from ingest.api._cache import DEFAULT_CACHE_MB, FILE_INDEX, ROW_NUMBER, ColumnCache, SnapshotCache, SnapshotState
+from ingest.api._cache import (
+    DEFAULT_CACHE_MB,
+    FILE_INDEX,
+    READS_AT_ONCE,
+    ROW_NUMBER,
+    ColumnCache,
+    SnapshotCache,
+    SnapshotState,
+    read_windows,
+)
 from ingest.api._collections import collection_documents, extents, queryables
 from ingest.api._plan import RowTest, RowTests, SearchPlan, plan_search, residual_matches, row_tests
 from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
@@ -59,8 +68,6 @@ ID_INDEXES_KEPT = 2
 """Versions whose id index a server keeps (at ten million items, 160 MB each)."""
 _POSITION = (FILE_INDEX, ROW_NUMBER)
 """Columns searches add to rows read (which file, which row): never part of an item."""
-FILES_AT_ONCE = 16
-"""Candidate files a search reads together (footers, filter columns, rows), before it uses the first."""
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
 _IDS_CHUNK_FILES = 64
@@ -162,8 +169,8 @@ class SearchEngine:
     def _snapshot_overflow_keys(self, state: SnapshotState) -> frozenset[str]:
         """Every property some row of the snapshot keeps only in floe:overflow (each file's keys are cached)."""
         keys: set[str] = set()
-        for data_file in state.files:
-            keys |= self._overflow_keys(state, data_file)
+        for found in self._overlapped(lambda data_file: self._overflow_keys(state, data_file), state.files):
+            keys |= found
         return frozenset(keys)
 
     # -- reading -----------------------------------------------------------------------------
@@ -222,16 +229,22 @@ class SearchEngine:
         full, full_exact = (
             stats.may_match(tests.translated.bound_prune) if tests.translated.bound_prune is not None else (keep, True)
         )
-        for index in np.flatnonzero(keep).tolist():
-            data_file = state.files[index]
-            if not loose_exact and without_filter.may_match is not None and not without_filter.may_match(data_file):
-                continue
-            test = tests.translated
-            if plan.filtered_properties and plan.filtered_properties & self._overflow_keys(state, data_file):
-                test = without_filter
-            elif not full[index] or (not full_exact and test.may_match is not None and not test.may_match(data_file)):
-                continue
-            yield index, data_file, test
+        for window in read_windows(np.flatnonzero(keep).tolist()):
+            if plan.filtered_properties:
+                # Which properties overflowed in each file: a column read a file, the window's read together.
+                self._overlapped(lambda index: self._overflow_keys(state, state.files[index]), window)
+            for index in window:
+                data_file = state.files[index]
+                if not loose_exact and without_filter.may_match is not None and not without_filter.may_match(data_file):
+                    continue
+                test = tests.translated
+                if plan.filtered_properties and plan.filtered_properties & self._overflow_keys(state, data_file):
+                    test = without_filter
+                elif not full[index] or (
+                    not full_exact and test.may_match is not None and not test.may_match(data_file)
+                ):
+                    continue
+                yield index, data_file, test
 
     def _matching_rows(
         self,
@@ -341,11 +354,11 @@ class SearchEngine:
 
     @staticmethod
     def _overlapped(work: Callable[[_In], _Out], entries: list[_In]) -> list[_Out]:
-        """``work`` of each entry, in order, up to ``FILES_AT_ONCE`` at once (their reads overlap; Arrow's and the
+        """``work`` of each entry, in order, up to ``READS_AT_ONCE`` at once (their reads overlap; Arrow's and the
         store's I/O leave the GIL)."""
         if len(entries) <= 1:
             return [work(entry) for entry in entries]
-        with ThreadPoolExecutor(min(FILES_AT_ONCE, len(entries)), thread_name_prefix="floe-reads") as pool:
+        with ThreadPoolExecutor(min(READS_AT_ONCE, len(entries)), thread_name_prefix="floe-reads") as pool:
             return list(pool.map(work, entries))
 
     def _items(self, snapshot_id: str, table: pa.Table) -> list[dict[str, Any]]:
@@ -424,7 +437,7 @@ class SearchEngine:
     def _page(self, state: SnapshotState, plan: SearchPlan, position: tuple[int, int]) -> SearchPage:
         """The next page of an unsorted search, in file order from ``position`` (a file index and a row).
 
-        Candidates are taken in windows, 2 files, then twice as many each time up to ``FILES_AT_ONCE``: their
+        Candidates are taken in windows, 2 files, then twice as many each time up to ``READS_AT_ONCE``: their
         footers, then their filter columns, then the rows the page takes of them are read together (on object
         storage each is a round trip; one after another, a page crossing many files waits for each), then used
         in file order as one file at a time would be. A page that fills in its first file reads one more.
@@ -437,10 +450,7 @@ class SearchEngine:
         pending: list[pa.Table] = []
         held = 0
         start_file, start_row = position
-        candidates = self._candidates(state, plan, tests, start_file)
-        size = 2
-        while window := list(itertools.islice(candidates, size)):
-            size = min(2 * size, FILES_AT_ONCE)
+        for window in read_windows(self._candidates(state, plan, tests, start_file)):
             takes: list[tuple[int, str, np.ndarray]] = []
             for index, data_file, test, rows in self._matched_in(state, plan, window, start_file, start_row):
                 if len(rows) == 0:

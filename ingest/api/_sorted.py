@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ingest.api._cache import FILE_INDEX, ROW_NUMBER, SnapshotState
+from ingest.api._cache import FILE_INDEX, ROW_NUMBER, SnapshotState, read_windows
 from ingest.api._order import SortBounds, kth_best
-from ingest.api._plan import SearchPlan, residual_matches
+from ingest.api._plan import RowTest, SearchPlan, residual_matches
 from ingest.api._request import PageToken, SearchPage
 
 if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+
     from ingest.api._search import SearchEngine
 
 
@@ -52,36 +54,46 @@ def _sort_keys(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, nee
     candidates.sort(key=lambda candidate: bounds.rank(candidate[1]))
     keys: list[pa.Table] = []
     held = 0
-    for index, data_file, test in candidates:
-        if held >= need and bounds.cannot_improve(data_file, kth_best(keys, need, first.descending)):
-            return pa.concat_tables(keys, promote_options="permissive"), True
-        path = data_file.file_path
+
+    def matching(candidate: tuple[int, DataFile, RowTest]) -> pa.Table:
+        index, data_file, test = candidate
         matched = engine._matching_rows(state, plan, test, index, columns)
         if test.residual is not None and matched.num_rows:
             rows = matched.column(ROW_NUMBER).to_numpy()
-            items = engine._items(state.snapshot_id, engine._rows(path, rows))
+            items = engine._items(state.snapshot_id, engine._rows(data_file.file_path, rows))
             mask = [residual_matches(test.residual, item) for item in items]
             matched = matched.filter(pa.array(mask, type=pa.bool_()))
-        if matched.num_rows:
-            keys.append(
-                pa.table(
-                    {
-                        **{f"k{n}": matched.column(column) for n, column in enumerate(columns)},
-                        FILE_INDEX: pa.array(np.full(matched.num_rows, index, dtype=np.int64)),
-                        ROW_NUMBER: matched.column(ROW_NUMBER),
-                    }
+        return matched
+
+    # Files are read in windows (their reads overlap) and used in rank order:
+    # the keys are those one file at a time would gather; a window read past the stop costs its reads only.
+    for window in read_windows(candidates):
+        if held >= need and bounds.cannot_improve(window[0][1], kth_best(keys, need, first.descending)):
+            return pa.concat_tables(keys, promote_options="permissive"), True
+        for (index, data_file, _), matched in zip(window, engine._overlapped(matching, window), strict=True):
+            if held >= need and bounds.cannot_improve(data_file, kth_best(keys, need, first.descending)):
+                return pa.concat_tables(keys, promote_options="permissive"), True
+            if matched.num_rows:
+                keys.append(
+                    pa.table(
+                        {
+                            **{f"k{n}": matched.column(column) for n, column in enumerate(columns)},
+                            FILE_INDEX: pa.array(np.full(matched.num_rows, index, dtype=np.int64)),
+                            ROW_NUMBER: matched.column(ROW_NUMBER),
+                        }
+                    )
                 )
-            )
-            held += matched.num_rows - matched.column(columns[0]).null_count
+                held += matched.num_rows - matched.column(columns[0]).null_count
     return (pa.concat_tables(keys, promote_options="permissive") if keys else None), False
 
 
 def _items_at(engine: SearchEngine, state: SnapshotState, files: np.ndarray, rows: np.ndarray) -> list[dict[str, Any]]:
-    """The items at (file index, row) positions, in the order given, reading each file once."""
+    """The items at (file index, row) positions, in the order given, reading each file once (the files together)."""
+    wanted = [
+        (int(index), state.files[int(index)].file_path, np.sort(rows[files == index])) for index in np.unique(files)
+    ]
     by_position: dict[tuple[int, int], dict[str, Any]] = {}
-    for index in np.unique(files):
-        selected = np.sort(rows[files == index])
-        path = state.files[int(index)].file_path
-        for row, item in zip(selected, engine._items(state.snapshot_id, engine._rows(path, selected)), strict=True):
-            by_position[(int(index), int(row))] = item
+    for (index, _, selected), (_, table) in zip(wanted, engine._rows_of_files(wanted, numbered=False), strict=True):
+        for row, item in zip(selected, engine._items(state.snapshot_id, table), strict=True):
+            by_position[(index, int(row))] = item
     return [by_position[(int(index), int(row))] for index, row in zip(files, rows, strict=True)]
