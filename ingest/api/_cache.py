@@ -95,14 +95,14 @@ READS_AT_ONCE = 16
 """Data files one search reads at once (footers, filter columns, rows): their requests overlap."""
 
 
-def read_windows[T](candidates: Iterable[T]) -> Iterator[list[T]]:
-    """``candidates`` in windows of 2, then twice as many each time up to ``READS_AT_ONCE``: the files of a window
-    are read together, and a search that stops early has read few more than it used."""
+def read_windows[T](candidates: Iterable[T], most: int = READS_AT_ONCE) -> Iterator[list[T]]:
+    """``candidates`` in windows of 2, then twice as many each time up to ``most``: the files of a window are read
+    together, and a search that stops early has read few more than it used. ``most`` 1: one at a time."""
     iterator = iter(candidates)
-    size = 2
+    size = min(2, most)
     while window := list(itertools.islice(iterator, size)):
         yield window
-        size = min(2 * size, READS_AT_ONCE)
+        size = min(2 * size, most)
 
 
 class ColumnCache:

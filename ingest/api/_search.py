@@ -89,6 +89,9 @@ class SearchEngine:
         self.max_limit = max_limit
         self.refuse_over_limit = refuse_over_limit
         self.arrays_url = repository.location.join(ARRAYS_DIR)
+        # Files read at once: on object storage each read is a round trip, worth overlapping; on a local disk a
+        # read takes microseconds once cached, and threads would only add their cost and contend for the GIL.
+        self.reads_at_once = 1 if repository.location.is_local else READS_AT_ONCE
         self.columns = ColumnCache(repository.io, cache_mb * 1_000_000)
         self._id_indexes: OrderedDict[str, IdIndex] = OrderedDict()
         """The id index of the versions searched by ids most recently (16 bytes a row each)."""
@@ -229,7 +232,7 @@ class SearchEngine:
         full, full_exact = (
             stats.may_match(tests.translated.bound_prune) if tests.translated.bound_prune is not None else (keep, True)
         )
-        for window in read_windows(np.flatnonzero(keep).tolist()):
+        for window in read_windows(np.flatnonzero(keep).tolist(), self.reads_at_once):
             if plan.filtered_properties:
                 # Which properties overflowed in each file: a column read a file, the window's read together.
                 self._overlapped(lambda index: self._overflow_keys(state, state.files[index]), window)
@@ -352,13 +355,12 @@ class SearchEngine:
 
         return self._overlapped(read, wanted)
 
-    @staticmethod
-    def _overlapped(work: Callable[[_In], _Out], entries: list[_In]) -> list[_Out]:
-        """``work`` of each entry, in order, up to ``READS_AT_ONCE`` at once (their reads overlap; Arrow's and the
+    def _overlapped(self, work: Callable[[_In], _Out], entries: list[_In]) -> list[_Out]:
+        """``work`` of each entry, in order, up to ``reads_at_once`` at once (their reads overlap; Arrow's and the
         store's I/O leave the GIL)."""
-        if len(entries) <= 1:
+        if len(entries) <= 1 or self.reads_at_once <= 1:
             return [work(entry) for entry in entries]
-        with ThreadPoolExecutor(min(READS_AT_ONCE, len(entries)), thread_name_prefix="floe-reads") as pool:
+        with ThreadPoolExecutor(min(self.reads_at_once, len(entries)), thread_name_prefix="floe-reads") as pool:
             return list(pool.map(work, entries))
 
     def _items(self, snapshot_id: str, table: pa.Table) -> list[dict[str, Any]]:
@@ -450,7 +452,7 @@ class SearchEngine:
         pending: list[pa.Table] = []
         held = 0
         start_file, start_row = position
-        for window in read_windows(self._candidates(state, plan, tests, start_file)):
+        for window in read_windows(self._candidates(state, plan, tests, start_file), self.reads_at_once):
             takes: list[tuple[int, str, np.ndarray]] = []
             for index, data_file, test, rows in self._matched_in(state, plan, window, start_file, start_row):
                 if len(rows) == 0:
@@ -487,7 +489,8 @@ class SearchEngine:
         start_row: int,
     ) -> list[tuple[int, DataFile, RowTest, np.ndarray]]:
         """Each candidate of ``window`` with the numbers of its rows that pass its test, the files read together."""
-        self.columns.prefetch([data_file.file_path for _, data_file, _ in window])
+        if self.reads_at_once > 1:
+            self.columns.prefetch([data_file.file_path for _, data_file, _ in window])
 
         def matched(candidate: tuple[int, DataFile, RowTest]) -> tuple[int, DataFile, RowTest, np.ndarray]:
             index, data_file, test = candidate

@@ -67,7 +67,7 @@ def _sort_keys(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, nee
 
     # Files are read in windows (their reads overlap) and used in rank order:
     # the keys are those one file at a time would gather; a window read past the stop costs its reads only.
-    for window in read_windows(candidates):
+    for window in read_windows(candidates, engine.reads_at_once):
         if held >= need and bounds.cannot_improve(window[0][1], kth_best(keys, need, first.descending)):
             return pa.concat_tables(keys, promote_options="permissive"), True
         for (index, data_file, _), matched in zip(window, engine._overlapped(matching, window), strict=True):
