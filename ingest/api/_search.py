@@ -137,7 +137,8 @@ class SearchEngine:
         state = self.state(snapshot_id)
         with state.lock:
             if state.collections is None:
-                stored = self.repository.collections(snapshot_id)
+                # Named as a snapshot: one look-up, not a branch's and a tag's first (each a request on S3).
+                stored = self.repository.collections(f"snapshot:{snapshot_id}")
                 state.collections = collection_documents(stored, extents(state, self.columns))
             return state.collections
 
