@@ -28,7 +28,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from ingest.api._prune import FileStats
-from ingest.repository import data_fragment
+from ingest.repository import READS_AT_ONCE, data_fragment
 
 DEFAULT_CACHE_MB = 256
 SNAPSHOT_CACHE_SIZE = 64
@@ -91,8 +91,6 @@ LAYOUTS_KEPT = 8192
 """Footers kept (a compacted file's is about 24 KB): enough for every file of a ten-million-item table."""
 SIZES_KEPT = 8 * LAYOUTS_KEPT
 """Data-file sizes kept (a path and a number each), learned from the snapshots searched."""
-READS_AT_ONCE = 16
-"""Data files one search reads at once (footers, filter columns, rows): their requests overlap."""
 
 
 def read_windows[T](candidates: Iterable[T], most: int = READS_AT_ONCE) -> Iterator[list[T]]:

@@ -44,7 +44,6 @@ from pyiceberg.manifest import DataFile
 from ingest.api._cache import (
     DEFAULT_CACHE_MB,
     FILE_INDEX,
-    READS_AT_ONCE,
     ROW_NUMBER,
     ColumnCache,
     SnapshotCache,
@@ -56,7 +55,7 @@ from ingest.api._plan import RowTest, RowTests, SearchPlan, plan_search, residua
 from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
 from ingest.api._sorted import sorted_page
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
-from ingest.repository import IdIndex, Repository
+from ingest.repository import READS_AT_ONCE, IdIndex, Repository
 from ingest.stac import OVERFLOW, arrow_to_items, overflow_keys, served_arrays_asset
 from ingest.storage import ARRAYS_DIR
 

@@ -22,12 +22,13 @@ from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import SOURCE_CURSORS, AppliedChange, Base, CommitMetadata, TableChange, commit_change
 from ingest.repository._keys import IdIndex, id_hashes
 from ingest.repository._optimize import OptimizeResult
-from ingest.repository._read import data_fragment
+from ingest.repository._read import READS_AT_ONCE, data_fragment
 from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
 from ingest.repository._view import View
 from ingest.repository._writer import CommitResult, Writer
 
 __all__ = [
+    "READS_AT_ONCE",
     "SOURCE_CURSORS",
     "AppliedChange",
     "Base",

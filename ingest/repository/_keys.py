@@ -30,10 +30,7 @@ import pyarrow as pa
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 
-from ingest.repository._read import read_column
-
-READS_AT_ONCE = 16
-"""Data files whose ids one index build reads at once (their requests overlap; the CPU work stays small)."""
+from ingest.repository._read import READS_AT_ONCE, read_column
 
 
 def id_hashes(ids: Iterable[str]) -> np.ndarray:

@@ -26,6 +26,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 BATCH_ROWS = 8192
+READS_AT_ONCE = 16
+"""Data files read at once where their reads overlap (on object storage each is a round trip or two)."""
 _PARQUET = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True))
 
 
