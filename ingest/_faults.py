@@ -22,6 +22,8 @@ The points (name: where the process dies):
 - ``write.data_file``: right after a data file of the items table is written
   (a writer's new file, or a copy-on-write rewrite for a replacement), before
   the next one of the batch (``repository/_files.py``, ``repository/_replace.py``);
+  on S3 a writer's new files are sent together once the batch's are all made
+  (``ingest.remote.writes_together``), so a kill here there leaves none of them;
 - ``commit.after_metadata``: after the next table metadata.json is written,
   before the Icechunk commit is attempted (``repository/_commit.py``);
 - ``commit.before_swap``: inside the commit, under the local lock, just before

@@ -129,10 +129,15 @@ class Location:
         return {key: value for key, value in properties.items() if value is not None}
 
     def file_io(self) -> PyArrowFileIO:
-        """A PyArrow FileIO that reads and writes this root's table files."""
+        """A PyArrow FileIO that reads and writes this root's table files (on S3, one that reads the table's
+        metadata in one GET an object: :class:`ingest.remote.ObjectFileIO`)."""
         from pyiceberg.io.pyarrow import PyArrowFileIO
 
-        return PyArrowFileIO(properties=self.file_io_properties())
+        if self.is_local:
+            return PyArrowFileIO(properties=self.file_io_properties())
+        from ingest.remote import ObjectFileIO
+
+        return ObjectFileIO(self.file_io_properties(), self.s3)
 
     def probe(self) -> None:
         """Ask the store whether this root's bucket is there, as the table's client reaches it (one request).

@@ -8,7 +8,11 @@ One run, with the items of ``bench_scale`` (``--items``, three collections, 2022
 2. **First search in a fresh process**, per query of ``bench_scale``: a new Python process opens the repository
    and runs the search (imports are not timed: the timer starts after them), on local disk and on S3; the
    milliseconds of each, their ratio, and the S3 requests it made (counted by tests/_signature_proxy.py, which
-   sits between the latency proxy and moto). Both sides must return the same ids.
+   sits between the latency proxy and moto). Both sides must return the same ids. The same process then runs
+   the search 5 times more: the median of those is the *warm* search (on a branch, each one still looks up
+   the branch's tip: one round trip).
+3. **A second server**: seconds from starting ``floe serve --workers 1`` on the root (as a replica that starts or
+   restarts) to its first answer of ``/search``, imports included.
 
 The chain on S3 is floe -> latency proxy -> counting proxy -> moto, each on 127.0.0.1 and stopped by its pid.
 Run: ``.venv/bin/python scripts/bench_object_store.py --items 100000`` (figures in BENCHMARKS.md).
@@ -42,7 +46,18 @@ started = time.perf_counter()
 engine = SearchEngine(Repository.open(root))
 page = engine.search(SearchRequest(**body))
 took = time.perf_counter() - started
-print(json.dumps({"ms": took * 1000, "ids": [item["id"] for item in page.items]}))
+mark = None
+if len(sys.argv) > 3:  # the counting proxy: how many requests the store has seen once the first search is done
+    import urllib.request
+    with urllib.request.urlopen(sys.argv[3], timeout=30) as answer:
+        mark = len(json.loads(answer.read()))
+warm = []
+for _ in range(5):
+    again = time.perf_counter()
+    engine.search(SearchRequest(**body))
+    warm.append((time.perf_counter() - again) * 1000)
+ids = [item["id"] for item in page.items]
+print(json.dumps({"ms": took * 1000, "ids": ids, "warm": sorted(warm)[2], "mark": mark}))
 """
 
 
@@ -100,9 +115,9 @@ def ingest(root: str, sources: list[Path], env: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
-def first_search(root: str, body: dict, env: dict[str, str]) -> dict:
+def first_search(root: str, body: dict, env: dict[str, str], counter: str | None = None) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, root, json.dumps(body)],
+        [sys.executable, "-c", PROBE, root, json.dumps(body), *([counter] if counter else [])],
         cwd=REPO_ROOT,
         env=env,
         check=True,
@@ -110,6 +125,34 @@ def first_search(root: str, body: dict, env: dict[str, str]) -> dict:
         text=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def first_answer(root: str, env: dict[str, str]) -> float:
+    """Seconds from starting ``floe serve --workers 1`` on ``root`` (another server's root: a replica that starts
+    or restarts) to its first answer of a search; the server is stopped by its pid."""
+    port = free_port()
+    started = time.perf_counter()
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "ingest.cli", "--root", root, "serve", "--port", str(port), "--workers", "1"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    server = Stoppable("floe serve", popen.pid, popen=popen)
+    PROCESSES.add(server)
+    try:
+        while time.perf_counter() - started < 120:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/search?limit=10", timeout=30) as answer:
+                    if answer.status == 200 and json.loads(answer.read())["features"]:
+                        return time.perf_counter() - started
+            except OSError:
+                time.sleep(0.05)
+        raise SystemExit(f"floe serve on {root} did not answer within 120 s")
+    finally:
+        server.stop()
+        PROCESSES.started.remove(server)
 
 
 def same_answer(is_sorted: bool, limit: int, local: list[str], remote: list[str]) -> bool:
@@ -147,20 +190,35 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
     rows = []
     for query in queries(arguments.items, arguments.seed):
         body = {key.replace("-", "_"): value for key, value in query.body.items()}
-        local_ms, s3_ms, requests = [], [], []
+        local_ms, s3_ms, requests, local_warm, s3_warm = [], [], [], [], []
         for _ in range(arguments.runs):
             local = first_search(local_root, body, local_env)
             before = counter.count()
-            remote = first_search(s3_root, body, s3_env)
-            requests.append(counter.count() - before)
+            remote = first_search(s3_root, body, s3_env, f"http://127.0.0.1:{counter.port}/__requests__")
+            requests.append(remote["mark"] - before)
             if not same_answer(query.sorted, body.get("limit", 10), local["ids"], remote["ids"]):
                 raise SystemExit(f"{query.name}: S3 returned other items than local disk")
             local_ms.append(local["ms"])
             s3_ms.append(remote["ms"])
+            local_warm.append(local["warm"])
+            s3_warm.append(remote["warm"])
         rows.append(
-            (query.name, statistics.median(local_ms), statistics.median(s3_ms), max(requests), len(local["ids"]))
+            (
+                query.name,
+                statistics.median(local_ms),
+                statistics.median(s3_ms),
+                max(requests),
+                len(local["ids"]),
+                statistics.median(local_warm),
+                statistics.median(s3_warm),
+            )
         )
         log(f"{query.name}: local {rows[-1][1]:.0f} ms, S3 {rows[-1][2]:.0f} ms, {rows[-1][3]} requests")
+
+    starts = [(first_answer(local_root, local_env), first_answer(s3_root, s3_env)) for _ in range(arguments.runs)]
+    local_start = statistics.median(start for start, _ in starts)
+    s3_start = statistics.median(start for _, start in starts)
+    log(f"a second floe serve answered after {local_start:.2f} s (local), {s3_start:.2f} s (S3)")
 
     setting = f"S3 on moto behind {arguments.delay_ms:g} ms a request; medians of {arguments.runs} fresh processes"
     print(f"\n{arguments.items:,} items, {setting}\n")
@@ -169,12 +227,19 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
     local_rate, s3_rate = arguments.items / local_seconds, arguments.items / s3_seconds
     per_thousand = ingest_requests * 1000 / arguments.items
     print(f"| items/s | {local_rate:,.0f} | {s3_rate:,.0f} | {s3_rate / local_rate:.2f}x | {per_thousand:.1f} |\n")
-    print("| first search in a fresh process | items | local disk ms | S3 ms | S3 requests | S3/local |")
-    print("|---|---|---|---|---|---|")
-    for name, local_ms_median, s3_ms_median, requests_made, items in rows:
+    print("| a second `floe serve --workers 1` on the root: seconds to its first answer | local disk | S3 |")
+    print("|---|---|---|")
+    print(f"| from the process's start (imports included) | {local_start:.2f} | {s3_start:.2f} |\n")
+    print(
+        "| first search in a fresh process | items | local disk ms | S3 ms | S3 requests | S3/local "
+        "| warm local ms | warm S3 ms | warm S3/local |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, local_first, s3_first, requests_made, items, local_warm_ms, s3_warm_ms in rows:
         print(
-            f"| {name} | {items} | {local_ms_median:,.0f} | {s3_ms_median:,.0f} | {requests_made} "
-            f"| {s3_ms_median / max(local_ms_median, 1e-9):.1f}x |"
+            f"| {name} | {items} | {local_first:,.0f} | {s3_first:,.0f} | {requests_made} "
+            f"| {s3_first / max(local_first, 1e-9):.1f}x | {local_warm_ms:,.1f} | {s3_warm_ms:,.1f} "
+            f"| {s3_warm_ms / max(local_warm_ms, 1e-9):.1f}x |"
         )
 
 

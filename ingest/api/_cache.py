@@ -2,9 +2,12 @@
 
 Both are safe to cache because what they hold never changes: a data file is
 written once and never rewritten, and a snapshot id always names the same
-table version. Both caches are shared by the server's request threads, so
-each guards its entries with a lock; loading happens outside the lock (two
-threads may load the same entry at once; either result is correct).
+table version. Columns are kept by data file, not by snapshot, so a new
+commit on a branch costs a server only the files that commit added (the
+manifests' side of that: ``_manifests.py``). Both caches are shared by the
+server's request threads, so each guards its entries with a lock; loading
+happens outside the lock (two threads may load the same entry at once; either
+result is correct).
 """
 
 from __future__ import annotations
@@ -113,6 +116,9 @@ class ColumnCache:
         self._sizes: OrderedDict[str, int] = OrderedDict()
         self._pieces: OrderedDict[tuple[str, int], _Piece] = OrderedDict()
         self._cached_bytes = 0
+        self._held: OrderedDict[str, int] = OrderedDict()
+        """Files whose layout holds their bytes (read whole), oldest first, and their sizes."""
+        self._held_bytes = 0
         self._lock = threading.Lock()
 
     @property
@@ -146,6 +152,8 @@ class ColumnCache:
             known = self._layouts.get(path)
             if known is not None:
                 self._layouts.move_to_end(path)
+                if path in self._held:
+                    self._held.move_to_end(path)
                 return known
             size = self._sizes.get(path)
         if size is None:
@@ -153,8 +161,19 @@ class ColumnCache:
         made = FileLayout.of(data_fragment(self.io, path, size))
         with self._lock:
             self._layouts[path] = made
-            while len(self._layouts) > LAYOUTS_KEPT:
-                self._layouts.popitem(last=False)
+            self._held_bytes -= self._held.pop(path, 0)  # another thread read it too: counted once
+            if made.fragment.buffer is not None:
+                # A small file on object storage, read whole: its bytes stay with its footer, within a share of
+                # the budget (the oldest such files are dropped, read again in one GET when next needed).
+                self._held[path] = made.fragment.buffer.size
+                self._held_bytes += made.fragment.buffer.size
+            while len(self._layouts) > LAYOUTS_KEPT or (self._held_bytes > self.max_bytes // 4 and self._held):
+                dropped = next(iter(self._held)) if self._held_bytes > self.max_bytes // 4 else None
+                if dropped is not None:
+                    del self._layouts[dropped]
+                else:
+                    dropped, _ = self._layouts.popitem(last=False)
+                self._held_bytes -= self._held.pop(dropped, 0)
         return made
 
     def read(self, path: str, names: list[str] | None = None, row_groups: np.ndarray | None = None) -> pa.Table:

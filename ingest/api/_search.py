@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -51,11 +50,13 @@ from ingest.api._cache import (
     read_windows,
 )
 from ingest.api._collections import collection_documents, extents, queryables
+from ingest.api._ids import IdIndexes
+from ingest.api._manifests import ManifestFiles
 from ingest.api._plan import RowTest, RowTests, SearchPlan, plan_search, residual_matches, row_tests
 from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
 from ingest.api._sorted import sorted_page
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
-from ingest.repository import READS_AT_ONCE, IdIndex, Repository
+from ingest.repository import READS_AT_ONCE, Repository, data_manifests
 from ingest.stac import OVERFLOW, arrow_to_items, overflow_keys, served_arrays_asset
 from ingest.storage import ARRAYS_DIR
 
@@ -63,8 +64,6 @@ from ingest.storage import ARRAYS_DIR
 # converts little.
 _RESIDUAL_CHUNK = 256
 _NO_ROWS = np.empty(0, dtype=np.int64)
-ID_INDEXES_KEPT = 2
-"""Versions whose id index a server keeps (at ten million items, 160 MB each)."""
 _POSITION = (FILE_INDEX, ROW_NUMBER)
 """Columns searches add to rows read (which file, which row): never part of an item."""
 _In = TypeVar("_In")
@@ -92,9 +91,9 @@ class SearchEngine:
         # read takes microseconds once cached, and threads would only add their cost and contend for the GIL.
         self.reads_at_once = 1 if repository.location.is_local else READS_AT_ONCE
         self.columns = ColumnCache(repository.io, cache_mb * 1_000_000)
-        self._id_indexes: OrderedDict[str, IdIndex] = OrderedDict()
-        """The id index of the versions searched by ids most recently (16 bytes a row each)."""
-        self._id_lock = threading.Lock()
+        self.manifests = ManifestFiles(repository.io)
+        """The files each manifest lists, kept across versions: a new version costs only its new manifests."""
+        self.id_indexes = IdIndexes(repository.io, self.columns, self.manifests)
         self._snapshots = SnapshotCache(self._load_state)
         self._tags: dict[str, str] = {}
         self._overflow: dict[str, frozenset[str]] = {}
@@ -120,7 +119,10 @@ class SearchEngine:
         location = self.repository.metadata_location_of(snapshot_id)
         table = self.repository.catalog.load_at(location)
         schema = table.schema()
-        files = sorted((task.file for task in table.scan().plan_files()), key=lambda data_file: data_file.file_path)
+        version = table.current_snapshot()  # the table as loaded at its version: that version's snapshot
+        manifests = [] if version is None else self.manifests.manifests(version)
+        listed = self.manifests.live_files(data_manifests(manifests))
+        files = sorted(listed, key=lambda data_file: data_file.file_path)
         self.columns.know(files)
         return SnapshotState(
             snapshot_id=snapshot_id,
@@ -284,29 +286,14 @@ class SearchEngine:
                 table = table.append_column(name, pa.nulls(table.num_rows, state.arrow_schema.field(name).type))
         return self._passing(test, table)
 
-    def _id_index(self, state: SnapshotState) -> IdIndex:
-        """Every row's id hash at a snapshot, built on the first search by ids there (the last few kept)."""
-        with self._id_lock:
-            found = self._id_indexes.get(state.snapshot_id)
-            if found is not None:
-                self._id_indexes.move_to_end(state.snapshot_id)
-                return found
-        # The footers the index build reads serve the search's row reads after it.
-        made = IdIndex.build(state.files, lambda data_file: self.columns.whole_column(data_file.file_path, "id"))
-        with self._id_lock:
-            self._id_indexes[state.snapshot_id] = made
-            while len(self._id_indexes) > ID_INDEXES_KEPT:
-                self._id_indexes.popitem(last=False)
-        return made
-
     def _named_rows(self, state: SnapshotState, plan: SearchPlan) -> dict[int, np.ndarray]:
         """File index -> the rows whose id hash the search names (one probe of the id index, kept per search)."""
         assert plan.id_hashes is not None
         hashes = plan.id_hashes
         if not plan.fingerprint:
-            return self._id_index(state).locate(hashes)
+            return self.id_indexes.of(state).locate(hashes)
         named: dict[int, np.ndarray] = state.compiled_for(
-            f"{plan.fingerprint}/ids", lambda: self._id_index(state).locate(hashes)
+            f"{plan.fingerprint}/ids", lambda: self.id_indexes.of(state).locate(hashes)
         )
         return named
 

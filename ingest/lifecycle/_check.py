@@ -1,7 +1,9 @@
 """Integrity checks: every ref's pointer resolves and every file its table version references exists.
 
 With ``deep``, also: every data file and manifest has the size the table records
-(``file_size_in_bytes``, ``manifest_length``), every piece of every row's
+(``file_size_in_bytes``, ``manifest_length``), each manifest's id sketch lists
+exactly its live files' rows with their ids' fingerprints (without ``deep``:
+the sketch is there, in a snapshot that says it has them), every piece of every row's
 ``floe:arrays`` asset is a slot of an existing stack array holding that row's
 id, every occupied slot is named by a row, the local files virtual chunks
 reference exist, and the remote objects they reference answer a HEAD with
@@ -16,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import numpy as np
+import pyarrow as pa
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 
@@ -23,7 +27,17 @@ from ingest._compat import azure_store_options
 from ingest.errors import FloeError
 from ingest.remote import RemoteError, Stores, head, is_remote
 from ingest.remote._tokens import virtual_blob_url
-from ingest.repository import Repository, View
+from ingest.repository import (
+    Repository,
+    View,
+    data_manifests,
+    fingerprints,
+    is_sketched,
+    read_column,
+    read_sketch,
+    relative_to,
+    sketch_location,
+)
 from ingest.stac import ARRAYS_LAYOUT, has_arrays_asset, read_arrays_asset
 
 log = logging.getLogger(__name__)
@@ -249,6 +263,8 @@ def _check_table(repository: Repository, ref: str, *, deep: bool = False) -> lis
     except Exception as error:  # noqa: BLE001 - any parse failure is a finding, not a crash
         return [Problem(ref, snapshot_id, f"manifest list {snapshot.manifest_list} cannot be read: {error}")]
     findings, readable = _check_files(repository, manifests, deep=deep)
+    if readable and is_sketched(snapshot):
+        findings += _sketch_problems(repository, table.location(), data_manifests(manifests), deep=deep)
     problems = [Problem(ref, snapshot_id, what) for what in findings]
     if deep and readable:
         try:
@@ -310,6 +326,53 @@ def _check_files(repository: Repository, manifests: list[ManifestFile], *, deep:
             ):
                 findings.append(found)
     return findings, readable
+
+
+def _sketch_problems(
+    repository: Repository, table_location: str, manifests: list[ManifestFile], *, deep: bool
+) -> list[str]:
+    """What is wrong with the id sketches of a sketched snapshot's manifests: a missing one, or (``deep``) one
+    that does not list exactly the manifest's live files, each row of each with its id's fingerprint."""
+    findings: list[str] = []
+    for manifest in manifests:
+        where = sketch_location(manifest.manifest_path)
+        try:
+            sketch = read_sketch(repository.io, manifest.manifest_path)
+        except FileNotFoundError:
+            findings.append(f"id sketch {where} is missing (its snapshot says its manifests have one)")
+            continue
+        except Exception as error:  # noqa: BLE001 - an unreadable sketch is a finding
+            findings.append(f"id sketch {where} cannot be read: {error}")
+            continue
+        if not deep:
+            continue
+        files = [entry.data_file for entry in manifest.fetch_manifest_entry(repository.io, discard_deleted=True)]
+        recorded = _by_file(sketch)
+        live = {relative_to(table_location, data_file.file_path): data_file for data_file in files}
+        for name in sorted(set(recorded) - set(live)):
+            findings.append(f"id sketch {where} names {name}, which its manifest does not list")
+        for name, data_file in sorted(live.items()):
+            part = recorded.get(name)
+            if part is None:
+                findings.append(f"id sketch {where} lacks {name}")
+                continue
+            rows, prints = part
+            ids = read_column(repository.io, data_file, "id").to_pylist()
+            if not (np.array_equal(rows, np.arange(len(ids))) and np.array_equal(prints, fingerprints(ids))):
+                findings.append(f"id sketch {where} disagrees with the ids of {name}")
+    return findings
+
+
+def _by_file(sketch: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A sketch's (row numbers, fingerprints) by file, rows in order."""
+    names = sketch.column("file").to_numpy(zero_copy_only=False)
+    rows, prints = sketch.column("row").to_numpy(), sketch.column("fingerprint").to_numpy()
+    found = {}
+    for name in np.unique(names):
+        mine = names == name
+        order = np.argsort(rows[mine], kind="stable")
+        found[str(name)] = (rows[mine][order], prints[mine][order])
+    return found
 
 
 def check(

@@ -3,7 +3,8 @@
 Icechunk decides which table versions are alive: each snapshot in the history
 (ancestry) of a branch or tag carries a pointer to a metadata.json. A pointer's
 metadata.json keeps its last few Iceberg snapshots (floe trims the log); each
-of those has a manifest list, whose manifests name data files. Every file named
+of those has a manifest list, whose manifests name data files (and, in floe's
+snapshots, have an id sketch beside them). Every file named
 by any manifest entry is live, whatever its status (ADDED, EXISTING or
 DELETED): a copy-on-write overwrite keeps the file it deleted readable at
 the older versions that still point at it.
@@ -25,7 +26,7 @@ from pyiceberg.io import FileIO
 
 from ingest.errors import UnreadableTableFile
 from ingest.lifecycle._avro import field_position, read_avro, struct_fields
-from ingest.repository import CommitMetadata
+from ingest.repository import SKETCHED, CommitMetadata, sketch_location
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,9 @@ METADATA = "metadata.json"
 MANIFEST_LIST = "manifest list"
 MANIFEST = "manifest"
 DATA = "data file"
+ID_SKETCH = "id sketch"
+"""floe's id sketch beside a manifest (``ingest.repository._sketch``): live while its manifest is, in a snapshot
+whose summary says its manifests have them."""
 
 
 def history(repo: icechunk.Repository) -> Iterator[icechunk.SnapshotInfo]:
@@ -129,10 +133,11 @@ class TableWalker:
             snapshots = [s for s in snapshots if s.get("snapshot-id") == document.get("current-snapshot-id")]
         lists = [snapshot["manifest-list"] for snapshot in snapshots]
         live.lists_of[location] = lists
-        for manifest_list in lists:
-            self._add_manifest_list(manifest_list)
+        for snapshot in snapshots:
+            sketched = (snapshot.get("summary") or {}).get(SKETCHED) == "true"
+            self._add_manifest_list(snapshot["manifest-list"], sketched=sketched)
 
-    def _add_manifest_list(self, location: str) -> None:
+    def _add_manifest_list(self, location: str, *, sketched: bool) -> None:
         live = self.live
         if location in live.manifests_of:
             return
@@ -147,6 +152,8 @@ class TableWalker:
         live.manifests_of[location] = [manifest[path_at] for manifest in manifests]
         for manifest in manifests:
             self._add_manifest(manifest[path_at], manifest[length_at])
+            if sketched:
+                live.kinds[sketch_location(manifest[path_at])] = ID_SKETCH
 
     def _add_manifest(self, location: str, length: int) -> None:
         live = self.live

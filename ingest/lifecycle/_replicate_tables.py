@@ -26,7 +26,7 @@ from ingest._faults import fault_point
 from ingest._threads import DaemonPool
 from ingest.errors import ReplicationFailed, UnreadableTableFile
 from ingest.lifecycle._avro import field_position, read_avro
-from ingest.lifecycle._live import DATA, MANIFEST, MANIFEST_LIST, METADATA, LiveFiles, live_table_files
+from ingest.lifecycle._live import DATA, ID_SKETCH, MANIFEST, MANIFEST_LIST, METADATA, LiveFiles, live_table_files
 from ingest.lifecycle._rewrite import (
     current_only_metadata_json,
     rewrite_manifest,
@@ -75,7 +75,7 @@ class TableCopy:
         self.current_only = current_only
         self.target_tables: dict = {}
         self.live = LiveFiles()
-        self.by_kind: dict[str, list[str]] = {DATA: [], MANIFEST: [], MANIFEST_LIST: [], METADATA: []}
+        self.by_kind: dict[str, list[str]] = {DATA: [], ID_SKETCH: [], MANIFEST: [], MANIFEST_LIST: [], METADATA: []}
         self.to_copy: list[tuple[str, int]] = []
         """(path, bytes) of each data file to copy."""
         self.written: dict[str, int] = {}
@@ -108,6 +108,11 @@ class TableCopy:
             have = self.target_tables.get(path)
             if have is None or have.size != self.live.recorded_sizes[location]:
                 self.to_copy.append((path, self.live.recorded_sizes[location]))
+        for location in sorted(self.by_kind[ID_SKETCH]):  # copied as they are: they name files by relative path
+            path = self.relative(location)
+            if path not in self.target_tables:
+                stat = self.source.stat(path)
+                self.to_copy.append((path, stat.size if stat else 0))
 
     def count_rewrites(self) -> list[tuple[str, int]]:
         """A dry run's tally of the table metadata files the target lacks (sizes as at the source)."""

@@ -46,6 +46,8 @@ what still fails is a :class:`RemoteError` with a short reason
 (:meth:`Transport.of`). Credentials are used, never written anywhere.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ingest.remote._buckets import Buckets
 from ingest.remote._errors import RemoteError, describe, unreachable
 from ingest.remote._gdal import GDAL_CREDENTIALS, GDAL_REMOTE_OPTIONS, GdalOptions, gdal_options, gdal_path
@@ -65,6 +67,19 @@ from ingest.remote._stores import (
 )
 from ingest.remote._tokens import PLANETARY_COMPUTER, SasTokens, planetary_computer_source, redacted
 
+if TYPE_CHECKING:
+    from ingest.remote._table_io import ObjectFileIO, writes_together
+
+
+def __getattr__(name: str) -> Any:
+    # The table's FileIO brings PyIceberg's PyArrow module (half a second): imported when first asked for.
+    if name in ("ObjectFileIO", "writes_together"):
+        from ingest.remote import _table_io
+
+        return getattr(_table_io, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "GDAL_CREDENTIALS",
     "GDAL_REMOTE_OPTIONS",
@@ -74,6 +89,7 @@ __all__ = [
     "Buckets",
     "GdalOptions",
     "Headers",
+    "ObjectFileIO",
     "RemoteError",
     "SasTokens",
     "Stores",
@@ -91,4 +107,5 @@ __all__ = [
     "unreachable",
     "unsigned",
     "url_scheme",
+    "writes_together",
 ]

@@ -11,24 +11,36 @@ Modules, in the order a commit flows through them:
 - ``_plan``: a writer's table change, replayable on any base.
 - ``_files``, ``_append``, ``_replace``, ``_keys``: data files, the Iceberg snapshot
   (manifests, manifest list), copy-on-write replacement, which rows of which files hold which ids
-  (``KeyIndex``; :class:`IdIndex` for searches by ids).
+  (``KeyIndex``; :class:`IdIndex` for searches by ids); ``_sketch``: the id sketch written beside
+  each manifest, from which a search by ids finds its rows without reading the files' ids.
 - ``_optimize``: compaction of a partition's files into clustered runs (``floe optimize``).
 - ``_catalog``: :class:`PointerCatalog`, the Iceberg catalog whose table lives at a pointer.
 - ``_groups``: group existence and shared parents; ``_containers``: virtual chunk containers.
 - ``_read``: rows of the table, read by floe from its own files.
+- ``_snapshots``: what never changes about a snapshot (its pointer, a read-only session), read once.
 """
 
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import SOURCE_CURSORS, AppliedChange, Base, CommitMetadata, TableChange, commit_change
 from ingest.repository._keys import IdIndex, id_hashes
 from ingest.repository._optimize import OptimizeResult
-from ingest.repository._read import READS_AT_ONCE, data_fragment
+from ingest.repository._read import READS_AT_ONCE, data_fragment, read_column
 from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
+from ingest.repository._sketch import (
+    SKETCHED,
+    data_manifests,
+    fingerprints,
+    is_sketched,
+    read_sketch,
+    relative_to,
+    sketch_location,
+)
 from ingest.repository._view import View
 from ingest.repository._writer import CommitResult, Writer
 
 __all__ = [
     "READS_AT_ONCE",
+    "SKETCHED",
     "SOURCE_CURSORS",
     "AppliedChange",
     "Base",
@@ -46,5 +58,12 @@ __all__ = [
     "check_ref_name",
     "commit_change",
     "data_fragment",
+    "data_manifests",
+    "fingerprints",
     "id_hashes",
+    "is_sketched",
+    "read_column",
+    "read_sketch",
+    "relative_to",
+    "sketch_location",
 ]

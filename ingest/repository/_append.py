@@ -14,10 +14,12 @@ of them pile up, so the manifest list, and every scan, stays bounded.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
@@ -50,10 +52,21 @@ from pyiceberg.table.update import (
 from ingest._compat import transaction_updates
 from ingest.repository._catalog import sort_order_columns
 from ingest.repository._keys import KeyIndex
+from ingest.repository._sketch import (
+    SKETCHED,
+    is_sketched,
+    read_sketch,
+    relative_to,
+    sketched_files,
+    without_files,
+    write_sketch,
+)
 from ingest.stac import HILBERT
 
 MIN_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
 TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
+LISTS_KEPT = 8
+"""Manifest lists a writer keeps read (its base's, and a few a lost race brings)."""
 AVRO_COMPRESSION: AvroCompressionCodec = "deflate"
 """Manifests and manifest lists are Avro with deflate, Iceberg's default (``gzip``): every engine reads it (DuckDB's
 Avro reader refuses zstandard)."""
@@ -75,8 +88,18 @@ def _manifest_writer(io: FileIO, metadata: TableMetadata, snapshot_id: int, name
 
 
 def _write_added_manifest(
-    io: FileIO, metadata: TableMetadata, snapshot_id: int, data_files: Sequence[DataFile], commit_id: uuid.UUID
-) -> ManifestFile:
+    io: FileIO,
+    metadata: TableMetadata,
+    snapshot_id: int,
+    data_files: Sequence[DataFile],
+    commit_id: uuid.UUID,
+    *,
+    fingerprints: Mapping[str, np.ndarray],
+) -> tuple[ManifestFile, bool]:
+    """The manifest of ``data_files``, and whether it got an id sketch (every file's ``fingerprints`` known)."""
+    sketch = sketched_files(metadata.location, data_files, fingerprints)
+    if sketch is not None:
+        write_sketch(io, _metadata_path(metadata, f"{commit_id}-m0.avro"), sketch)
     with _manifest_writer(io, metadata, snapshot_id, f"{commit_id}-m0.avro") as writer:
         for data_file in data_files:
             writer.add(
@@ -88,7 +111,7 @@ def _write_added_manifest(
                     data_file=data_file,
                 )
             )
-    return writer.to_manifest_file()
+    return writer.to_manifest_file(), sketch is not None
 
 
 class ManifestCache:
@@ -103,7 +126,12 @@ class ManifestCache:
     def __init__(self, io: FileIO) -> None:
         self.io = io
         self._entries: dict[str, list[ManifestEntry]] = {}
-        self.keys = KeyIndex(io)
+        self._sketches: dict[str, pa.Table] = {}
+        self._lists: dict[str, list[ManifestFile]] = {}
+        self._listed_in: dict[str, ManifestFile] = {}
+        """Data file -> the manifest listing it, in the version last listed when that version is sketched."""
+        self._table_location = ""
+        self.keys = KeyIndex(io, self._sketched_fingerprints)
         """Which (collection, id) keys each live data file holds, read once per file."""
 
     def entries(self, manifest: ManifestFile) -> list[ManifestEntry]:
@@ -113,19 +141,54 @@ class ManifestCache:
             self._entries[manifest.manifest_path] = cached
         return cached
 
+    def manifests(self, snapshot: Snapshot) -> list[ManifestFile]:
+        """The manifests of ``snapshot``'s manifest list, read once (PyIceberg reads the list at every call)."""
+        found = self._lists.get(snapshot.manifest_list)
+        if found is None:
+            found = self._lists[snapshot.manifest_list] = snapshot.manifests(self.io)
+            while len(self._lists) > LISTS_KEPT:
+                del self._lists[next(iter(self._lists))]
+        return found
+
+    def sketch(self, manifest: ManifestFile) -> pa.Table:
+        """The id sketch of ``manifest`` (of a sketched snapshot: see ``_sketch.py``), read once."""
+        cached = self._sketches.get(manifest.manifest_path)
+        if cached is None:
+            cached = read_sketch(self.io, manifest.manifest_path)
+            self._sketches[manifest.manifest_path] = cached
+        return cached
+
     def live_files(self, metadata: TableMetadata) -> dict[str, DataFile]:
         """Path -> DataFile of every live data file of the current snapshot of ``metadata``."""
         snapshot = metadata.current_snapshot()
         if snapshot is None:
             return {}
-        manifests = snapshot.manifests(self.io)
+        manifests = self.manifests(snapshot)
         live = {
             entry.data_file.file_path: entry.data_file for manifest in manifests for entry in self.entries(manifest)
         }
         current = {manifest.manifest_path for manifest in manifests}
         self._entries = {path: entries for path, entries in self._entries.items() if path in current}
+        self._sketches = {path: sketch for path, sketch in self._sketches.items() if path in current}
+        self._listed_in = {}
+        if is_sketched(snapshot):
+            self._table_location = metadata.location
+            for manifest in manifests:
+                for entry in self.entries(manifest):
+                    self._listed_in[entry.data_file.file_path] = manifest
         self.keys.retain(live)
         return live
+
+    def _sketched_fingerprints(self, path: str) -> np.ndarray | None:
+        """The id fingerprints of the live file at ``path``, in row order, from its manifest's sketch (None: the
+        version last listed is not sketched, or does not list it)."""
+        manifest = self._listed_in.get(path)
+        if manifest is None:
+            return None
+        sketch = self.sketch(manifest)
+        mine = pc.equal(sketch.column("file"), relative_to(self._table_location, path))
+        rows = sketch.filter(mine).sort_by("row")
+        return rows.column("fingerprint").to_numpy()
 
 
 def _tier(manifest: ManifestFile, fan_in: int) -> int:
@@ -139,7 +202,13 @@ def _tier(manifest: ManifestFile, fan_in: int) -> int:
 
 
 def _merge_small_manifests(
-    cache: ManifestCache, metadata: TableMetadata, snapshot_id: int, existing: list[ManifestFile], commit_id: uuid.UUID
+    cache: ManifestCache,
+    metadata: TableMetadata,
+    snapshot_id: int,
+    existing: list[ManifestFile],
+    commit_id: uuid.UUID,
+    *,
+    sketched: bool,
 ) -> list[ManifestFile]:
     """Merge manifests in tiers, like a log-structured merge, so their number stays logarithmic in the files.
 
@@ -173,6 +242,9 @@ def _merge_small_manifests(
     if not full:
         return existing
     merging = tiers[full[0]]
+    if sketched:  # the merged manifest's sketch: its members' (every manifest of a sketched base has one)
+        sketches = [cache.sketch(manifest) for manifest in merging]
+        write_sketch(cache.io, _metadata_path(metadata, f"{commit_id}-m1.avro"), pa.concat_tables(sketches))
     with _manifest_writer(cache.io, metadata, snapshot_id, f"{commit_id}-m1.avro") as writer:
         for manifest in merging:
             for entry in cache.entries(manifest):
@@ -189,8 +261,12 @@ def _remove_files(
     *,
     removed: set[str],
     commit_id: uuid.UUID,
+    sketched: bool,
 ) -> tuple[list[ManifestFile], list[DataFile]]:
-    """Rewrite the manifests that list a removed file, marking it deleted; return the manifests and removed files."""
+    """Rewrite the manifests that list a removed file, marking it deleted; return the manifests and removed files.
+
+    With ``sketched`` (every manifest of the base has an id sketch), each rewritten manifest gets its original's
+    sketch without the removed files."""
     manifests: list[ManifestFile] = []
     removed_files: list[DataFile] = []
     for index, manifest in enumerate(existing):
@@ -198,6 +274,9 @@ def _remove_files(
         if not any(entry.data_file.file_path in removed for entry in entries):
             manifests.append(manifest)
             continue
+        rewritten = _metadata_path(metadata, f"{commit_id}-d{index}.avro")
+        if sketched:
+            write_sketch(cache.io, rewritten, without_files(cache.sketch(manifest), metadata.location, removed))
         with _manifest_writer(cache.io, metadata, snapshot_id, f"{commit_id}-d{index}.avro") as writer:
             for entry in entries:
                 if entry.data_file.file_path in removed:
@@ -217,6 +296,8 @@ class AddedManifest:
     data_files: tuple[DataFile, ...]
     manifest: ManifestFile | None
     """None when the change adds no file (a deletion): Iceberg has no empty manifests."""
+    sketched: bool = False
+    """Whether the manifest has an id sketch (True too when there is no manifest: nothing lacks one)."""
 
 
 def plan_commit(
@@ -228,6 +309,7 @@ def plan_commit(
     previous: AddedManifest | None = None,
     removed: Iterable[str] = (),
     operation: Operation | None = None,
+    fingerprints: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[tuple[TableUpdate, ...], AssertRefSnapshotId, AddedManifest]:
     """Write what adding ``data_files`` to (and removing the files ``removed`` from) ``metadata`` needs.
 
@@ -240,7 +322,10 @@ def plan_commit(
     Removing files (copy-on-write replacement of rows) makes an ``overwrite``
     snapshot, a ``delete`` when nothing is added (``operation`` overrides: a
     compaction, which changes no row, is a ``replace``); every path in
-    ``removed`` must be live in ``metadata``.
+    ``removed`` must be live in ``metadata``. ``fingerprints`` (path -> the
+    fingerprints of a new file's ids, in row order) give the new manifest an
+    id sketch; the snapshot is marked sketched when its base was and every
+    new manifest got one (``_sketch.py``).
     """
     io = cache.io
     commit_id = uuid.uuid4()
@@ -256,23 +341,31 @@ def plan_commit(
         snapshot_id = previous.snapshot_id if previous is not None else metadata.new_snapshot_id()
         if metadata.snapshot_by_id(snapshot_id) is not None:
             snapshot_id = metadata.new_snapshot_id()
-        manifest = _write_added_manifest(io, metadata, snapshot_id, data_files, commit_id) if data_files else None
-        added = AddedManifest(snapshot_id, data_files, manifest)
+        if data_files:
+            manifest, has_sketch = _write_added_manifest(
+                io, metadata, snapshot_id, data_files, commit_id, fingerprints=fingerprints or {}
+            )
+            added = AddedManifest(snapshot_id, data_files, manifest, has_sketch)
+        else:
+            added = AddedManifest(snapshot_id, data_files, None, sketched=True)
     snapshot_id = added.snapshot_id
     parent = metadata.current_snapshot()
+    sketched = is_sketched(parent) and added.sketched
+    if sketched:
+        snapshot_properties = {**snapshot_properties, SKETCHED: "true"}
     sequence_number = metadata.next_sequence_number()
-    existing = parent.manifests(io) if parent is not None else []
+    existing = cache.manifests(parent) if parent is not None else []
     removed_files: list[DataFile] = []
     if removed:
         existing, removed_files = _remove_files(
-            cache, metadata, snapshot_id, existing, removed=removed, commit_id=commit_id
+            cache, metadata, snapshot_id, existing, removed=removed, commit_id=commit_id, sketched=sketched
         )
         missing = removed - {data_file.file_path for data_file in removed_files}
         if missing:
             raise ValueError(f"cannot remove files that are not live in the base version: {sorted(missing)}")
     manifests = [
         *([added.manifest] if added.manifest is not None else []),
-        *_merge_small_manifests(cache, metadata, snapshot_id, existing, commit_id),
+        *_merge_small_manifests(cache, metadata, snapshot_id, existing, commit_id, sketched=sketched),
     ]
     manifest_list = _metadata_path(metadata, f"snap-{snapshot_id}-0-{commit_id}.avro")
     with write_manifest_list(

@@ -28,7 +28,10 @@ The protocol, step by step (the phases are the functions below, named so):
    is taken (Icechunk's local backend writes its ref without a condition;
    object stores answer a lost race with 412 and need none), and the tip is
    read once more: Icechunk writes a whole snapshot before it tries to move
-   the ref, and that work is doomed if the tip has moved.
+   the ref, and that work is doomed if the tip has moved. On object storage
+   there is no lock to hold and the look of step 2 is recent; the second
+   look would cost every commit a round trip, so it is skipped there (a tip
+   that moved meanwhile fails step 5's conditional write instead).
 5. **Compare-and-swap** (``_swap``). ``session.commit`` moves B from S to the
    new snapshot, whose metadata carries the new pointer, only if B is still
    at S. Arrays and table version land together, or neither does.
@@ -166,7 +169,7 @@ class Base:
 
     @classmethod
     def at(cls, repository: Repository, snapshot_id: str) -> Base:
-        pointer = pointer_of(repository.icechunk, snapshot_id)
+        pointer = repository.known.pointer(snapshot_id)
         tables_url = repository.location.tables_url
         return cls(repository, snapshot_id, decode_pointer(tables_url, pointer) if pointer is not None else None)
 
@@ -279,6 +282,7 @@ def commit_change(
                 attempts=attempt,
             )
             snapshot_id = _swap(repository, session, branch, message, record.encode(caller_metadata))
+            repository.known.remember(snapshot_id, record.items)
         except (icechunk.ConflictError, _TipMoved) as error:
             if attempt >= settings.max_attempts:
                 raise ConflictRetriesExhausted(
@@ -301,9 +305,11 @@ def _swap(
 ) -> str:
     """Phases 4 and 5: under the local lock, look at the tip again, then commit if it is still the base."""
     with repository.location.mutation_lock():
-        # Icechunk writes the whole snapshot before it tries to move the ref; when the
-        # tip has moved already that work is doomed, and on local disks it holds the lock.
-        if _tip_moved(repository, session, branch):
+        # Icechunk writes the whole snapshot before it tries to move the ref; when the tip has moved already that
+        # work is doomed, and on local disks it holds the lock. On object storage no lock is held and the look at
+        # the tip before the table version was written is a round trip ago: Icechunk's conditional write of the
+        # ref refuses a commit on a moved tip (a ConflictError, handled as a lost race).
+        if repository.location.is_local and _tip_moved(repository, session, branch):
             raise _TipMoved
         fault_point("commit.before_swap")
         snapshot_id = session.commit(message, metadata=metadata, allow_empty=True)

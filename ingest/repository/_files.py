@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -41,6 +42,7 @@ from pyiceberg.types import BinaryType, DoubleType, PrimitiveType, StringType
 
 from ingest._compat import geoparquet_metadata
 from ingest._faults import fault_point
+from ingest.repository._sketch import fingerprints
 from ingest.stac import HILBERT, RESERVED, items_to_arrow, normalize_type, parse_datetime
 
 Fit = Literal["same", "widen", "conflict"]
@@ -141,6 +143,8 @@ class StagedFile:
     schema: pa.Schema
     items: list[dict[str, Any]] = field(repr=False)
     untyped: frozenset[str] = frozenset()
+    fingerprints: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32), repr=False)
+    """The fingerprint of each row's id, in row order (its manifest's id sketch: ``_sketch.py``)."""
 
     def column_types(self) -> dict[str, pa.DataType]:
         return {column.name: column.type for column in self.schema}
@@ -228,6 +232,7 @@ def stage(
         schema=table.schema.remove_metadata(),
         items=items or [],
         untyped=untyped,
+        fingerprints=fingerprints(table.column("id").to_pylist()),
     )
 
 

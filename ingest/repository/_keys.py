@@ -9,14 +9,16 @@ real archives name items tile first (``S2B_T33UUP_20240105...``) and
 compacted files are ordered by place, so every file's id range spans nearly
 every id and each lookup would read the ids of the whole table again. Data
 files never change, so their ids are read once per process and kept as sorted
-64-bit hashes (8 bytes a row): a lookup probes them in memory and reads only
+32-bit fingerprints (4 bytes a row; the id sketches' own, ``_sketch.py``): a lookup probes them in memory and reads only
 the files that hold an id, to confirm it, so its cost follows the ids asked
 for, not the table.
 
 Only the id is hashed, not (collection, id): a search by ids names no
 collection, and an id held in another collection only adds a confirming read.
 The key index probes files one by one, fine for the few files a batch's
-partitions hold; a search by ids may reach every file of the table.
+partitions hold; a search by ids may reach every file of the table. Both
+take a file's fingerprints from the id sketch beside its manifest where the
+table version has them (``_sketch.py``), rather than reading the file.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile
 
 from ingest.repository._read import READS_AT_ONCE, read_column
+from ingest.repository._sketch import fingerprints, relative_to
 
 
 def id_hashes(ids: Iterable[str]) -> np.ndarray:
-    """Sorted, distinct hashes of ``ids`` (Python's string hash: stable within a process, all the index lives)."""
-    return np.unique(np.fromiter((hash(item_id) for item_id in ids), dtype=np.int64))
+    """Sorted, distinct fingerprints of ``ids`` (what the indexes and the id sketches hold)."""
+    return np.unique(fingerprints(ids))
 
 
 class _FileIds:
@@ -43,8 +46,8 @@ class _FileIds:
 
     __slots__ = ("hashes",)
 
-    def __init__(self, ids: list[str]) -> None:
-        self.hashes = np.sort(np.fromiter((hash(item_id) for item_id in ids), dtype=np.int64, count=len(ids)))
+    def __init__(self, hashes: np.ndarray) -> None:
+        self.hashes = np.sort(hashes)
 
     def holds_any(self, wanted: np.ndarray) -> bool:
         if len(self.hashes) == 0 or len(wanted) == 0:
@@ -56,8 +59,10 @@ class _FileIds:
 class KeyIndex:
     """The id hashes of each data file read so far (files never change)."""
 
-    def __init__(self, io: FileIO) -> None:
+    def __init__(self, io: FileIO, sketched: Callable[[str], np.ndarray | None] | None = None) -> None:
         self.io = io
+        self.sketched = sketched
+        """A file's id fingerprints from its manifest's id sketch (None: it has none): no read of the file."""
         self._files: dict[str, _FileIds] = {}
         self._lock = threading.Lock()
 
@@ -66,7 +71,10 @@ class KeyIndex:
         with self._lock:
             cached = self._files.get(path)
         if cached is None:
-            cached = _FileIds(read_column(self.io, data_file, "id").to_pylist())
+            found = self.sketched(path) if self.sketched is not None else None
+            if found is None:
+                found = fingerprints(read_column(self.io, data_file, "id").to_pylist())
+            cached = _FileIds(found)
             with self._lock:
                 self._files[path] = cached
         return cached
@@ -83,7 +91,7 @@ class KeyIndex:
         with self._lock:
             if path in self._files:
                 return  # known already (a commit attempted again keeps its files)
-        learned = _FileIds(ids)
+        learned = _FileIds(fingerprints(ids))
         with self._lock:
             self._files[path] = learned
 
@@ -98,8 +106,9 @@ class IdIndex:
 
     A search by ids over a large table would otherwise probe each file's
     hashes in turn: ids follow time and compacted files follow place, so at
-    ten million items about 30 files' id bounds contain each id. 16 bytes a
-    row (hash, file, row); built once per table version that is searched by ids.
+    ten million items about 30 files' id bounds contain each id. 12 bytes a
+    row (hash, file, row); built once per table version that is searched by ids, from the id sketches of its
+    manifests where they have them.
     """
 
     def __init__(self, hashes: np.ndarray, files: np.ndarray, rows: np.ndarray) -> None:
@@ -114,16 +123,42 @@ class IdIndex:
         with ThreadPoolExecutor(READS_AT_ONCE, thread_name_prefix="floe-ids") as pool:
             columns = pool.map(read_ids, data_files)
             for position, column in enumerate(columns):
-                ids = column.to_pylist()
-                parts.append(np.fromiter((hash(item_id) for item_id in ids), dtype=np.int64, count=len(ids)))
-                owners.append(np.full(len(ids), position, dtype=np.int32))
-                numbers.append(np.arange(len(ids), dtype=np.int32))
+                parts.append(fingerprints(column.to_pylist()))
+                owners.append(np.full(len(parts[-1]), position, dtype=np.int32))
+                numbers.append(np.arange(len(parts[-1]), dtype=np.int32))
+        return cls.of_parts(parts, owners, numbers)
+
+    @classmethod
+    def of_sketches(cls, table_location: str, data_files: list[DataFile], sketches: Iterable[pa.Table]) -> IdIndex:
+        """The index of ``data_files`` (file numbers are positions in that list) from the id sketches of the
+        manifests that list them (``_sketch.py``): no data file is read.
+
+        Raises:
+            ValueError: a sketch names a file that is not among ``data_files`` (it disagrees with its manifest).
+        """
+        position = {relative_to(table_location, data_file.file_path): n for n, data_file in enumerate(data_files)}
+        parts, owners, numbers = [], [], []
+        for sketch in sketches:
+            names = sketch.column("file").combine_chunks().dictionary_encode()
+            try:
+                of_name = np.array([position[name] for name in names.dictionary.to_pylist()], dtype=np.int32)
+            except KeyError as error:
+                raise ValueError(f"an id sketch names {error.args[0]}, which its manifest does not list") from None
+            owners.append(of_name[names.indices.to_numpy(zero_copy_only=False)] if len(of_name) else np.empty(0))
+            parts.append(sketch.column("fingerprint").to_numpy())
+            numbers.append(sketch.column("row").to_numpy())
+        return cls.of_parts(parts, owners, numbers)
+
+    @classmethod
+    def of_parts(cls, parts: list[np.ndarray], owners: list[np.ndarray], numbers: list[np.ndarray]) -> IdIndex:
+        """The index of rows given as fingerprints, file numbers and row numbers (any order, in parts)."""
         if not parts:
-            empty = np.empty(0, dtype=np.int64)
-            return cls(empty, empty.astype(np.int32), empty.astype(np.int32))
-        hashes = np.concatenate(parts)
+            empty = np.empty(0, dtype=np.int32)
+            return cls(empty, empty, empty)
+        hashes = np.concatenate(parts).astype(np.int32, copy=False)
         order = np.argsort(hashes, kind="stable")
-        return cls(hashes[order], np.concatenate(owners)[order], np.concatenate(numbers)[order])
+        files = np.concatenate(owners).astype(np.int32, copy=False)
+        return cls(hashes[order], files[order], np.concatenate(numbers).astype(np.int32, copy=False)[order])
 
     def locate(self, wanted: np.ndarray) -> dict[int, np.ndarray]:
         """File number -> sorted row numbers whose id hash is one of ``wanted`` (confirm them: hashes may collide)."""

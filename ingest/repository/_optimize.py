@@ -306,6 +306,7 @@ class CompactionPlan(TableChange):
             previous=self._added,
             removed=removed,
             operation=Operation.REPLACE,
+            fingerprints={staged.path: staged.fingerprints for staged in outputs},
         )
         requirements = (AssertTableUUID(uuid=metadata.table_uuid), head)
         return AppliedChange(self._catalog.commit_table(table, requirements, updates).metadata_location)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from pyiceberg.table.update import AssertTableUUID, TableUpdate
 
 from ingest.errors import CommitConflict
+from ingest.remote import writes_together
 from ingest.repository._append import AddedManifest, ManifestCache, plan_commit, schema_union_updates
 from ingest.repository._commit import AppliedChange, Base, TableChange
 from ingest.repository._files import (
@@ -289,10 +290,11 @@ class ItemsPlan(TableChange):
         for item in self._items:
             groups[(item["collection"], month_of(item))].append(item)
         column_types = table_column_types(table.schema())
-        return [
-            write_group(self._io, table.location(), items, column_types)
-            for _, items in sorted(groups.items(), key=lambda pair: (pair[0][0], pair[0][1] or 0))
-        ]
+        with writes_together(self._io):  # on object storage the batch's files are sent together, not in turn
+            return [
+                write_group(self._io, table.location(), items, column_types)
+                for _, items in sorted(groups.items(), key=lambda pair: (pair[0][0], pair[0][1] or 0))
+            ]
 
     def _reconcile_files(self, files: list[StagedFile], table: Table) -> tuple[list[StagedFile], int]:
         """Keep files that fit the base's schema; rewrite (with the conflicting columns untyped) those that do not."""
@@ -327,14 +329,15 @@ class ItemsPlan(TableChange):
             properties["floe.rows-replaced"] = str(replacement.rows_removed - deleted)
         if deleted:
             properties["floe.rows-deleted"] = str(deleted)
-        data_files = [to_data_file(staged, metadata) for staged in [*files, *replacement.rewritten_files]]
+        staged_files = [*files, *replacement.rewritten_files]
         append_updates, head, self._added_manifest = plan_commit(
             metadata,
-            data_files,
+            [to_data_file(staged, metadata) for staged in staged_files],
             self._manifests,
             properties,
             previous=self._added_manifest,
             removed=replacement.removed_paths,
+            fingerprints={staged.path: staged.fingerprints for staged in staged_files},
         )
         requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), head)
         return self._catalog.commit_table(table, requirements, updates + append_updates).metadata_location

@@ -23,6 +23,7 @@ from pyiceberg.table.metadata import TableMetadata
 
 from ingest.repository._append import ManifestCache
 from ingest.repository._files import StagedFile, data_file_path, run_of, stage
+from ingest.repository._read import data_fragment
 
 Key = tuple[str, str]
 
@@ -67,8 +68,8 @@ def locate(cache: ManifestCache, files: Iterable[DataFile], keys: set[Key]) -> d
     found: dict[str, tuple[DataFile, set[Key]]] = {}
     files = [data_file for data_file in files if data_file.partition[0] in collections]
     for data_file in cache.keys.holding(files, {item_id for _, item_id in keys}):
-        with io.new_input(data_file.file_path).open() as stream:
-            columns = pq.read_table(stream, columns=["collection", "id"])
+        fragment = data_fragment(io, data_file.file_path, data_file.file_size_in_bytes)  # opened by its size
+        columns = fragment.to_table(columns=["collection", "id"], use_threads=False)
         held = set(zip(columns.column("collection").to_pylist(), columns.column("id").to_pylist(), strict=True))
         hits = held & keys
         if hits:

@@ -38,7 +38,6 @@ from ingest.repository._commit import (
     decode_pointer,
     encode_pointer,
     newest_cursors,
-    pointer_of,
 )
 from ingest.repository._containers import allow_sources, authorizing, container_access, with_stored_config
 from ingest.repository._create import (
@@ -50,6 +49,7 @@ from ingest.repository._create import (
 from ingest.repository._groups import ensure_groups
 from ingest.repository._layout import check_layout, kept_tiling, root_attributes
 from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
+from ingest.repository._snapshots import KnownSnapshots
 from ingest.repository._view import View
 from ingest.repository._writer import Writer
 from ingest.stac import check_name, shown
@@ -120,6 +120,8 @@ class Repository:
         self.io = location.file_io()
         self.catalog = PointerCatalog(self.io, snapshot_log=settings.commit.snapshot_log)
         self._manifests: ManifestCache | None = None
+        self.known = KnownSnapshots(lambda: self.icechunk)
+        """Pointers and read-only sessions of the snapshots read so far (they never change)."""
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod
@@ -173,10 +175,13 @@ class Repository:
         quiet_icechunk_logs()
         storage = location.icechunk_storage()
         with reaching(location):
-            if not icechunk.Repository.exists(storage):
+            try:
+                repo = icechunk.Repository.open(storage)  # no exists() first: a round trip more on object storage
+            except icechunk.RepositoryNotFoundError:
                 location.probe()  # a missing bucket says so, rather than "no repository"
-                raise RepositoryNotFound(f"no floe repository at {location.url} (create one with `floe init`)")
-            repo = icechunk.Repository.open(storage)
+                raise RepositoryNotFound(
+                    f"no floe repository at {location.url} (create one with `floe init`)"
+                ) from None
         access = container_access(repo.config, *authorizing(settings))
         if access:
             # Virtual references read only through authorized containers.
@@ -228,7 +233,7 @@ class Repository:
         """Refuse a repository whose arrays an earlier floe laid out otherwise, and write with the tiling it was
         created with (both read at ``main``'s tip; see ``_layout.py``). Returns that tip (None: no ``main``)."""
         try:
-            session = self.icechunk.readonly_session(branch="main")
+            session = self.known.keep(self.icechunk.readonly_session(branch="main"))
         except icechunk.IcechunkError:
             return None  # no main branch: nothing written by floe's first commit to look at
         try:
@@ -303,7 +308,7 @@ class Repository:
     def metadata_location_of(self, snapshot_id: str) -> str:
         """The items table's metadata.json location recorded by snapshot ``snapshot_id``."""
         try:
-            pointer = pointer_of(self.icechunk, snapshot_id)
+            pointer = self.known.pointer(snapshot_id)
         except icechunk.IcechunkError as error:
             raise RefNotFound(f"snapshot {snapshot_id} does not exist") from error
         if pointer is None:
@@ -332,6 +337,8 @@ class Repository:
             "tag": self.icechunk.lookup_tag,
             "snapshot": lambda sid: self.icechunk.lookup_snapshot(sid).id,
         }
+        if kind == "snapshot" and self.known.knows(name):
+            return kind, name  # read in this process: it exists, and names itself
         order = [kind] if kind else ["branch", "tag"] + (["snapshot"] if _SNAPSHOT_ID.match(name) else [])
         for candidate in order:
             try:

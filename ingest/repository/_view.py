@@ -46,7 +46,7 @@ class View:
     def session(self) -> icechunk.Session:
         """A read-only Icechunk session at this snapshot."""
         if self._session is None:
-            self._session = self.repository.icechunk.readonly_session(snapshot_id=self.snapshot_id)
+            self._session = self.repository.known.session(self.snapshot_id)
         return self._session
 
     def arrays(self, path: str = "") -> zarr.Group:

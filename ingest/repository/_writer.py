@@ -168,6 +168,13 @@ class Writer:
             self._slots.cleared(pieces)
         return clear_pieces(self._session, pieces)
 
+    def _base_exists(self, snapshot_id: str) -> bool:
+        try:
+            self.repository.icechunk.lookup_snapshot(snapshot_id)
+        except icechunk.SnapshotNotFoundError:
+            return False
+        return True
+
     def _rebase(self, session: icechunk.Session, branch: str) -> None:
         """The commit protocol's phase 6 for this writer: slots follow the tip's, and rows follow their slots.
 
@@ -354,9 +361,12 @@ class Writer:
                 caller_metadata=metadata,
                 rebaser=self._rebase,
             )
-        except icechunk.SnapshotNotFoundError as error:
+        except icechunk.IcechunkError as error:
             # `floe gc --expire-older-than` removed the snapshot this writer opened at (it was no branch tip
-            # or tag any more): the staged changes have no base to rebase from. Nothing was committed.
+            # or tag any more): the staged changes have no base to rebase from. Nothing was committed. (Its
+            # pointer may be known already, so the first to notice can be the rebase, reading the snapshot.)
+            if not isinstance(error, icechunk.SnapshotNotFoundError) and self._base_exists(base):
+                raise
             raise CommitConflict(
                 f"the snapshot this writer on {self.branch!r} opened at ({base}) was expired by `floe gc` "
                 "meanwhile; nothing was committed: open a new writer and stage these items again"

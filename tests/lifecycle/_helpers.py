@@ -1,5 +1,5 @@
 """What the lifecycle tests compare: exports per ref and per version, file listings, the live set computed
-through pyiceberg, the files one table version names."""
+through pyiceberg, the files one table version names (with the id sketches beside its manifests)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from ingest import Repository
 from ingest.errors import CorruptRepository
 from ingest.lifecycle._store import RootFiles
-from ingest.repository import CommitMetadata, View
+from ingest.repository import CommitMetadata, View, is_sketched, sketch_location
 from ingest.stac import read_arrays_asset
 
 
@@ -68,6 +68,8 @@ def files_of_version(repository: Repository, pointer: str) -> set[str]:
         found.add(snapshot.manifest_list)
         for manifest in snapshot.manifests(repository.io):
             found.add(manifest.manifest_path)
+            if is_sketched(snapshot):
+                found.add(sketch_location(manifest.manifest_path))
             found.update(entry.data_file.file_path for entry in manifest.fetch_manifest_entry(repository.io))
     files = RootFiles(repository.location)
     return {path for path in (files.relative(location) for location in found) if path is not None}
@@ -96,6 +98,8 @@ def expected_live(repository: Repository) -> set[str]:
             live.add(snapshot.manifest_list)
             for manifest in snapshot.manifests(repository.io):
                 live.add(manifest.manifest_path)
+                if is_sketched(snapshot):
+                    live.add(sketch_location(manifest.manifest_path))
                 live.update(
                     e.data_file.file_path for e in manifest.fetch_manifest_entry(repository.io, discard_deleted=False)
                 )

@@ -1,0 +1,203 @@
+"""The items table's FileIO on S3: PyArrow's, except that whole objects are read in one GET and written in one PUT.
+
+PyArrow's S3 filesystem asks an object's size (``HEAD``) before it reads a
+byte, whether opened for random access or as a stream (Arrow's
+``S3FileSystem::OpenInputFile`` and ``OpenInputStream`` both start with
+``ObjectInputFile::Init``). On object storage each request is a round trip
+(20-50 ms in a cloud region), and Iceberg's metadata is read whole, object
+after object: a metadata.json, a manifest list, each manifest. So
+:class:`ObjectFileIO` reads those through obstore, one ``GET`` each
+(:meth:`ObjectFileIO.get`), and leaves everything else (writes, deletes, data
+files opened by their size, ``len``) to PyArrow.
+
+Writes are the same story: PyIceberg's ``create(overwrite=False)`` asks
+whether the object exists (a ``HEAD``, and for a missing key a ``LIST`` to see
+whether it is a folder), then Arrow uploads it in parts (three requests even
+for a few kilobytes), then a manifest writer asks its length (a ``HEAD``):
+six round trips for each data file, manifest or metadata.json a commit writes.
+Every table file is written whole from memory (floe builds a data file's bytes
+before writing it; Avro and JSON writers are small), so :class:`ObjectFileIO`
+sends one ``PUT`` when the stream closes, conditional on no object being there
+(``If-None-Match: *``: S3's atomic create) unless overwriting is asked for, and
+knows the length it wrote.
+
+The obstore store is built from the same :class:`~ingest.config.S3Settings`
+as PyArrow's filesystem and Icechunk's storage (:mod:`ingest._aws`), through
+:class:`~ingest.remote.Stores`, so the three reach the same endpoint with the
+same credentials.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import obstore
+from obstore.exceptions import AlreadyExistsError
+from pyiceberg.io import InputStream, OutputStream
+from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
+
+from ingest.remote._buckets import Buckets, s3_endpoint
+from ingest.remote._errors import describe
+from ingest.remote._stores import Stores
+
+if TYPE_CHECKING:
+    from obstore.store import ObjectStore
+
+    from ingest.config import S3Settings
+
+PUTS_AT_ONCE = 16
+"""Writes sent at once by :meth:`ObjectFileIO.writes_together` (a batch's data files: one PUT each)."""
+READ_WHOLE = (".metadata.json", ".avro", ".ids.parquet")
+"""What is read whole (table versions, manifest lists, manifests, floe's id sketches beside them): in one GET."""
+
+
+class ObjectFileIO(PyArrowFileIO):
+    """PyArrow's FileIO for an ``s3://`` root, reading table metadata in one GET each (see the module)."""
+
+    def __init__(self, properties: dict[str, str], s3: S3Settings) -> None:
+        super().__init__(properties=properties)
+        self.s3 = s3
+        self._stores: Stores | None = None
+        self._local = threading.local()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # obstore's stores are clients, remade on first use wherever this FileIO is unpickled (a Ray actor).
+        state = super().__getstate__()
+        state["_stores"] = None
+        del state["_local"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._local = threading.local()
+
+    def new_input(self, location: str) -> PyArrowFile:
+        if location.startswith("s3://") and location.endswith(READ_WHOLE):
+            return _WholeObject(location, self)
+        return super().new_input(location)
+
+    def new_output(self, location: str) -> PyArrowFile:
+        if location.startswith("s3://"):
+            return _WholeOutput(location, self)
+        return super().new_output(location)
+
+    def _store(self, location: str) -> tuple[ObjectStore, str]:
+        bucket, _, key = location.removeprefix("s3://").partition("/")
+        if self._stores is None:
+            # The repository's region is settled (ingest._aws): PyArrow and Icechunk use it, so does this store.
+            self._stores = Stores(s3=self.s3, buckets=Buckets(find=False, endpoint=s3_endpoint(self.s3)))
+        # The key is the location's path as it is: Iceberg's paths are not URL-escaped (a partition value's "%" is
+        # written "%25" in the key itself), so nothing is unquoted.
+        return self._stores.bucket_store(bucket, key, url=location), key
+
+    @contextlib.contextmanager
+    def writes_together(self) -> Iterator[None]:
+        """Within the block, this thread's writes wait; when it ends they are sent together, ``PUTS_AT_ONCE`` at a
+        time, and the first failure is raised. A block left by an exception sends none."""
+        pending: list[tuple[str, bytes, bool]] = []
+        self._local.pending = pending
+        try:
+            yield
+        finally:
+            self._local.pending = None
+        if pending:
+            with ThreadPoolExecutor(min(PUTS_AT_ONCE, len(pending)), thread_name_prefix="floe-puts") as pool:
+                list(pool.map(lambda write: self.put(write[0], write[1], overwrite=write[2]), pending))
+
+    def put(self, location: str, data: bytes, *, overwrite: bool) -> None:
+        """Write ``data`` as the object at ``location`` in one PUT; without ``overwrite``, only if none is there.
+        Inside :meth:`writes_together`, the PUT waits for the block's end.
+
+        Raises:
+            FileExistsError: an object is there already (and ``overwrite`` is False).
+            OSError: the store refused or could not be reached (named, with the cause).
+        """
+        pending = getattr(self._local, "pending", None)
+        if pending is not None:
+            pending.append((location, data, overwrite))
+            return
+        store, key = self._store(location)
+        try:
+            obstore.put(store, key, data, mode="overwrite" if overwrite else "create")
+        except AlreadyExistsError as error:
+            raise FileExistsError(f"Cannot create file, already exists: {location}") from error
+        except Exception as error:  # obstore raises builtins and its own kinds
+            raise OSError(f"cannot write {location}: {describe(error)}") from error
+
+    def get(self, location: str) -> bytes:
+        """The whole object at ``location`` (an ``s3://`` URL), in one GET.
+
+        Raises:
+            FileNotFoundError: no object is there.
+            OSError: the store could not be read (named, with the cause).
+        """
+        try:
+            store, key = self._store(location)
+            return bytes(obstore.get(store, key).bytes())
+        except FileNotFoundError as error:  # obstore's NotFoundError is one
+            raise FileNotFoundError(f"{location}: no such object") from error
+        except Exception as error:  # obstore raises builtins and its own kinds
+            raise OSError(f"cannot read {location}: {describe(error)}") from error
+
+
+class _WholeObject(PyArrowFile):
+    """An object PyIceberg reads whole: fetched in one GET when opened (its size and existence, PyArrow's)."""
+
+    def __init__(self, location: str, file_io: ObjectFileIO) -> None:
+        scheme, netloc, path = PyArrowFileIO.parse_location(location)
+        super().__init__(location, path, file_io.fs_by_scheme(scheme, netloc))
+        self.file_io = file_io
+
+    def open(self, seekable: bool = True) -> InputStream:  # a buffer is always seekable
+        return io.BytesIO(self.file_io.get(self.location))
+
+
+class _WholeOutput(PyArrowFile):
+    """A table file written whole: buffered, then one PUT when its stream closes (see the module)."""
+
+    def __init__(self, location: str, file_io: ObjectFileIO) -> None:
+        scheme, netloc, path = PyArrowFileIO.parse_location(location)
+        super().__init__(location, path, file_io.fs_by_scheme(scheme, netloc))
+        self.file_io = file_io
+        self.written: int | None = None
+
+    def create(self, overwrite: bool = False) -> OutputStream:
+        return _PutOnClose(self, overwrite=overwrite)
+
+    def __len__(self) -> int:
+        return self.written if self.written is not None else super().__len__()
+
+
+class _PutOnClose(io.BytesIO):
+    """The bytes of one table file, PUT when closed (not when left by an exception: nothing half-written lands)."""
+
+    def __init__(self, output: _WholeOutput, *, overwrite: bool) -> None:
+        super().__init__()
+        self.output = output
+        self.overwrite = overwrite
+        self.failed = False
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.failed = kind is not None
+        super().__exit__(kind, value, traceback)
+
+    def close(self) -> None:
+        if not self.closed and not self.failed:
+            data = self.getvalue()
+            self.output.file_io.put(self.output.location, data, overwrite=self.overwrite)
+            self.output.written = len(data)
+        super().close()
+
+
+def writes_together(file_io: object) -> contextlib.AbstractContextManager[None]:
+    """:meth:`ObjectFileIO.writes_together` for a table on S3; on a local disk each write is done at once (a write
+    there costs microseconds, not a round trip)."""
+    return file_io.writes_together() if isinstance(file_io, ObjectFileIO) else contextlib.nullcontext()
