@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 
 from ingest import Repository
-from ingest.repository import _keys
-from ingest.repository._read import read_column
+from ingest.repository import _keys, _replace
+from ingest.repository._read import data_fragment, read_column
 from tests.conftest import make_item
 
 
@@ -95,18 +95,22 @@ def test_replacement_across_partitions_moves_the_row(seeded):
 
 
 def test_lookups_read_only_the_files_that_hold_a_key_once_their_keys_are_known(repo, monkeypatch):
-    """Tile-first ids: every file's id range spans every id, so bounds prune nothing; the key index does."""
+    """Tile-first ids: every file's id range spans every id, so bounds prune nothing; the key index does, from the
+    id sketches beside the manifests (no file's ids are read)."""
     for batch in range(8):
         writer = repo.writer()
         writer.add_items([make_item(f"T{tile:02d}-{batch}", "c", version=0) for tile in range(20)])
         writer.commit(f"batch {batch}")
     opened: list[str] = []
+    sketches: list[str] = []
 
     def counting(repository: Repository) -> None:
         new_input = repository.io.new_input
 
         def counted(location: str):
-            if location.endswith(".parquet"):
+            if location.endswith(".ids.parquet"):
+                sketches.append(location)
+            elif location.endswith(".parquet"):
                 opened.append(location)
             return new_input(location)
 
@@ -118,18 +122,25 @@ def test_lookups_read_only_the_files_that_hold_a_key_once_their_keys_are_known(r
 
         monkeypatch.setattr(_keys, "read_column", counted_column)
 
+        def counted_fragment(io, location, size):
+            opened.append(location)  # a lookup confirms a key by the file's size too
+            return data_fragment(io, location, size)
+
+        monkeypatch.setattr(_replace, "data_fragment", counted_fragment)
+
     counting(repo)
     assert repo.writer().stored_items([("c", "T05-new")]) == {}
-    assert opened == []  # the repository object that wrote the files knows their keys: none is read back
+    assert opened == [] and sketches == []  # the repository object that wrote the files knows their keys
 
     repo = Repository.open(repo.location.url, repo.settings)
     counting(repo)
     repo.writer().stored_items([("c", "T05-new")])
-    assert len(opened) == 8  # the first lookup of another repository object reads every candidate's keys once
+    assert opened == []  # another repository object learns the candidates' keys from the sketches, not the files
+    assert len(sketches) == len(set(sketches)) == 8  # one sketch a manifest (8 commits, no merge yet), read once
 
-    opened.clear()
+    sketches.clear()
     assert repo.writer().stored_items([("c", f"T{tile:02d}-new") for tile in range(20)]) == {}
-    assert opened == []  # none of these keys is stored: nothing is read
+    assert opened == [] and sketches == []  # none of these keys is stored: nothing is read
     stored = repo.writer().stored_items([("c", "T07-3"), ("c", "T09-new")])
     assert list(stored) == [("c", "T07-3")]
     assert len(opened) == 2  # the one file holding T07-3: its keys to confirm, then its row
