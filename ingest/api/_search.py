@@ -72,6 +72,17 @@ _IDS_CHUNK_FILES = 64
 """Files a search by ids gathers rows from before it filters them together."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Maybe:
+    """What a search's bounds say of a snapshot's files, before any is read (see ``SearchEngine._maybe_matching``)."""
+
+    indexes: list[int]
+    """The files no bound rules out, in file order."""
+    full: np.ndarray
+    full_exact: bool
+    loose_exact: bool
+
+
 class SearchEngine:
     """STAC search over a floe repository at any ref."""
 
@@ -214,10 +225,22 @@ class SearchEngine:
         self, state: SnapshotState, plan: SearchPlan, tests: RowTests, start: int = 0
     ) -> Iterator[tuple[int, DataFile, RowTest]]:
         """The data files from index ``start`` on that may hold matches, each with the test its rows need."""
-        without_filter = tests.without_filter
+        maybe = self._maybe_matching(state, plan, tests, start)
+        for window in read_windows(maybe.indexes, self.reads_at_once):
+            if plan.filtered_properties:
+                # Which properties overflowed in each file: a column read a file, the window's read together.
+                self._overlapped(lambda index: self._overflow_keys(state, state.files[index]), window)
+            for index in window:
+                test = self._test_of(state, plan, tests, maybe, index)
+                if test is not None:
+                    yield index, state.files[index], test
+
+    def _maybe_matching(self, state: SnapshotState, plan: SearchPlan, tests: RowTests, start: int) -> _Maybe:
+        """The files from index ``start`` on that the search's bounds do not rule out, decided without reading."""
         # Files whose bboxes cannot reach the search area go first, all at once (pyiceberg tests one at a time);
         # then the files whose column bounds rule out the filter-free test (a superset of what the full test
         # rules out: files it rules out are out either way, unread), also all at once.
+        without_filter = tests.without_filter
         stats = state.file_stats()
         keep = stats.record_counts != 0
         keep[:start] = False
@@ -227,29 +250,32 @@ class SearchEngine:
             holding = np.zeros(len(state.files), dtype=bool)
             holding[list(self._named_rows(state, plan))] = True
             keep &= holding
-        loose_exact = full_exact = True
+        loose_exact = True
         if without_filter.bound_prune is not None:
             loose, loose_exact = stats.may_match(without_filter.bound_prune)
             keep &= loose
         full, full_exact = (
             stats.may_match(tests.translated.bound_prune) if tests.translated.bound_prune is not None else (keep, True)
         )
-        for window in read_windows(np.flatnonzero(keep).tolist(), self.reads_at_once):
-            if plan.filtered_properties:
-                # Which properties overflowed in each file: a column read a file, the window's read together.
-                self._overlapped(lambda index: self._overflow_keys(state, state.files[index]), window)
-            for index in window:
-                data_file = state.files[index]
-                if not loose_exact and without_filter.may_match is not None and not without_filter.may_match(data_file):
-                    continue
-                test = tests.translated
-                if plan.filtered_properties and plan.filtered_properties & self._overflow_keys(state, data_file):
-                    test = without_filter
-                elif not full[index] or (
-                    not full_exact and test.may_match is not None and not test.may_match(data_file)
-                ):
-                    continue
-                yield index, data_file, test
+        return _Maybe(np.flatnonzero(keep).tolist(), full, full_exact, loose_exact)
+
+    def _test_of(
+        self, state: SnapshotState, plan: SearchPlan, tests: RowTests, maybe: _Maybe, index: int
+    ) -> RowTest | None:
+        """The test the rows of file ``index`` need (None: the file's bounds rule it out after all); a file keeping
+        a filtered property in floe:overflow is tested without the translated filter (its overflow is read)."""
+        data_file = state.files[index]
+        without_filter = tests.without_filter
+        if not maybe.loose_exact and without_filter.may_match is not None and not without_filter.may_match(data_file):
+            return None
+        test = tests.translated
+        if plan.filtered_properties and plan.filtered_properties & self._overflow_keys(state, data_file):
+            return without_filter
+        if not maybe.full[index] or (
+            not maybe.full_exact and test.may_match is not None and not test.may_match(data_file)
+        ):
+            return None
+        return test
 
     def _matching_rows(
         self,
@@ -416,8 +442,17 @@ class SearchEngine:
         if plan.geometries or plan.residual is not None:
             return None
         tests = self._row_tests(state, plan)
+        maybe = self._maybe_matching(state, plan, tests, 0)
         total = 0
-        for _, data_file, test in self._candidates(state, plan, tests):
+        for index in maybe.indexes:
+            data_file = state.files[index]
+            if plan.filtered_properties:
+                with self._overflow_lock:
+                    if data_file.file_path not in self._overflow:
+                        return None  # which test the file needs is known only from its overflow: a read
+            test = self._test_of(state, plan, tests, maybe, index)
+            if test is None:
+                continue
             if test.needs_rows_test and not (test.all_rows_match is not None and test.all_rows_match(data_file)):
                 return None
             total += data_file.record_count

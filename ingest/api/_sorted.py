@@ -12,13 +12,17 @@ import pyarrow as pa
 
 from ingest.api._cache import FILE_INDEX, ROW_NUMBER, SnapshotState, read_windows
 from ingest.api._order import SortBounds, kth_best
-from ingest.api._plan import RowTest, SearchPlan, residual_matches
+from ingest.api._plan import SearchPlan, residual_matches
 from ingest.api._request import PageToken, SearchPage
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
 
     from ingest.api._search import SearchEngine
+
+
+_NOTHING = pa.table({ROW_NUMBER: pa.array([], pa.int64())})
+"""A file ruled out when it came to be read: no rows."""
 
 
 def sorted_page(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, offset: int) -> SearchPage:
@@ -49,14 +53,19 @@ def _sort_keys(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, nee
     columns = [key.column for key in plan.sortby]
     tests = engine._row_tests(state, plan)
     first = plan.sortby[0]
-    candidates = list(engine._candidates(state, plan, tests))
+    # Ranked by bounds alone: a file's test (whose overflow it must read) is made when the file is read.
+    maybe = engine._maybe_matching(state, plan, tests, 0)
+    candidates = [(index, state.files[index]) for index in maybe.indexes]
     bounds = SortBounds(state.schema, first.column, first.descending)
     candidates.sort(key=lambda candidate: bounds.rank(candidate[1]))
     keys: list[pa.Table] = []
     held = 0
 
-    def matching(candidate: tuple[int, DataFile, RowTest]) -> pa.Table:
-        index, data_file, test = candidate
+    def matching(candidate: tuple[int, DataFile]) -> pa.Table:
+        index, data_file = candidate
+        test = engine._test_of(state, plan, tests, maybe, index)
+        if test is None:
+            return _NOTHING
         matched = engine._matching_rows(state, plan, test, index, columns)
         if test.residual is not None and matched.num_rows:
             rows = matched.column(ROW_NUMBER).to_numpy()
@@ -70,7 +79,7 @@ def _sort_keys(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, nee
     for window in read_windows(candidates, engine.reads_at_once):
         if held >= need and bounds.cannot_improve(window[0][1], kth_best(keys, need, first.descending)):
             return pa.concat_tables(keys, promote_options="permissive"), True
-        for (index, data_file, _), matched in zip(window, engine._overlapped(matching, window), strict=True):
+        for (index, data_file), matched in zip(window, engine._overlapped(matching, window), strict=True):
             if held >= need and bounds.cannot_improve(data_file, kth_best(keys, need, first.descending)):
                 return pa.concat_tables(keys, promote_options="permissive"), True
             if matched.num_rows:

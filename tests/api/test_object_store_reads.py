@@ -155,3 +155,31 @@ def test_a_commit_between_two_searches_costs_the_second_only_the_objects_it_adde
     assert not old, sorted(old)
     assert {path for path in paths if "/tables/" in path} <= added
     assert [path for path in paths if "/data/" in path], paths  # the new rows were read, from new files
+
+
+def test_a_sorted_search_reads_only_the_newest_files_even_where_every_file_has_overflow(moto_server, signature_proxy):
+    """Files keep a filtered property in floe:overflow, so each file's test depends on its overflow: that column
+    is read with the file, when the file's turn comes, not for every candidate before the first is read."""
+    settings = Settings(s3=signature_proxy.s3_settings(moto_server))
+    root = f"s3://{moto_server.create_bucket()}/repo"
+    repository = Repository.create(root, settings)
+    for month in range(1, 10):
+        writer = repository.writer()
+        for number in range(8):
+            # "note" is a text column (the first month types it), a number in one row of each later file: that
+            # row keeps it in floe:overflow.
+            note: object = 7 if number == 0 and month > 1 else f"n{number}"
+            item = make_item(f"m{month}-{number}", "c", when=f"2024-0{month}-0{number + 1}T00:00:00Z", note=note)
+            writer.add_item(with_square(item, number * 2.0, month * 2.0, 1.0))
+        writer.commit(f"month {month}")
+    request = SearchRequest(
+        filter={"op": "<", "args": [{"property": "note"}, "n9"]},
+        filter_lang="cql2-json",
+        sortby=[{"field": "datetime", "direction": "desc"}],
+        limit=3,
+    )
+    engine = SearchEngine(Repository.open(root, settings))
+    page, requests = made_by(signature_proxy, lambda: engine.search(request))
+    assert [item["id"] for item in page.items] == ["m9-7", "m9-6", "m9-5"]
+    data = {path for _, path in table_requests(requests) if "/data/" in path}
+    assert 1 <= len(data) <= 3, sorted(data)  # the newest months' files, of nine
