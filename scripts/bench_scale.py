@@ -3,6 +3,7 @@
 Run:  .venv/bin/python scripts/bench_scale.py                    (10,000,000 items: hours, tens of GB of disk)
       .venv/bin/python scripts/bench_scale.py --items 100000     (a few minutes)
       .venv/bin/python scripts/bench_scale.py --quick            (20,000 items, 5 repeats: a smoke run)
+      .venv/bin/python scripts/bench_scale.py --items 300000 --serve-workers 2 --load-clients 8   (load)
 
 The questions: does floe load and search as well as pgstac when the archive is
 large, does its ingest slow down as the table grows, and what ``floe optimize``
@@ -40,6 +41,13 @@ on both sides; the table says whether they do.
 
 ``--before-optimize`` also times floe's search on the table as ingest left it
 (against pgstac again, interleaved the same way) before running optimize.
+
+``--serve-workers N`` runs each API with N server processes (``floe serve
+--workers N``, uvicorn ``--workers N`` for stac-fastapi-pgstac). With
+``--load-clients C``, after the timings each server in turn (alone on the
+machine) gets C concurrent clients sending the query mix for
+``--load-seconds``: searches per second, p50 and p99 latency, and the ratio
+floe/pgstac (issue 48's load figure).
 
 Every server listens on 127.0.0.1 and is stopped by its own process id at the
 end, also when the run fails or is terminated. Prints markdown: load rates,
@@ -681,6 +689,62 @@ def measure(
             page_through(sides[name], page_size, max_items)
 
 
+@dataclass
+class LoadResult:
+    """One server under ``clients`` concurrent clients sending the query mix."""
+
+    searches: int
+    seconds: float
+    latencies: list[float]
+
+    @property
+    def rate(self) -> float:
+        return self.searches / self.seconds
+
+    def percentile(self, share: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def load(side: Side, all_queries: list[Query], clients: int, seconds: float) -> LoadResult:
+    """``clients`` threads, each with its own connection, sending the queries in turn (each from another one)
+    for ``seconds``: every search's milliseconds. One side at a time, so each has the machine to itself."""
+    import httpx
+
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    deadline = time.perf_counter() + seconds
+
+    def client(number: int) -> None:
+        with httpx.Client(timeout=600) as connection:
+            for query in itertools.islice(itertools.cycle(all_queries), number, None):
+                if time.perf_counter() >= deadline:
+                    return
+                scratch = Side(side.url)
+                latencies[number].append(search_once(connection, scratch, query))
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(number,)) for number in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    every = [latency for mine in latencies for latency in mine]
+    return LoadResult(len(every), time.perf_counter() - started, every)
+
+
+def load_table(results: dict[str, LoadResult], clients: int, workers: int) -> str:
+    floe, pgstac = results["floe"], results["pgstac"]
+    rows = [
+        f"| {clients} clients, the query mix, {workers} server process(es) each | floe | pgstac | floe / pgstac |",
+        "|---|---|---|---|",
+        f"| searches/s | {floe.rate:.1f} | {pgstac.rate:.1f} | {floe.rate / pgstac.rate:.2f}x |",
+    ]
+    for label, share in (("p50 ms", 0.5), ("p99 ms", 0.99)):
+        ours, theirs = floe.percentile(share), pgstac.percentile(share)
+        rows.append(f"| {label} | {ours:,.0f} | {theirs:,.0f} | {ours / theirs:.2f}x |")
+    return "\n".join(rows)
+
+
 def agreement(
     query: Query,
     floe: list[str],
@@ -881,12 +945,12 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
     with phase(phases, "pgstac migrate + pypgstac load"):
         loads["pgstac"] = load_pgstac(pg_env, postmaster, workdir, data, count, arguments.pgstac_index)
     with phase(phases, "serve pgstac (start)"):
-        pgstac_url = serve_pgstac(workdir, pg_env)
+        pgstac_url = serve_pgstac(workdir, pg_env, arguments.serve_workers)
 
     searches: dict[str, tuple[Side, Side]] = {}
     if arguments.before_optimize:
         with phase(phases, "serve floe before optimize (start)"):
-            floe_url = serve_floe(workdir, root)
+            floe_url = serve_floe(workdir, root, arguments.serve_workers)
             floe_server = PROCESSES.started[-1]
         sides = {"floe": Side(floe_url), "pgstac": Side(pgstac_url)}
         with phase(phases, "search, floe before optimize"):
@@ -901,11 +965,18 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
     files["after floe optimize"] = table_files(root)
 
     with phase(phases, "serve floe (start)"):
-        floe_url = serve_floe(workdir, root)
+        floe_url = serve_floe(workdir, root, arguments.serve_workers)
     sides = {"floe": Side(floe_url), "pgstac": Side(pgstac_url)}
     with phase(phases, "search, floe after optimize"):
         measure(sides, all_queries, arguments.warmup, arguments.repeats, arguments.page_size, paging)
     searches["floe after `floe optimize`"] = (sides["floe"], sides["pgstac"])
+    if arguments.load_clients:
+        with phase(phases, "load, each side alone"):
+            results = {
+                name: load(side, all_queries, arguments.load_clients, arguments.load_seconds)
+                for name, side in sides.items()
+            }
+        print(load_table(results, arguments.load_clients, arguments.serve_workers) + "\n")
 
     print_report(count, arguments, loads, (rates, canary), files, optimize_line, searches, all_queries, phases)
 
@@ -925,6 +996,11 @@ def main() -> None:
         action="store_true",
         help="also index pgstac's queryables (eo:cloud_cover, gsd, platform) before loading items",
     )
+    parser.add_argument("--serve-workers", type=int, default=1, help="server processes of each API (default 1)")
+    parser.add_argument(
+        "--load-clients", type=int, default=0, help="after the timings, this many clients send the query mix at once"
+    )
+    parser.add_argument("--load-seconds", type=float, default=60.0, help="how long each side is loaded")
     parser.add_argument("--quick", action="store_true", help="20,000 items, 5 repeats, 1 warm-up, 1 paging run")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (data, clusters, logs)")
     arguments = parser.parse_args()

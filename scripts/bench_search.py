@@ -234,9 +234,9 @@ def load_floe(workdir: Path, items_path: Path, collection_files: list[Path], cou
     return root, count / seconds
 
 
-def serve_floe(workdir: Path, root: Path) -> str:
+def serve_floe(workdir: Path, root: Path, workers: int = 1) -> str:
     port = free_port()
-    command = serve_command(str(root), port)
+    command = serve_command(str(root), port, workers=workers)
     return start_server("floe serve", command, dict(os.environ), port, workdir / "floe-serve.log")
 
 
@@ -317,7 +317,7 @@ def load_pgstac(pg_env: dict[str, str], items_path: Path, collections_path: Path
     return count / (time.perf_counter() - started)
 
 
-def serve_pgstac(workdir: Path, pg_env: dict[str, str]) -> str:
+def serve_pgstac(workdir: Path, pg_env: dict[str, str], workers: int = 1) -> str:
     port = free_port()
     # stac-fastapi-pgstac 7.2 reads PGUSER, PGPASSWORD, PGHOST, PGPORT and PGDATABASE (its PostgresSettings);
     # the password is required even though trust authentication ignores it. All extensions are on by default.
@@ -334,6 +334,8 @@ def serve_pgstac(workdir: Path, pg_env: dict[str, str]) -> str:
         str(port),
         "--log-level",
         "warning",
+        "--workers",
+        str(workers),
     ]
     return start_server("stac-fastapi-pgstac", command, env, port, workdir / "pgstac-serve.log")
 

@@ -21,6 +21,10 @@ owner: a request that does not say its requester pays
 (``x-amz-request-payer: requester``, a header or in the query) gets a 403
 ``AccessDenied``. Each note says whether the request said so.
 
+Nor do all S3-compatible servers do conditional writes. ``PUT
+/__no_conditions__/BUCKET`` makes this proxy answer a PUT to BUCKET that
+carries ``If-None-Match`` as such a server does: ``501 NotImplemented``.
+
 ``GET /__requests__`` answers those notes as JSON (``[[method, path, signed,
 region, paying], ...]``) and is not passed on. Run as ``python -m
 tests._signature_proxy PORT TARGET_PORT``; SIGTERM stops it.
@@ -55,6 +59,8 @@ class SignatureProxy(ThreadingHTTPServer):
         self.regions: dict[str, str] = {}
         self.paying: set[str] = set()
         """Buckets whose requester pays."""
+        self.unconditional: set[str] = set()
+        """Buckets whose server does not do conditional writes."""
 
     def bucket_region(self, bucket: str) -> str | None:
         """The region the S3 server names for ``bucket`` (None: no such bucket yet, or none named)."""
@@ -97,6 +103,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.paying.add(self.path.removeprefix("/__requester_pays__/"))
             self._answer(200, "OK", b"", {})
             return
+        if self.command == "PUT" and self.path.startswith("/__no_conditions__/"):
+            with self.server.lock:
+                self.server.unconditional.add(self.path.removeprefix("/__no_conditions__/"))
+            self._answer(200, "OK", b"", {})
+            return
         parts = urlsplit(self.path)
         signed = "authorization" in {key.lower() for key in self.headers} or "x-amz-signature=" in parts.query.lower()
         scope = _SCOPE.search(f"{self.headers.get('Authorization') or ''} {parts.query}") if signed else None
@@ -116,6 +127,12 @@ class _Handler(BaseHTTPRequestHandler):
             refused = bucket in self.server.paying and not paying
         if refused:
             self._payment_required(bucket)
+            return
+        with self.server.lock:
+            unconditional = bucket in self.server.unconditional
+        if unconditional and self.command == "PUT" and self.headers.get("If-None-Match"):
+            body = b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NotImplemented</Code></Error>'
+            self._answer(501, "Not Implemented", body, {"Content-Type": "application/xml"})
             return
         upstream = http.client.HTTPConnection("127.0.0.1", self.server.target, timeout=60)
         try:

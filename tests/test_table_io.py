@@ -4,6 +4,7 @@ written, and a clear error for a missing object; everything else is PyArrow's.""
 from __future__ import annotations
 
 import pickle
+import urllib.request
 
 import pytest
 from pyiceberg.io.pyarrow import PyArrowFile
@@ -120,3 +121,35 @@ def test_writes_together_are_sent_at_the_end_of_the_block_and_none_if_it_fails(t
     with pytest.raises(FileExistsError), io.writes_together(), io.new_output(names[3]).create() as stream:
         stream.write(b"again")
     assert len(io.get(names[3])) == 3
+
+
+def test_a_server_without_conditional_writes_gets_a_head_then_a_put(moto_server, signature_proxy):
+    settings = Settings(s3=signature_proxy.s3_settings(moto_server))
+    bucket = moto_server.create_bucket()
+    refusing = urllib.request.Request(f"{signature_proxy.endpoint}/__no_conditions__/{bucket}", method="PUT")
+    urllib.request.urlopen(refusing, timeout=30)
+    io = Location.parse(f"s3://{bucket}/repo", settings).file_io()
+    first, second = (f"s3://{bucket}/repo/tables/items/metadata/0000{n}-x.metadata.json" for n in (1, 2))
+    with io.new_output(first).create() as stream:
+        stream.write(b"one")
+    with io.new_output(second).create() as stream:
+        stream.write(b"two")
+    assert io.get(first) == b"one" and io.get(second) == b"two"
+    with pytest.raises(FileExistsError), io.new_output(first).create() as stream:
+        stream.write(b"again")
+    assert io.get(first) == b"one"
+    made = [(method, path.rsplit("/", 1)[-1]) for method, path, _ in signature_proxy.requests() if "/repo/" in path]
+    # The first write learns that the server refuses the condition (obstore retries a 501 a few times); from
+    # then on, creating a file asks whether it exists (a HEAD), then PUTs.
+    first_head = made.index(("HEAD", "00001-x.metadata.json"))
+    assert set(made[:first_head]) == {("PUT", "00001-x.metadata.json")}, made
+    assert made[first_head:] == [
+        ("HEAD", "00001-x.metadata.json"),
+        ("PUT", "00001-x.metadata.json"),
+        ("HEAD", "00002-x.metadata.json"),
+        ("PUT", "00002-x.metadata.json"),
+        ("GET", "00001-x.metadata.json"),
+        ("GET", "00002-x.metadata.json"),
+        ("HEAD", "00001-x.metadata.json"),
+        ("GET", "00001-x.metadata.json"),
+    ], made

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 
     from ingest.config import S3Settings
 
+log = logging.getLogger(__name__)
+
 PUTS_AT_ONCE = 16
 """Writes sent at once by :meth:`ObjectFileIO.writes_together` (a batch's data files: one PUT each)."""
 READ_WHOLE = (".metadata.json", ".avro", ".ids.parquet")
@@ -65,6 +68,8 @@ class ObjectFileIO(PyArrowFileIO):
         self.s3 = s3
         self._stores: Stores | None = None
         self._local = threading.local()
+        self._no_conditions = False
+        """The store refused a conditional PUT: creation asks whether the object exists first."""
 
     def __getstate__(self) -> dict[str, Any]:
         # obstore's stores are clients, remade on first use wherever this FileIO is unpickled (a Ray actor).
@@ -123,11 +128,20 @@ class ObjectFileIO(PyArrowFileIO):
             pending.append((location, data, overwrite))
             return
         store, key = self._store(location)
+        conditional = not overwrite and not self._no_conditions
         try:
-            obstore.put(store, key, data, mode="overwrite" if overwrite else "create")
+            if not overwrite and not conditional and _exists(store, key):
+                raise AlreadyExistsError(f"{location} exists")
+            obstore.put(store, key, data, mode="create" if conditional else "overwrite")
         except AlreadyExistsError as error:
             raise FileExistsError(f"Cannot create file, already exists: {location}") from error
         except Exception as error:  # obstore raises builtins and its own kinds
+            if conditional and _refuses_conditions(error):
+                # An S3-compatible server without conditional writes (If-None-Match): ask first, as PyArrow does.
+                log.info("%s refuses conditional writes; table files are created after a HEAD instead", location)
+                self._no_conditions = True
+                self.put(location, data, overwrite=overwrite)
+                return
             raise OSError(f"cannot write {location}: {describe(error)}") from error
 
     def get(self, location: str) -> bytes:
@@ -201,3 +215,17 @@ def writes_together(file_io: object) -> contextlib.AbstractContextManager[None]:
     """:meth:`ObjectFileIO.writes_together` for a table on S3; on a local disk each write is done at once (a write
     there costs microseconds, not a round trip)."""
     return file_io.writes_together() if isinstance(file_io, ObjectFileIO) else contextlib.nullcontext()
+
+
+def _exists(store: ObjectStore, key: str) -> bool:
+    try:
+        obstore.head(store, key)
+    except FileNotFoundError:  # obstore's NotFoundError is one
+        return False
+    return True
+
+
+def _refuses_conditions(error: BaseException) -> bool:
+    """Whether a PUT failed because the server does not do ``If-None-Match`` (501, or its own words for it)."""
+    text = str(error)
+    return "NotImplemented" in text or " 501 " in text or "not supported" in text.lower()
