@@ -17,10 +17,11 @@ key index names. A next-page token records the snapshot, the file and the row
 to resume from (or, for sorted searches, the offset into the sorted order), so
 paging a branch while writers commit returns one consistent result.
 
-Pages come in file order, by ids (here), or sorted (``_sorted``, with the
-engine's row tests, caches and readers). This module is longer than 500
-lines: the two page strategies here share the engine's candidate files,
-row tests and readers with each other.
+Which files a search reads, and with which row test, is ``_candidates``'s;
+where the rows of a search by ids are, ``_ids``'s. Pages come in file order,
+by ids (here), or sorted (``_sorted``, with the engine's row tests, caches and
+readers). This module is longer than 500 lines: the two page strategies here
+share the engine's row tests and readers with each other.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from ingest.api._cache import (
     SnapshotState,
     read_windows,
 )
+from ingest.api._candidates import Candidates
 from ingest.api._collections import collection_documents, extents, queryables
 from ingest.api._ids import IdIndexes
 from ingest.api._manifests import ManifestFiles
@@ -57,7 +59,7 @@ from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
 from ingest.api._sorted import sorted_page
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
 from ingest.repository import READS_AT_ONCE, Repository, data_manifests
-from ingest.stac import OVERFLOW, arrow_to_items, overflow_keys, served_arrays_asset
+from ingest.stac import arrow_to_items, served_arrays_asset
 from ingest.storage import ARRAYS_DIR
 
 # Items of a file with a residual are built (and matched) this many rows at a time: a page that fills early
@@ -66,21 +68,13 @@ _RESIDUAL_CHUNK = 256
 _NO_ROWS = np.empty(0, dtype=np.int64)
 _POSITION = (FILE_INDEX, ROW_NUMBER)
 """Columns searches add to rows read (which file, which row): never part of an item."""
+_ON_POOL = threading.local()
+"""``active`` on the engine's read pool's threads: their own overlapped work runs in turn, never queued behind
+them (a pool waiting on itself)."""
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
 _IDS_CHUNK_FILES = 64
 """Files a search by ids gathers rows from before it filters them together."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Maybe:
-    """What a search's bounds say of a snapshot's files, before any is read (see ``SearchEngine._maybe_matching``)."""
-
-    indexes: list[int]
-    """The files no bound rules out, in file order."""
-    full: np.ndarray
-    full_exact: bool
-    loose_exact: bool
 
 
 class SearchEngine:
@@ -107,8 +101,9 @@ class SearchEngine:
         self.id_indexes = IdIndexes(repository.io, self.columns, self.manifests)
         self._snapshots = SnapshotCache(self._load_state)
         self._tags: dict[str, str] = {}
-        self._overflow: dict[str, frozenset[str]] = {}
-        self._overflow_lock = threading.Lock()
+        self.candidates = Candidates(self.columns, self._overlapped, self.reads_at_once, self._named_rows)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     # -- refs and snapshots ------------------------------------------------------------------
     def resolve(self, ref: str | None = None) -> str:
@@ -179,38 +174,8 @@ class SearchEngine:
             known,
             max_limit=self.max_limit,
             refuse_over_limit=self.refuse_over_limit,
-            overflow_properties=lambda: self._snapshot_overflow_keys(state),
+            overflow_properties=lambda: self.candidates.snapshot_overflow_keys(state),
         )
-
-    def _snapshot_overflow_keys(self, state: SnapshotState) -> frozenset[str]:
-        """Every property some row of the snapshot keeps only in floe:overflow (each file's keys are cached)."""
-        keys: set[str] = set()
-        for found in self._overlapped(lambda data_file: self._overflow_keys(state, data_file), state.files):
-            keys |= found
-        return frozenset(keys)
-
-    # -- reading -----------------------------------------------------------------------------
-    def _overflow_keys(self, state: SnapshotState, data_file: DataFile) -> frozenset[str]:
-        """The property and top-level keys any row of a file keeps in floe:overflow (cached: files never change)."""
-        path = data_file.file_path
-        with self._overflow_lock:
-            known = self._overflow.get(path)
-        if known is not None:
-            return known
-        overflow_field = state.schema.find_field(OVERFLOW) if OVERFLOW in state.schema.column_names else None
-        null_counts = data_file.null_value_counts or {}
-        if overflow_field is None or null_counts.get(overflow_field.field_id) == data_file.record_count:
-            keys: frozenset[str] = frozenset()
-        else:
-            found: set[str] = set()
-            table = self.columns.read(path, [OVERFLOW])
-            if OVERFLOW in table.column_names:
-                for text in pc.unique(table.column(OVERFLOW)).to_pylist():
-                    found.update(overflow_keys(text))
-            keys = frozenset(found)
-        with self._overflow_lock:
-            self._overflow[path] = keys
-        return keys
 
     def _row_tests(self, state: SnapshotState, plan: SearchPlan) -> RowTests:
         """The plan's row tests, compiled once per search at a snapshot (the next page reuses them)."""
@@ -220,62 +185,6 @@ class SearchEngine:
             plan.fingerprint, lambda: row_tests(plan, state.schema, state.arrow_schema)
         )
         return compiled
-
-    def _candidates(
-        self, state: SnapshotState, plan: SearchPlan, tests: RowTests, start: int = 0
-    ) -> Iterator[tuple[int, DataFile, RowTest]]:
-        """The data files from index ``start`` on that may hold matches, each with the test its rows need."""
-        maybe = self._maybe_matching(state, plan, tests, start)
-        for window in read_windows(maybe.indexes, self.reads_at_once):
-            if plan.filtered_properties:
-                # Which properties overflowed in each file: a column read a file, the window's read together.
-                self._overlapped(lambda index: self._overflow_keys(state, state.files[index]), window)
-            for index in window:
-                test = self._test_of(state, plan, tests, maybe, index)
-                if test is not None:
-                    yield index, state.files[index], test
-
-    def _maybe_matching(self, state: SnapshotState, plan: SearchPlan, tests: RowTests, start: int) -> _Maybe:
-        """The files from index ``start`` on that the search's bounds do not rule out, decided without reading."""
-        # Files whose bboxes cannot reach the search area go first, all at once (pyiceberg tests one at a time);
-        # then the files whose column bounds rule out the filter-free test (a superset of what the full test
-        # rules out: files it rules out are out either way, unread), also all at once.
-        without_filter = tests.without_filter
-        stats = state.file_stats()
-        keep = stats.record_counts != 0
-        keep[:start] = False
-        if plan.geometries:
-            keep &= state.file_bounds().may_reach(plan.geometries)
-        if plan.id_hashes is not None:  # a search by ids: only the files holding one of them
-            holding = np.zeros(len(state.files), dtype=bool)
-            holding[list(self._named_rows(state, plan))] = True
-            keep &= holding
-        loose_exact = True
-        if without_filter.bound_prune is not None:
-            loose, loose_exact = stats.may_match(without_filter.bound_prune)
-            keep &= loose
-        full, full_exact = (
-            stats.may_match(tests.translated.bound_prune) if tests.translated.bound_prune is not None else (keep, True)
-        )
-        return _Maybe(np.flatnonzero(keep).tolist(), full, full_exact, loose_exact)
-
-    def _test_of(
-        self, state: SnapshotState, plan: SearchPlan, tests: RowTests, maybe: _Maybe, index: int
-    ) -> RowTest | None:
-        """The test the rows of file ``index`` need (None: the file's bounds rule it out after all); a file keeping
-        a filtered property in floe:overflow is tested without the translated filter (its overflow is read)."""
-        data_file = state.files[index]
-        without_filter = tests.without_filter
-        if not maybe.loose_exact and without_filter.may_match is not None and not without_filter.may_match(data_file):
-            return None
-        test = tests.translated
-        if plan.filtered_properties and plan.filtered_properties & self._overflow_keys(state, data_file):
-            return without_filter
-        if not maybe.full[index] or (
-            not maybe.full_exact and test.may_match is not None and not test.may_match(data_file)
-        ):
-            return None
-        return test
 
     def _matching_rows(
         self,
@@ -370,11 +279,21 @@ class SearchEngine:
 
     def _overlapped(self, work: Callable[[_In], _Out], entries: list[_In]) -> list[_Out]:
         """``work`` of each entry, in order, up to ``reads_at_once`` at once (their reads overlap; Arrow's and the
-        store's I/O leave the GIL)."""
-        if len(entries) <= 1 or self.reads_at_once <= 1:
+        store's I/O leave the GIL). One pool serves every request of the engine: no threads are started per
+        search (a warm search's reads are memory reads, where starting threads would be most of its cost), and
+        the reads of all requests together stay bounded. Work already on the pool runs its entries in turn."""
+        if len(entries) <= 1 or self.reads_at_once <= 1 or getattr(_ON_POOL, "active", False):
             return [work(entry) for entry in entries]
-        with ThreadPoolExecutor(min(self.reads_at_once, len(entries)), thread_name_prefix="floe-reads") as pool:
-            return list(pool.map(work, entries))
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.reads_at_once, thread_name_prefix="floe-reads")
+            pool = self._pool
+
+        def on_pool(entry: _In) -> _Out:
+            _ON_POOL.active = True
+            return work(entry)
+
+        return list(pool.map(on_pool, entries))
 
     def _items(self, snapshot_id: str, table: pa.Table) -> list[dict[str, Any]]:
         return [served_arrays_asset(item, self.arrays_url, snapshot_id) for item in arrow_to_items(table)]
@@ -442,15 +361,13 @@ class SearchEngine:
         if plan.geometries or plan.residual is not None:
             return None
         tests = self._row_tests(state, plan)
-        maybe = self._maybe_matching(state, plan, tests, 0)
+        maybe = self.candidates.maybe_matching(state, plan, tests, 0)
         total = 0
         for index in maybe.indexes:
             data_file = state.files[index]
-            if plan.filtered_properties:
-                with self._overflow_lock:
-                    if data_file.file_path not in self._overflow:
-                        return None  # which test the file needs is known only from its overflow: a read
-            test = self._test_of(state, plan, tests, maybe, index)
+            if plan.filtered_properties and not self.candidates.overflow_known(data_file):
+                return None  # which test the file needs is known only from its overflow: a read
+            test = self.candidates.test_of(state, plan, tests, maybe, index)
             if test is None:
                 continue
             if test.needs_rows_test and not (test.all_rows_match is not None and test.all_rows_match(data_file)):
@@ -474,7 +391,7 @@ class SearchEngine:
         pending: list[pa.Table] = []
         held = 0
         start_file, start_row = position
-        for window in read_windows(self._candidates(state, plan, tests, start_file), self.reads_at_once):
+        for window in read_windows(self.candidates.of(state, plan, tests, start_file), self.reads_at_once):
             takes: list[tuple[int, str, np.ndarray]] = []
             for index, data_file, test, rows in self._matched_in(state, plan, window, start_file, start_row):
                 if len(rows) == 0:
@@ -535,7 +452,7 @@ class SearchEngine:
         assert plan.id_hashes is not None
         test = tests.translated
         start_file, start_row = position
-        candidates = self._candidates(state, plan, tests, start_file)
+        candidates = self.candidates.of(state, plan, tests, start_file)
         matched: list[pa.Table] = []
         held = 0
         while held < plan.limit:
@@ -630,7 +547,7 @@ class SearchEngine:
         more: bool | None,
     ) -> SearchPage:
         """The page, with a next token unless nothing can follow (known in the common cases, else assumed)."""
-        if more is False and not any(True for _ in self._candidates(state, plan, tests, index + 1)):
+        if more is False and not any(True for _ in self.candidates.of(state, plan, tests, index + 1)):
             return SearchPage(found, state.snapshot_id)
         token = PageToken(state.snapshot_id, index, next_row, search=plan.fingerprint)
         return SearchPage(found, state.snapshot_id, token.encode())

@@ -54,7 +54,7 @@ def _sort_keys(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, nee
     tests = engine._row_tests(state, plan)
     first = plan.sortby[0]
     # Ranked by bounds alone: a file's test (whose overflow it must read) is made when the file is read.
-    maybe = engine._maybe_matching(state, plan, tests, 0)
+    maybe = engine.candidates.maybe_matching(state, plan, tests, 0)
     candidates = [(index, state.files[index]) for index in maybe.indexes]
     bounds = SortBounds(state.schema, first.column, first.descending)
     candidates.sort(key=lambda candidate: bounds.rank(candidate[1]))
@@ -63,7 +63,7 @@ def _sort_keys(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, nee
 
     def matching(candidate: tuple[int, DataFile]) -> pa.Table:
         index, data_file = candidate
-        test = engine._test_of(state, plan, tests, maybe, index)
+        test = engine.candidates.test_of(state, plan, tests, maybe, index)
         if test is None:
             return _NOTHING
         matched = engine._matching_rows(state, plan, test, index, columns)
