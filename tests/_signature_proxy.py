@@ -50,6 +50,9 @@ query (``X-Amz-Credential=AKID%2F...``)."""
 
 class SignatureProxy(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128
+    """socketserver's default listen backlog is 5: 16 connections opened at once (a search reading its files
+    together) overflowed it, and a dropped SYN is sent again a second later: a 1 s stall that was not floe's."""
 
     def __init__(self, port: int, target: int) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
