@@ -152,18 +152,22 @@ class MotoServer:
             force_path_style=True,
         )
 
-    def create_bucket(self, region: str = "us-east-1") -> str:
-        """A new bucket, in ``region`` (moto names it in its answer to a HEAD of the bucket, as S3 does)."""
+    def client(self, service: str = "s3", region: str = "us-east-1") -> Any:
+        """A boto3 client of this server (moto's test keys), for setting up and looking at what floe did."""
         import boto3
 
-        bucket = f"floe-{uuid.uuid4().hex[:12]}"
-        client = boto3.client(
-            "s3",
+        return boto3.client(
+            service,
             endpoint_url=self.endpoint,
             region_name=region,
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
         )
+
+    def create_bucket(self, region: str = "us-east-1") -> str:
+        """A new bucket, in ``region`` (moto names it in its answer to a HEAD of the bucket, as S3 does)."""
+        bucket = f"floe-{uuid.uuid4().hex[:12]}"
+        client = self.client(region=region)
         if region == "us-east-1":
             client.create_bucket(Bucket=bucket)
         else:

@@ -113,17 +113,8 @@ def test_files_read_whole_are_kept_within_a_quarter_of_the_cache_budget(proxied)
 
 def stored_keys(moto_server, root: str) -> set[str]:
     """The keys under ``root``'s bucket now (listed at moto directly, not through the counting proxy)."""
-    import boto3
-
     bucket = root.removeprefix("s3://").split("/")[0]
-    client = boto3.client(
-        "s3",
-        endpoint_url=moto_server.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+    pages = moto_server.client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
     return {f"/{bucket}/{entry['Key']}" for page in pages for entry in page.get("Contents", [])}
 
 

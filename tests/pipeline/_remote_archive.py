@@ -14,15 +14,7 @@ from tests.conftest import MotoServer
 
 
 def s3_client(moto_server: MotoServer):
-    import boto3
-
-    return boto3.client(
-        "s3",
-        endpoint_url=moto_server.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    return moto_server.client()
 
 
 def upload(moto_server: MotoServer, folder: Path, region: str = "us-east-1") -> tuple[str, str]:

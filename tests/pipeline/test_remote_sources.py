@@ -33,15 +33,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # -- helpers -------------------------------------------------------------------------------------
 def _s3_client(moto_server: MotoServer, service: str = "s3"):
-    import boto3
-
-    return boto3.client(
-        service,
-        endpoint_url=moto_server.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    return moto_server.client(service)
 
 
 def _put(moto_server: MotoServer, bucket: str, key: str, body: bytes) -> str:
