@@ -7,14 +7,15 @@ byte, whether opened for random access or as a stream (Arrow's
 (20-50 ms in a cloud region), and Iceberg's metadata is read whole, object
 after object: a metadata.json, a manifest list, each manifest. So
 :class:`ObjectFileIO` reads those through obstore, one ``GET`` each
-(:meth:`ObjectFileIO.get`), and leaves everything else (writes, deletes, data
-files opened by their size, ``len``) to PyArrow.
+(:meth:`ObjectFileIO.get`), and leaves the rest (deletes, data files opened
+by their size, ``len``, ``exists``) to PyArrow.
 
 Writes are the same story: PyIceberg's ``create(overwrite=False)`` asks
 whether the object exists (a ``HEAD``, and for a missing key a ``LIST`` to see
 whether it is a folder), then Arrow uploads it in parts (three requests even
 for a few kilobytes), then a manifest writer asks its length (a ``HEAD``):
-six round trips for each data file, manifest or metadata.json a commit writes.
+five or six round trips for each data file, manifest or metadata.json a
+commit writes.
 Every table file is written whole from memory (floe builds a data file's bytes
 before writing it; Avro and JSON writers are small), so :class:`ObjectFileIO`
 sends one ``PUT`` when the stream closes, conditional on no object being there
