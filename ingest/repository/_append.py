@@ -13,6 +13,7 @@ of them pile up, so the manifest list, and every scan, stays bounded.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,8 @@ from ingest.repository._sketch import (
     write_sketch,
 )
 from ingest.stac import HILBERT
+
+log = logging.getLogger(__name__)
 
 MIN_MERGE_PROPERTY = "commit.manifest.min-count-to-merge"
 TARGET_SIZE_PROPERTY = "commit.manifest.target-size-bytes"
@@ -151,10 +154,17 @@ class ManifestCache:
         return found
 
     def sketch(self, manifest: ManifestFile) -> pa.Table:
-        """The id sketch of ``manifest`` (of a sketched snapshot: see ``_sketch.py``), read once."""
+        """The id sketch of ``manifest`` (of a sketched snapshot: see ``_sketch.py``), read once.
+
+        Raises:
+            SketchUnreadable: it is missing or cannot be read.
+        """
         cached = self._sketches.get(manifest.manifest_path)
         if cached is None:
-            cached = read_sketch(self.io, manifest.manifest_path)
+            try:
+                cached = read_sketch(self.io, manifest.manifest_path)
+            except Exception as error:  # missing, or not Parquet: the same for a writer
+                raise SketchUnreadable(f"the id sketch of {manifest.manifest_path} cannot be read: {error}") from error
             self._sketches[manifest.manifest_path] = cached
         return cached
 
@@ -185,10 +195,18 @@ class ManifestCache:
         manifest = self._listed_in.get(path)
         if manifest is None:
             return None
-        sketch = self.sketch(manifest)
+        try:
+            sketch = self.sketch(manifest)
+        except SketchUnreadable as error:
+            log.warning("%s; reading the ids of %s instead", error, path)
+            return None
         mine = pc.equal(sketch.column("file"), relative_to(self._table_location, path))
         rows = sketch.filter(mine).sort_by("row")
         return rows.column("fingerprint").to_numpy()
+
+
+class SketchUnreadable(OSError):
+    """An id sketch a sketched version's manifest should have is missing or unreadable."""
 
 
 def _tier(manifest: ManifestFile, fan_in: int) -> int:
@@ -300,6 +318,31 @@ class AddedManifest:
     """Whether the manifest has an id sketch (True too when there is no manifest: nothing lacks one)."""
 
 
+def _rewritten(
+    cache: ManifestCache,
+    metadata: TableMetadata,
+    snapshot_id: int,
+    base: list[ManifestFile],
+    *,
+    removed: set[str],
+    commit_id: uuid.UUID,
+    sketched: bool,
+) -> tuple[list[DataFile], list[ManifestFile]]:
+    """The files ``removed`` (marked deleted in rewritten manifests) and the base's manifests after that and tier
+    merging (with their sketches when ``sketched``; SketchUnreadable if one of the base's cannot be read)."""
+    existing: list[ManifestFile] = base
+    removed_files: list[DataFile] = []
+    if removed:
+        existing, removed_files = _remove_files(
+            cache, metadata, snapshot_id, base, removed=removed, commit_id=commit_id, sketched=sketched
+        )
+        missing = removed - {data_file.file_path for data_file in removed_files}
+        if missing:
+            raise ValueError(f"cannot remove files that are not live in the base version: {sorted(missing)}")
+    merged = _merge_small_manifests(cache, metadata, snapshot_id, existing, commit_id, sketched=sketched)
+    return removed_files, merged
+
+
 def plan_commit(
     metadata: TableMetadata,
     data_files: Sequence[DataFile],
@@ -351,22 +394,23 @@ def plan_commit(
     snapshot_id = added.snapshot_id
     parent = metadata.current_snapshot()
     sketched = is_sketched(parent) and added.sketched
+    sequence_number = metadata.next_sequence_number()
+    base = cache.manifests(parent) if parent is not None else []
+    try:
+        removed_files, merged = _rewritten(
+            cache, metadata, snapshot_id, base, removed=removed, commit_id=commit_id, sketched=sketched
+        )
+    except SketchUnreadable as error:
+        # A sketch the base claims is gone or unreadable (removed by hand, half copied): this version goes
+        # without sketches (readers then read the ids); the commit does not fail for an index.
+        log.warning("%s; table version %d is written without id sketches", error, snapshot_id)
+        sketched = False
+        removed_files, merged = _rewritten(
+            cache, metadata, snapshot_id, base, removed=removed, commit_id=commit_id, sketched=False
+        )
     if sketched:
         snapshot_properties = {**snapshot_properties, SKETCHED: "true"}
-    sequence_number = metadata.next_sequence_number()
-    existing = cache.manifests(parent) if parent is not None else []
-    removed_files: list[DataFile] = []
-    if removed:
-        existing, removed_files = _remove_files(
-            cache, metadata, snapshot_id, existing, removed=removed, commit_id=commit_id, sketched=sketched
-        )
-        missing = removed - {data_file.file_path for data_file in removed_files}
-        if missing:
-            raise ValueError(f"cannot remove files that are not live in the base version: {sorted(missing)}")
-    manifests = [
-        *([added.manifest] if added.manifest is not None else []),
-        *_merge_small_manifests(cache, metadata, snapshot_id, existing, commit_id, sketched=sketched),
-    ]
+    manifests = [*([added.manifest] if added.manifest is not None else []), *merged]
     manifest_list = _metadata_path(metadata, f"snap-{snapshot_id}-0-{commit_id}.avro")
     with write_manifest_list(
         format_version=metadata.format_version,

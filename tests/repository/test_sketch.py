@@ -222,3 +222,32 @@ def test_a_new_writer_finds_the_items_a_table_holds_from_the_sketches_not_the_fi
     rows = view.table.scan(row_filter="id == 'b1-2'").to_arrow()
     assert rows.num_rows == 1  # replaced, not duplicated
     assert ids_found(again, ["b1-2", "fresh", "b0-0"]) == ["b0-0", "b1-2", "fresh"]
+
+
+def test_a_lost_sketch_costs_the_index_not_the_commit(tmp_path):
+    repository = Repository.create(tmp_path / "repo")
+    for batch in range(3):
+        commit_batch(repository, batch)
+    _, snapshot = current(repository)
+    lost = next(m for m in snapshot.manifests(repository.io) if "b1-0" in ids_of_manifest(repository, m))
+    Path(sketch_location(lost.manifest_path)).unlink()
+
+    again = Repository.open(tmp_path / "repo")  # a writer that has read no sketch yet
+    writer = again.writer()
+    writer.delete_item("c0", "b1-0")  # rewrites the manifest whose sketch is gone
+    writer.add_item(make_item("b1-2", "c0", when="2024-02-05T00:00:00Z", changed=True), replace=True)
+    writer.commit("delete and replace beside a lost sketch")
+    _, snapshot = current(again)
+    assert SKETCHED not in snapshot.summary.additional_properties  # this version goes without sketches
+    assert ids_found(again, ["b1-0", "b1-2", "b2-3"]) == ["b1-2", "b2-3"]
+    assert len(again.view().table.scan(row_filter="id == 'b1-2'").to_arrow()) == 1
+    assert check(again, deep=True) == []
+    commit_batch(again, 7)  # later versions stay without sketches, and commit as before
+    assert ids_found(again, ["b7-1", "b0-0"]) == ["b0-0", "b7-1"]
+
+
+def ids_of_manifest(repository: Repository, manifest) -> set[str]:
+    found: set[str] = set()
+    for entry in manifest.fetch_manifest_entry(repository.io, discard_deleted=True):
+        found.update(read_column(repository.io, entry.data_file, "id").to_pylist())
+    return found
