@@ -420,25 +420,35 @@ class BoxBounds:
         return keep
 
 
+class Recent[V]:
+    """Values by key, the most recently used ``size`` kept; a missing one is made on first use."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: OrderedDict[str, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, make: Callable[[], V]) -> V:
+        """The value of ``key``, made by ``make`` (outside the lock: making one reads the store) when not kept."""
+        with self._lock:
+            if key in self._values:
+                self._values.move_to_end(key)
+                return self._values[key]
+        value = make()
+        with self._lock:
+            self._values[key] = value
+            while len(self._values) > self.size:
+                self._values.popitem(last=False)
+        return value
+
+
 class SnapshotCache:
     """The states of the most recently used snapshots, loaded on first use."""
 
     def __init__(self, load: Callable[[str], SnapshotState], size: int = SNAPSHOT_CACHE_SIZE) -> None:
         self.load = load
-        self.size = size
-        self._states: OrderedDict[str, SnapshotState] = OrderedDict()
-        self._lock = threading.Lock()
+        self._states: Recent[SnapshotState] = Recent(size)
 
     def get(self, snapshot_id: str) -> SnapshotState:
         """The state of ``snapshot_id``, loaded (outside the lock: loading reads the store) when not cached."""
-        with self._lock:
-            state = self._states.get(snapshot_id)
-            if state is not None:
-                self._states.move_to_end(snapshot_id)
-                return state
-        state = self.load(snapshot_id)
-        with self._lock:
-            self._states[snapshot_id] = state
-            while len(self._states) > self.size:
-                self._states.popitem(last=False)
-        return state
+        return self._states.get(snapshot_id, lambda: self.load(snapshot_id))

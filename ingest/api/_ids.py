@@ -12,12 +12,10 @@ indexes of the last few versions searched are kept whole.
 from __future__ import annotations
 
 import logging
-import threading
-from collections import OrderedDict
 
 from pyiceberg.io import FileIO
 
-from ingest.api._cache import ColumnCache, SnapshotState
+from ingest.api._cache import ColumnCache, Recent, SnapshotState
 from ingest.api._manifests import ManifestFiles
 from ingest.repository import IdIndex, data_manifests, is_sketched
 
@@ -34,24 +32,17 @@ class IdIndexes:
         self.io = io
         self.columns = columns
         self.manifests = manifests
-        self._indexes: OrderedDict[str, IdIndex] = OrderedDict()
-        self._lock = threading.Lock()
+        self._indexes: Recent[IdIndex] = Recent(ID_INDEXES_KEPT)
 
     def of(self, state: SnapshotState) -> IdIndex:
         """Every row's id fingerprint at a snapshot, made on the first search by ids there."""
-        with self._lock:
-            found = self._indexes.get(state.snapshot_id)
-            if found is not None:
-                self._indexes.move_to_end(state.snapshot_id)
-                return found
+        return self._indexes.get(state.snapshot_id, lambda: self._made(state))
+
+    def _made(self, state: SnapshotState) -> IdIndex:
         made = self._sketched(state)
         if made is None:
             # Every file's ids (their footers then serve the search's row reads).
             made = IdIndex.build(state.files, lambda data_file: self.columns.whole_column(data_file.file_path, "id"))
-        with self._lock:
-            self._indexes[state.snapshot_id] = made
-            while len(self._indexes) > ID_INDEXES_KEPT:
-                self._indexes.popitem(last=False)
         return made
 
     def _sketched(self, state: SnapshotState) -> IdIndex | None:

@@ -21,6 +21,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, ManifestFile
 from pyiceberg.table.snapshots import Snapshot
 
+from ingest.api._cache import Recent
 from ingest.repository import READS_AT_ONCE, read_sketch
 
 LISTS_KEPT = 64
@@ -42,42 +43,33 @@ class ManifestFiles:
         self._count = 0
         self._sketches: OrderedDict[str, pa.Table] = OrderedDict()
         self._sketch_rows = 0
-        self._lists: OrderedDict[str, list[ManifestFile]] = OrderedDict()
+        self._lists: Recent[list[ManifestFile]] = Recent(LISTS_KEPT)
         self._lock = threading.Lock()
 
     def manifests(self, snapshot: Snapshot) -> list[ManifestFile]:
         """The manifests of ``snapshot``'s manifest list, read once for the last few versions."""
-        with self._lock:
-            found = self._lists.get(snapshot.manifest_list)
-        if found is None:
-            found = snapshot.manifests(self.io)
-            with self._lock:
-                self._lists[snapshot.manifest_list] = found
-                while len(self._lists) > LISTS_KEPT:
-                    self._lists.popitem(last=False)
-        return found
+        return self._lists.get(snapshot.manifest_list, lambda: snapshot.manifests(self.io))
 
     def live_files(self, manifests: Sequence[ManifestFile]) -> list[DataFile]:
         """The live data files of ``manifests`` (a table version's): those not read yet are read concurrently."""
         with self._lock:
-            missing = [manifest for manifest in manifests if manifest.manifest_path not in self._files]
+            held = {m.manifest_path: self._files[m.manifest_path] for m in manifests if m.manifest_path in self._files}
+        missing = [manifest for manifest in manifests if manifest.manifest_path not in held]
         if missing:
             with ThreadPoolExecutor(min(READS_AT_ONCE, len(missing)), thread_name_prefix="floe-manifests") as pool:
-                read = list(pool.map(self._read, missing))
+                held.update(zip((m.manifest_path for m in missing), pool.map(self._read, missing), strict=True))
         with self._lock:
-            for manifest, files in zip(missing, read if missing else [], strict=True):
-                if manifest.manifest_path not in self._files:
-                    self._files[manifest.manifest_path] = files
+            for path, files in held.items():
+                if path in self._files:
+                    self._files.move_to_end(path)
+                else:
+                    self._files[path] = files
                     self._count += len(files)
-            found = []
-            for manifest in manifests:
-                files = self._files[manifest.manifest_path]
-                self._files.move_to_end(manifest.manifest_path)
-                found.extend(files)
             while self._count > self.max_files and len(self._files) > len(manifests):
                 _, dropped = self._files.popitem(last=False)
                 self._count -= len(dropped)
-        return found
+        # What this call read or found stays in its answer even if another thread dropped an entry since.
+        return [data_file for manifest in manifests for data_file in held[manifest.manifest_path]]
 
     def _read(self, manifest: ManifestFile) -> list[DataFile]:
         return [entry.data_file for entry in manifest.fetch_manifest_entry(self.io, discard_deleted=True)]
