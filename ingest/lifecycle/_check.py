@@ -19,7 +19,6 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import numpy as np
-import pyarrow as pa
 from pyiceberg.manifest import ManifestFile
 from pyiceberg.table import Table
 
@@ -30,6 +29,7 @@ from ingest.remote._tokens import virtual_blob_url
 from ingest.repository import (
     Repository,
     View,
+    by_file,
     data_manifests,
     fingerprints,
     is_sketched,
@@ -347,7 +347,7 @@ def _sketch_problems(
         if not deep:
             continue
         files = [entry.data_file for entry in manifest.fetch_manifest_entry(repository.io, discard_deleted=True)]
-        recorded = _by_file(sketch)
+        recorded = by_file(sketch)
         live = {relative_to(table_location, data_file.file_path): data_file for data_file in files}
         for name in sorted(set(recorded) - set(live)):
             findings.append(f"id sketch {where} names {name}, which its manifest does not list")
@@ -361,18 +361,6 @@ def _sketch_problems(
             if not (np.array_equal(rows, np.arange(len(ids))) and np.array_equal(prints, fingerprints(ids))):
                 findings.append(f"id sketch {where} disagrees with the ids of {name}")
     return findings
-
-
-def _by_file(sketch: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """A sketch's (row numbers, fingerprints) by file, rows in order."""
-    names = sketch.column("file").to_numpy(zero_copy_only=False)
-    rows, prints = sketch.column("row").to_numpy(), sketch.column("fingerprint").to_numpy()
-    found = {}
-    for name in np.unique(names):
-        mine = names == name
-        order = np.argsort(rows[mine], kind="stable")
-        found[str(name)] = (rows[mine][order], prints[mine][order])
-    return found
 
 
 def check(

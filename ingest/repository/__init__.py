@@ -28,6 +28,7 @@ from ingest.repository._read import READS_AT_ONCE, data_fragment, read_column
 from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
 from ingest.repository._sketch import (
     SKETCHED,
+    by_file,
     data_manifests,
     fingerprints,
     is_sketched,
@@ -55,6 +56,7 @@ __all__ = [
     "TableChange",
     "View",
     "Writer",
+    "by_file",
     "check_ref_name",
     "commit_change",
     "data_fragment",

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
@@ -55,6 +54,7 @@ from ingest.repository._catalog import sort_order_columns
 from ingest.repository._keys import KeyIndex
 from ingest.repository._sketch import (
     SKETCHED,
+    by_file,
     is_sketched,
     read_sketch,
     relative_to,
@@ -131,6 +131,8 @@ class ManifestCache:
         self._entries: dict[str, list[ManifestEntry]] = {}
         self._sketches: dict[str, pa.Table] = {}
         self._lists: dict[str, list[ManifestFile]] = {}
+        self._grouped: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        """A manifest's sketch by file (``_sketch.by_file``), made when a writer's key index first asks."""
         self._listed_in: dict[str, ManifestFile] = {}
         """Data file -> the manifest listing it, in the version last listed when that version is sketched."""
         self._table_location = ""
@@ -180,6 +182,7 @@ class ManifestCache:
         current = {manifest.manifest_path for manifest in manifests}
         self._entries = {path: entries for path, entries in self._entries.items() if path in current}
         self._sketches = {path: sketch for path, sketch in self._sketches.items() if path in current}
+        self._grouped = {path: files for path, files in self._grouped.items() if path in current}
         self._listed_in = {}
         if is_sketched(snapshot):
             self._table_location = metadata.location
@@ -200,9 +203,11 @@ class ManifestCache:
         except SketchUnreadable as error:
             log.warning("%s; reading the ids of %s instead", error, path)
             return None
-        mine = pc.equal(sketch.column("file"), relative_to(self._table_location, path))
-        rows = sketch.filter(mine).sort_by("row")
-        return rows.column("fingerprint").to_numpy()
+        grouped = self._grouped.get(manifest.manifest_path)
+        if grouped is None:  # one sort of the sketch serves every file it names
+            grouped = self._grouped[manifest.manifest_path] = by_file(sketch)
+        found = grouped.get(relative_to(self._table_location, path))
+        return None if found is None else found[1]
 
 
 class SketchUnreadable(OSError):

@@ -105,6 +105,18 @@ def read_sketch(file_io: FileIO, manifest_path: str) -> pa.Table:
         return pq.read_table(pa.BufferReader(stream.read())).cast(_SCHEMA)
 
 
+def by_file(sketch: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A sketch's (row numbers, fingerprints) by file (relative path), rows in order: one sort of the sketch."""
+    ordered = sketch.sort_by([("file", "ascending"), ("row", "ascending")])
+    names = ordered.column("file").to_numpy(zero_copy_only=False)
+    rows, prints = ordered.column("row").to_numpy(), ordered.column("fingerprint").to_numpy()
+    if len(names) == 0:
+        return {}
+    starts = np.flatnonzero(np.concatenate([[True], names[1:] != names[:-1]]))
+    ends = np.append(starts[1:], len(names))
+    return {str(names[a]): (rows[a:b], prints[a:b]) for a, b in zip(starts, ends, strict=True)}
+
+
 def without_files(table: pa.Table, table_location: str, removed: Iterable[str]) -> pa.Table:
     """``table`` (a sketch) without the rows of the files at the absolute paths ``removed``."""
     gone = pa.array([relative_to(table_location, path) for path in removed], pa.string())
