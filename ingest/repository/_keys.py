@@ -86,12 +86,13 @@ class KeyIndex:
             return []
         return [data_file for data_file in files if self._ids(data_file).holds_any(wanted)]
 
-    def learn(self, path: str, ids: list[str]) -> None:
-        """The ids of a file this process wrote (it need not read them back when a later batch looks)."""
+    def learn(self, path: str, hashes: np.ndarray) -> None:
+        """The id fingerprints of a file this process wrote (it need not read them back when a later batch
+        looks): the ones its staging computed for the sketch."""
         with self._lock:
             if path in self._files:
                 return  # known already (a commit attempted again keeps its files)
-        learned = _FileIds(fingerprints(ids))
+        learned = _FileIds(hashes)
         with self._lock:
             self._files[path] = learned
 

@@ -268,7 +268,7 @@ class ItemsPlan(TableChange):
         self._files_base = table.metadata_location
         for staged in self._files:  # the next batch's re-run check need not read back what was just written
             if staged.rows == len(staged.items):  # rows made from these items (not copied from other files)
-                self._manifests.keys.learn(staged.path, [item["id"] for item in staged.items])
+                self._manifests.keys.learn(staged.path, staged.fingerprints)
         return self._files
 
     def _rewrite_moved(self, files: list[StagedFile], table: Table) -> list[StagedFile]:
