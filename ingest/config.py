@@ -179,6 +179,15 @@ class ApiSettings(BaseModel):
     refuse_over_limit: bool = False
     # Decoded columns of data files kept in memory across requests (data files never change).
     cache_mb: int = Field(default=256, ge=0)
+    # A directory where the table's objects read from object storage (metadata, data files up to 1 MiB) are kept
+    # by URL, shared by every process naming it (`floe serve --workers N`, a replica that restarts, each `floe
+    # search`): they are never fetched twice. Unset: nothing is kept on disk. A local root needs none.
+    cache_dir: str | None = None
+    # What cache_dir may hold; the least recently used objects go first.
+    cache_dir_mb: int = Field(default=2048, ge=1)
+    # Long searches (past their first quarter second or 64 data files) a worker runs at once; the others wait
+    # for a turn, so short searches never queue behind a crowd of them. 0: no limit.
+    long_searches: int = Field(default=1, ge=0)
     # Largest request body (a POST search) read; a larger one is answered 413 before it is parsed.
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     # The token a write through the Transactions extension (`floe serve --transactions`) must carry as
@@ -250,6 +259,9 @@ class Settings(BaseSettings):
     branch: str = "main"
     # Items per commit of `floe ingest` (one data file per collection and month each) ...
     batch_size: int = Field(default=5000, ge=1)
+    # ... growing, on object storage, up to this many while commits spend over a quarter of a batch's time
+    # waiting on the store (round trips cost per commit, not per item); = batch_size: never grows.
+    batch_max_size: int = Field(default=40_000, ge=1)
     # ... or fewer, once the local rasters a batch copies reach this many MB.
     batch_raster_mb: int = Field(default=512, ge=1)
     s3: S3Settings = Field(default_factory=S3Settings)

@@ -134,11 +134,15 @@ def test_a_server_without_conditional_writes_gets_a_head_then_a_put(moto_server,
         stream.write(b"one")
     with io.new_output(second).create() as stream:
         stream.write(b"two")
-    assert io.get(first) == b"one" and io.get(second) == b"two"
     with pytest.raises(FileExistsError), io.new_output(first).create() as stream:
         stream.write(b"again")
-    assert io.get(first) == b"one"
-    made = [(method, path.rsplit("/", 1)[-1]) for method, path, _ in signature_proxy.requests() if "/repo/" in path]
+    stored = Location.parse(f"s3://{bucket}/repo", settings).file_io()  # reads the store, not what io wrote
+    assert stored.get(first) == b"one" and stored.get(second) == b"two"
+    made = [
+        (method, path.rsplit("/", 1)[-1])
+        for method, path, _ in signature_proxy.requests()
+        if "/repo/" in path and method != "GET"
+    ]
     # The first write learns that the server refuses the condition (obstore retries a 501 a few times); from
     # then on, creating a file asks whether it exists (a HEAD), then PUTs.
     first_head = made.index(("HEAD", "00001-x.metadata.json"))
@@ -148,8 +152,5 @@ def test_a_server_without_conditional_writes_gets_a_head_then_a_put(moto_server,
         ("PUT", "00001-x.metadata.json"),
         ("HEAD", "00002-x.metadata.json"),
         ("PUT", "00002-x.metadata.json"),
-        ("GET", "00001-x.metadata.json"),
-        ("GET", "00002-x.metadata.json"),
         ("HEAD", "00001-x.metadata.json"),
-        ("GET", "00001-x.metadata.json"),
     ], made

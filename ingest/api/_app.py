@@ -351,6 +351,7 @@ def create_app(
         max_limit=max_limit if max_limit is not None else api_settings.max_limit,
         refuse_over_limit=api_settings.refuse_over_limit,
         cache_mb=cache_mb if cache_mb is not None else api_settings.cache_mb,
+        long_searches=api_settings.long_searches,
     )
     # Conformance: what floe implements on /search (the items endpoint pages, but neither filters nor sorts).
     filter_classes = [

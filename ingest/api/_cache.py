@@ -31,6 +31,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from ingest.api._prune import FileStats
+from ingest.api._turns import pace
 from ingest.repository import READS_AT_ONCE, data_fragment
 
 DEFAULT_CACHE_MB = 256
@@ -103,6 +104,7 @@ def read_windows[T](candidates: Iterable[T], most: int = READS_AT_ONCE) -> Itera
     size = min(2, most)
     while window := list(itertools.islice(iterator, size)):
         yield window
+        pace(len(window))  # a search that has become long waits here for its turn (_turns.py)
         size = min(2 * size, most)
 
 

@@ -57,6 +57,7 @@ from ingest.api._manifests import ManifestFiles
 from ingest.api._plan import RowTest, RowTests, SearchPlan, plan_search, residual_matches, row_tests
 from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
 from ingest.api._sorted import sorted_page
+from ingest.api._turns import Turns
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
 from ingest.repository import READS_AT_ONCE, Repository, data_manifests
 from ingest.stac import arrow_to_items, served_arrays_asset
@@ -87,8 +88,11 @@ class SearchEngine:
         max_limit: int = MAX_LIMIT,
         refuse_over_limit: bool = False,
         cache_mb: int = DEFAULT_CACHE_MB,
+        long_searches: int = 0,
     ) -> None:
         self.repository = repository
+        self.turns = Turns(long_searches)
+        """Where long searches take turns (``_turns.py``); ``long_searches`` 0: they all run at once."""
         self.max_limit = max_limit
         self.refuse_over_limit = refuse_over_limit
         self.arrays_url = repository.location.join(ARRAYS_DIR)
@@ -318,6 +322,10 @@ class SearchEngine:
         (``snapshot_id`` is a tag's or a snapshot's, which never moves) a token
         of another snapshot is refused rather than answered from that snapshot.
         """
+        with self.turns.search():
+            return self._search(request, ref, snapshot_id, pinned=pinned)
+
+    def _search(self, request: SearchRequest, ref: str | None, snapshot_id: str | None, *, pinned: bool) -> SearchPage:
         token = PageToken.decode(request.token) if request.token else None
         if token is not None:
             if pinned and snapshot_id is not None and token.snapshot_id != snapshot_id:

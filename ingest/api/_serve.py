@@ -67,6 +67,9 @@ def serve(
     # Workers are new interpreters: they learn the root and the flags from the environment they inherit.
     os.environ[ROOT_VARIABLE] = repository.location.url
     os.environ[TRANSACTIONS_VARIABLE] = "1" if transactions else ""
+    if repository.settings.api.cache_dir:
+        # One directory for all workers: an object one of them fetched, the others read from the disk.
+        os.environ["FLOE_API__CACHE_DIR"] = repository.settings.api.cache_dir
     uvicorn.run(
         f"{__name__}:app_from_environment",
         factory=True,

@@ -13,7 +13,7 @@ from ingest.cli._app import app, fail, floe_errors, open_repository, settings_of
 
 
 @app.command()
-def serve(
+def serve(  # noqa: PLR0917 - typer maps parameters to options
     ctx: typer.Context,
     host: Annotated[
         str | None,
@@ -48,6 +48,18 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            help=(
+                "On object storage, keep the table objects read (metadata, small data files) in this directory, "
+                "shared by the workers and by the next server started with it (api.cache_dir; its size: "
+                "api.cache_dir_mb, 2048)."
+            ),
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve the STAC API: the default branch at /, every branch, tag and snapshot at /refs/{ref}/."""
     from ingest.api import default_workers
@@ -56,6 +68,8 @@ def serve(
     settings = settings_of(ctx)
     if transactions and not settings.api.write_token:
         fail("--transactions needs a write token: set FLOE_API__WRITE_TOKEN (or api.write_token)", code=2)
+    if cache_dir is not None:
+        settings.api.cache_dir = str(cache_dir)
     with floe_errors():
         repository = open_repository(ctx)
     host = host or settings.api.host

@@ -103,7 +103,10 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             "--batch-size",
             "-n",
             min=1,
-            help="Items per commit (default: batch_size, 5000), fewer once a batch's rasters reach batch_raster_mb.",
+            help=(
+                "Items per commit (default: batch_size, 5000, doubling on object storage up to batch_max_size while "
+                "commits mostly wait on the store), fewer once a batch's rasters reach batch_raster_mb."
+            ),
         ),
     ] = None,
     message: Annotated[str | None, typer.Option("--message", "-m", help="Commit message.")] = None,

@@ -13,6 +13,7 @@ from ingest.pipeline._batch import commit_batch
 from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._prune import SourceScope, prune_keys
 from ingest.pipeline._report import IngestReport, ProgressCallback, record
+from ingest.pipeline._sizing import BatchSizer, Stopwatch
 from ingest.pipeline._sources import SourceOptions
 from ingest.pipeline._stac_api import cursor_metadata
 from ingest.pipeline._stream import VALIDATION_CHUNK, batched, granule_stream
@@ -66,7 +67,8 @@ def ingest_items(
     options: SourceOptions | None = None,
     report_to: TextIO | None = None,
 ) -> IngestReport:
-    """Ingest every item found in ``sources`` in this process (metadata only), one commit per ``batch_size`` items.
+    """Ingest every item found in ``sources`` in this process (metadata only), one commit per ``batch_size`` items
+    (by default ``settings.batch_size``, growing on object storage up to ``settings.batch_max_size``: ``_sizing.py``).
 
     Bad input (unreadable files, invalid items, ids repeated within the run) is
     rejected with its source named; everything else is committed. Items the
@@ -78,7 +80,11 @@ def ingest_items(
     ``report_to`` gets a JSON line per committed item as its batch lands.
     """
     branch = branch or repository.settings.branch
-    batch_size = batch_size or repository.settings.batch_size
+    settings = repository.settings
+    # A size given is kept; the configured one grows on object storage (_sizing.py).
+    grows = batch_size is None and not repository.location.is_local
+    batch_size = batch_size or settings.batch_size
+    sizer = BatchSizer(batch_size, settings.batch_max_size if grows else batch_size)
     raster_bytes = repository.settings.batch_raster_mb << 20
     message = message or "floe ingest"
     report = IngestReport(landed_sink=report_to)
@@ -96,23 +102,29 @@ def ingest_items(
     )
     compactor = AutoCompactor(repository, branch, report)
     with rare_collections() as collect:
-        batches = batched(granules, batch_size, raster_bytes)
+        batches = batched(granules, sizer, raster_bytes)
         number = 0
+        started = Stopwatch()
         for number, (batch, last) in enumerate(batches, start=1):
             delete = prune_keys(repository, branch, scope, report) if prune and last else []
             metadata = cursor_metadata(options.searches) if last else None
+            committing = Stopwatch()
             outcome = commit_batch(
                 repository, branch, batch, f"{message} (batch {number})", delete=delete, metadata=metadata
             )
+            sizer.observe(started.seconds(), committing.waiting())
+            started = Stopwatch()
             record(report, outcome)
             compactor.after(outcome)
             if outcome.commit is not None:
                 result = outcome.commit
                 log.info(
-                    "committed %d items as %s (%d attempts)",
+                    "committed %d items as %s (%d attempts; batch of %d, next %d)",
                     result.rows_added,
                     result.snapshot_id,
                     result.attempts,
+                    len(batch),
+                    sizer.items,
                 )
             if progress:
                 progress(report)

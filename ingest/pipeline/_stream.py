@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ingest.errors import FloeError, InvalidInput
@@ -101,10 +101,10 @@ def granule_stream(
 
 
 def batched(
-    granules: Iterable[Granule], size: int, raster_bytes: int | None = None
+    granules: Iterable[Granule], size: int | Callable[[], int], raster_bytes: int | None = None
 ) -> Iterator[tuple[list[Granule], bool]]:
-    """The granules in batches of ``size``, or fewer once their local rasters reach ``raster_bytes`` in all; each
-    with whether it is the last.
+    """The granules in batches of ``size`` (or of what ``size()`` says as each batch fills), or fewer once their
+    local rasters reach ``raster_bytes`` in all; each with whether it is the last.
 
     A batch is one commit: items alone are cheap, so thousands make a data
     file of a useful size; a granule whose rasters are copied carries megabytes,
@@ -114,13 +114,17 @@ def batched(
     a whole batch: each batch commits as soon as it is full, and when the
     sources end only the last is left to commit.
     """
+
+    def size_now() -> int:
+        return size() if callable(size) else size
+
     batch: list[Granule] = []
     held = 0
     for granule, last in with_last(granules):
         batch.append(granule)
         if raster_bytes is not None:
             held += sum(_size(path) for path in granule.rasters.values())
-        if last or len(batch) >= size or (raster_bytes is not None and held >= raster_bytes):
+        if last or len(batch) >= size_now() or (raster_bytes is not None and held >= raster_bytes):
             yield batch, last
             batch = []
             held = 0

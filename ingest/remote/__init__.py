@@ -52,6 +52,7 @@ from ingest.remote._buckets import Buckets
 from ingest.remote._errors import RemoteError, describe, unreachable
 from ingest.remote._gdal import GDAL_CREDENTIALS, GDAL_REMOTE_OPTIONS, GdalOptions, gdal_options, gdal_path
 from ingest.remote._headers import Headers
+from ingest.remote._object_cache import DiskCache, KeptBytes
 from ingest.remote._stores import (
     REMOTE_SCHEMES,
     SUPPORTED,
@@ -87,8 +88,10 @@ __all__ = [
     "REMOTE_SCHEMES",
     "SUPPORTED",
     "Buckets",
+    "DiskCache",
     "GdalOptions",
     "Headers",
+    "KeptBytes",
     "ObjectFileIO",
     "RemoteError",
     "SasTokens",

@@ -46,6 +46,7 @@ from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 
 from ingest.remote._buckets import Buckets, s3_endpoint
 from ingest.remote._errors import describe
+from ingest.remote._object_cache import DiskCache, KeptBytes
 from ingest.remote._stores import Stores
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ PUTS_AT_ONCE = 16
 """Writes sent at once by :meth:`ObjectFileIO.writes_together` (a batch's data files: one PUT each)."""
 READ_WHOLE = (".metadata.json", ".avro", ".ids.parquet")
 """What is read whole (table versions, manifest lists, manifests, floe's id sketches beside them): in one GET."""
+KEPT_WRITTEN_BYTES = 32 << 20
+"""Table metadata this FileIO wrote, kept in memory for reading back (a writer's next batch starts from it)."""
 
 
 class ObjectFileIO(PyArrowFileIO):
@@ -71,17 +74,30 @@ class ObjectFileIO(PyArrowFileIO):
         self._local = threading.local()
         self._no_conditions = False
         """The store refused a conditional PUT: creation asks whether the object exists first."""
+        self.kept = KeptBytes(KEPT_WRITTEN_BYTES)
+        """The table metadata written here: its next read is free (see ``_object_cache.py``)."""
+        self.disk: DiskCache | None = None
+        """Where objects read and written are kept on local disk, once :meth:`keep_on_disk` set it."""
 
     def __getstate__(self) -> dict[str, Any]:
         # obstore's stores are clients, remade on first use wherever this FileIO is unpickled (a Ray actor).
         state = super().__getstate__()
-        state["_stores"] = None
-        del state["_local"]
+        state["_stores"] = state["disk"] = None
+        del state["_local"], state["kept"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._local = threading.local()
+        self.kept = KeptBytes(KEPT_WRITTEN_BYTES)
+
+    def keep_on_disk(self, cache: DiskCache | None) -> None:
+        """Keep the objects read whole (table metadata, small data files) and written in ``cache`` from now on.
+
+        Only for a repository whose metadata names its own root (``Repository.open`` checked it): the objects of
+        a copy not yet relocated are rewritten in place by ``floe relocate``, and must not be kept.
+        """
+        self.disk = cache
 
     def new_input(self, location: str) -> PyArrowFile:
         if location.startswith("s3://") and location.endswith(READ_WHOLE):
@@ -134,6 +150,7 @@ class ObjectFileIO(PyArrowFileIO):
             if not overwrite and not conditional and _exists(store, key):
                 raise AlreadyExistsError(f"{location} exists")
             obstore.put(store, key, data, mode="create" if conditional else "overwrite")
+            self._remember(location, data)
         except AlreadyExistsError as error:
             raise FileExistsError(f"Cannot create file, already exists: {location}") from error
         except Exception as error:  # obstore raises builtins and its own kinds
@@ -145,20 +162,38 @@ class ObjectFileIO(PyArrowFileIO):
                 return
             raise OSError(f"cannot write {location}: {describe(error)}") from error
 
+    def _remember(self, location: str, data: bytes) -> None:
+        if location.endswith(READ_WHOLE):
+            self.kept.keep(location, data)
+        if self.disk is not None:
+            self.disk.keep(location, data)
+
     def get(self, location: str) -> bytes:
-        """The whole object at ``location`` (an ``s3://`` URL), in one GET.
+        """The whole object at ``location`` (an ``s3://`` URL), in one GET, unless this FileIO wrote it (or holds
+        it in a pending :meth:`writes_together` block) or its disk cache has it.
 
         Raises:
             FileNotFoundError: no object is there.
             OSError: the store could not be read (named, with the cause).
         """
+        for pending_location, data, _ in getattr(self._local, "pending", None) or ():
+            if pending_location == location:
+                return data
+        data = self.kept.get(location)
+        if data is None and self.disk is not None:
+            data = self.disk.get(location)
+        if data is not None:
+            return data
         try:
             store, key = self._store(location)
-            return bytes(obstore.get(store, key).bytes())
+            data = bytes(obstore.get(store, key).bytes())
         except FileNotFoundError as error:  # obstore's NotFoundError is one
             raise FileNotFoundError(f"{location}: no such object") from error
         except Exception as error:  # obstore raises builtins and its own kinds
             raise OSError(f"cannot read {location}: {describe(error)}") from error
+        if self.disk is not None:
+            self.disk.keep(location, data)
+        return data
 
 
 class _WholeObject(PyArrowFile):

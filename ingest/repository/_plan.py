@@ -330,14 +330,17 @@ class ItemsPlan(TableChange):
         if deleted:
             properties["floe.rows-deleted"] = str(deleted)
         staged_files = [*files, *replacement.rewritten_files]
-        append_updates, head, self._added_manifest = plan_commit(
-            metadata,
-            [to_data_file(staged, metadata) for staged in staged_files],
-            self._manifests,
-            properties,
-            previous=self._added_manifest,
-            removed=replacement.removed_paths,
-            fingerprints={staged.path: staged.fingerprints for staged in staged_files},
-        )
+        # The manifests, their sketches and the manifest list name each other, but nothing names them until the
+        # metadata.json written after them: on object storage they are sent together, one round trip for all.
+        with writes_together(self._io):
+            append_updates, head, self._added_manifest = plan_commit(
+                metadata,
+                [to_data_file(staged, metadata) for staged in staged_files],
+                self._manifests,
+                properties,
+                previous=self._added_manifest,
+                removed=replacement.removed_paths,
+                fingerprints={staged.path: staged.fingerprints for staged in staged_files},
+            )
         requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), head)
         return self._catalog.commit_table(table, requirements, updates + append_updates).metadata_location

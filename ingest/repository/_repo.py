@@ -30,7 +30,7 @@ from ingest.errors import (
     RepositoryMoved,
     RepositoryNotFound,
 )
-from ingest.remote import Buckets
+from ingest.remote import Buckets, DiskCache, ObjectFileIO
 from ingest.repository._append import ManifestCache
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import (
@@ -190,7 +190,16 @@ class Repository:
         main_tip = repository.check_layout()
         if not moved_ok:
             repository.check_rooted(main_tip)  # the tip check_layout read: no second look-up
+            repository.keep_objects_on_disk()
         return repository
+
+    def keep_objects_on_disk(self) -> None:
+        """On object storage with ``api.cache_dir`` set, keep the table objects read and written in that directory
+        (:class:`ingest.remote.DiskCache`). Only once :meth:`check_rooted` passed: a copy not yet relocated holds
+        metadata that ``floe relocate`` rewrites in place, which must never be kept."""
+        api = self.settings.api
+        if api.cache_dir and isinstance(self.io, ObjectFileIO):
+            self.io.keep_on_disk(DiskCache(api.cache_dir, api.cache_dir_mb << 20))
 
     @classmethod
     def open_or_create(cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> Repository:

@@ -44,6 +44,10 @@ def digests(root: Path) -> dict[str, str]:
     }
 
 
+def kept_files(directory: Path) -> list[Path]:
+    return [path for path in directory.rglob("*") if path.is_file()]
+
+
 def floe(root: str, *args: str):
     return CliRunner().invoke(app, ["--root", root, *args], catch_exceptions=False)
 
@@ -125,7 +129,7 @@ def test_a_moved_repository_relocates_even_if_interrupted(tmp_path, monkeypatch)
 
 
 @pytest.mark.s3
-def test_a_bucket_sync_is_refused_then_relocated(moto_server, s3_settings):
+def test_a_bucket_sync_is_refused_then_relocated(moto_server, s3_settings, tmp_path):
     bucket = moto_server.create_bucket()
     source_root, synced_root = f"s3://{bucket}/a", f"s3://{bucket}/b"
     versions = every_version(build(source_root, s3_settings))
@@ -133,11 +137,17 @@ def test_a_bucket_sync_is_refused_then_relocated(moto_server, s3_settings):
     target = RootFiles(Repository.open(source_root, s3_settings).location.__class__.parse(synced_root, s3_settings))
     for path in source.list(""):
         target.write(path, source.read(path))  # what `aws s3 sync` does: the same bytes under another prefix
+    # The copy's metadata is rewritten in place by relocation: a disk cache must keep none of it before.
+    cached = s3_settings.model_copy(deep=True)
+    cached.api.cache_dir = str(tmp_path / "cache")
 
     with pytest.raises(RepositoryMoved):
-        Repository.open(synced_root, s3_settings)
-    relocate(Repository.open(synced_root, s3_settings, moved_ok=True))
-    assert every_version(Repository.open(synced_root, s3_settings)) == versions
+        Repository.open(synced_root, cached)
+    relocate(Repository.open(synced_root, cached, moved_ok=True))
+    assert not kept_files(tmp_path / "cache")
+    assert every_version(Repository.open(synced_root, cached)) == versions
+    assert kept_files(tmp_path / "cache")  # kept once the copy was relocated
+    assert every_version(Repository.open(synced_root, cached)) == versions  # read back from the disk cache
     assert every_version(Repository.open(source_root, s3_settings)) == versions
 
 

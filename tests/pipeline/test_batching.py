@@ -1,12 +1,20 @@
-"""Batches close by item count or, for granules whose rasters are copied, by raster bytes."""
+"""Batches close by item count or, for granules whose rasters are copied, by raster bytes; on object storage the
+count grows while commits spend their time waiting on the store."""
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from ingest import Repository
 from ingest.config import Settings
+from ingest.pipeline import ingest_items
 from ingest.pipeline._granules import Granule
+from ingest.pipeline._sizing import BatchSizer
 from ingest.pipeline._stream import batched, routed_batches
 from tests.conftest import make_item
 
@@ -102,3 +110,54 @@ def test_rasters_referenced_in_place_count_their_references_not_their_size() -> 
     ]
     assert copied == [8] * 5
     assert referenced == [40] and limit // VIRTUAL_RASTER_BYTES > 40
+
+
+def test_a_batch_doubles_after_a_commit_that_mostly_waited_and_never_passes_the_most() -> None:
+    sizer = BatchSizer(100, 350)
+    sizer.observe(batch_seconds=1.0, waiting_seconds=0.2)  # a fifth of its time waiting: stays
+    assert sizer() == 100
+    sizer.observe(batch_seconds=1.0, waiting_seconds=0.3)
+    assert sizer() == 200
+    sizer.observe(batch_seconds=1.0, waiting_seconds=0.9)
+    sizer.observe(batch_seconds=1.0, waiting_seconds=0.9)
+    assert sizer() == 350
+    assert sizer.sizes == [100, 100, 200, 350]
+    assert BatchSizer(500, 100)() == 500  # a most below the first: the first stays
+
+
+def test_batches_follow_a_size_that_changes_as_they_fill() -> None:
+    sizes = iter([2, 4, 8])
+    size = {"now": next(sizes)}
+    granules = (Granule(make_item(f"i{number}"), "src") for number in range(14))
+    lengths = []
+    for batch, _ in batched(granules, lambda: size["now"]):
+        lengths.append(len(batch))
+        size["now"] = next(sizes, 8)
+    assert lengths == [2, 4, 8]
+
+
+def write_items(path: Path, count: int) -> Path:
+    path.write_text("".join(json.dumps(make_item(f"item-{number}", "c")) + "\n" for number in range(count)))
+    return path
+
+
+@pytest.mark.s3
+def test_on_object_storage_batches_grow_while_commits_wait_and_a_size_given_is_kept(tmp_path, moto_server) -> None:
+    settings = Settings(s3=moto_server.s3_settings(), batch_size=50, batch_max_size=400)
+    source = write_items(tmp_path / "items.ndjson", 1200)
+
+    grown = Repository.create(f"s3://{moto_server.create_bucket()}/repo", settings)
+    ingest_items(grown, [source])
+    sizes = [entry.rows_added for entry in reversed(grown.log()) if entry.rows_added]
+    # A commit on S3 waits on a dozen round trips, where its 50 items are a few milliseconds of work.
+    full = sizes[:-1]  # the last batch holds what was left
+    assert full[0] == 50 and max(sizes) == 400 and sum(sizes) == 1200, sizes
+    assert all(later in (earlier, 2 * earlier, 400) for earlier, later in itertools.pairwise(full)), sizes
+
+    fixed = Repository.create(f"s3://{moto_server.create_bucket()}/repo", settings)
+    ingest_items(fixed, [source], batch_size=300)
+    assert [entry.rows_added for entry in fixed.log() if entry.rows_added] == [300] * 4
+
+    local = Repository.create(tmp_path / "local", settings)
+    ingest_items(local, [source])
+    assert [entry.rows_added for entry in local.log() if entry.rows_added] == [50] * 24
