@@ -177,6 +177,10 @@ class ApiSettings(BaseModel):
     # an error"), or, with refuse_over_limit, a 400 that says so.
     max_limit: int = Field(default=10_000, ge=1)
     refuse_over_limit: bool = False
+    # A filter naming a property no item has matches nothing, as in pgstac and the other stac-fastapi backends
+    # (and stac-api-validator expects); with refuse_unknown_properties, a 400 names the property instead and
+    # /queryables says `additionalProperties: false` (a typo then cannot read like an empty answer).
+    refuse_unknown_properties: bool = False
     # Decoded columns of data files kept in memory across requests (data files never change).
     cache_mb: int = Field(default=256, ge=0)
     # A directory where the table's objects read from object storage (metadata, data files up to 1 MiB) are kept

@@ -24,11 +24,13 @@ if [ ! -x .venv/bin/python ]; then
   echo "creating .venv with $("$python_bin" --version)" >&2
   "$python_bin" -m venv .venv
 fi
+echo "installing floe and its test and benchmark tools into .venv (pip; minutes the first time, seconds after)" >&2
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,bench]' 2> >(grep -v "^WARNING: Location" >&2)
 
 # STAC Browser (`floe serve` at /browser/): a third-party build kept outside the repository
 # (~/.cache/floe/stac-browser/<version>); built once where Node.js and npm are present, then reused.
 if command -v npm >/dev/null 2>&1; then
+  echo "building STAC Browser for floe serve (npm; about 3 minutes the first time, then reused)" >&2
   .venv/bin/floe browser install \
     || echo "STAC Browser could not be built (see above): floe serve works without it; its tests are skipped" >&2
 else

@@ -55,7 +55,9 @@ def test_log_tag_branch_refs(floe, tmp_path):
     floe("ingest", str(source), "-m", "second")
 
     log = json.loads(floe("log", "--json").stdout)
-    assert [entry["message"] for entry in log] == [
+    assert [entry["message"] for entry in log] == ["second (batch 1)", "first (batch 1)"]
+    everything = json.loads(floe("log", "--json", "--all").stdout)
+    assert [entry["message"] for entry in everything] == [
         "second (batch 1)",
         "first (batch 1)",
         "floe: create /c",  # the collection's group, made before writers need it

@@ -350,6 +350,7 @@ def create_app(
         repository,
         max_limit=max_limit if max_limit is not None else api_settings.max_limit,
         refuse_over_limit=api_settings.refuse_over_limit,
+        refuse_unknown_properties=api_settings.refuse_unknown_properties,
         cache_mb=cache_mb if cache_mb is not None else api_settings.cache_mb,
         long_searches=api_settings.long_searches,
     )

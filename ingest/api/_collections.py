@@ -209,12 +209,13 @@ GEOMETRY_SCHEMA: dict[str, Any] = {
 (STAC Browser's search form) would fetch it from the internet, which a served archive may not reach."""
 
 
-def queryables(schema: Schema) -> dict[str, Any]:
+def queryables(schema: Schema, *, closed: bool = False) -> dict[str, Any]:
     """JSON Schema of the properties a filter can use (the table's typed columns).
 
+    With ``closed`` (``api.refuse_unknown_properties``),
     ``additionalProperties`` is false: a filter naming a property no item at
-    the snapshot has is refused with a 400 that names it (a typo would
-    otherwise match nothing and read like an answer).
+    the snapshot has is refused with a 400 that names it. Otherwise it is
+    true: such a filter is answered, its property null in every item.
     """
     properties: dict[str, Any] = {
         "id": {"title": "Item ID", "type": "string"},
@@ -234,7 +235,7 @@ def queryables(schema: Schema) -> dict[str, Any]:
         "type": "object",
         "title": "Queryables",
         "properties": properties,
-        "additionalProperties": False,
+        "additionalProperties": not closed,
     }
 
 

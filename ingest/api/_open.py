@@ -50,7 +50,13 @@ def open_search(
     """
     if not isinstance(repository, Repository):
         repository = Repository.open(repository, Settings())
-    engine = SearchEngine(repository, max_limit=repository.settings.api.max_limit, refuse_over_limit=True)
+    api = repository.settings.api
+    engine = SearchEngine(
+        repository,
+        max_limit=api.max_limit,
+        refuse_over_limit=True,
+        refuse_unknown_properties=api.refuse_unknown_properties,
+    )
     name = ref or repository.settings.branch
     snapshot_id = engine.resolve(name)
     request = SearchRequest(

@@ -113,16 +113,19 @@ def plan_search(
     *,
     max_limit: int = MAX_LIMIT,
     refuse_over_limit: bool = False,
+    refuse_unknown_properties: bool = False,
     overflow_properties: Callable[[], Collection[str]] | None = None,
 ) -> SearchPlan:
     """Check ``request`` against ``schema`` and the collections at the snapshot, and plan it.
 
     ``known_collections`` only needs to hold the collections the request
-    names; an unknown one raises CollectionNotFound. A filter naming a
-    property that is neither a column nor one of ``overflow_properties()``
-    (properties some rows keep only in ``floe:overflow``; asked only when a
-    name is not a column) raises InvalidSearch too. Raises InvalidSearch for
-    anything else wrong with the request, naming it.
+    names; an unknown one raises CollectionNotFound. With
+    ``refuse_unknown_properties``, a filter naming a property that is
+    neither a column nor one of ``overflow_properties()`` (properties some
+    rows keep only in ``floe:overflow``; asked only when a name is not a
+    column) raises InvalidSearch too; without, such a property is null in
+    every row, as a filter reads it. Raises InvalidSearch for anything else
+    wrong with the request, naming it.
     """
     limit = checked_limit(request.limit, max_limit, refuse_over_limit)
     if request.bbox is not None and request.intersects is not None:
@@ -135,8 +138,14 @@ def plan_search(
     bbox = parse_bbox(request.bbox)
     intersects = parse_intersects(request.intersects)
     geometries = [geometry for geometry in (bbox_geometry(bbox) if bbox else None, intersects) if geometry is not None]
-    full_filter = _full_filter(request, schema)
-    _check_properties(full_filter, schema, overflow_properties)
+    full_filter = request_filter(request, schema)
+    if refuse_unknown_properties:
+        unknown = unknown_properties(full_filter, schema, overflow_properties)
+        if unknown:
+            raise InvalidSearch(
+                f"the filter names {', '.join(map(repr, unknown[:5]))}, which no item at this ref has: "
+                "the queryables list the properties a filter can use (/queryables, `floe queryables`)"
+            )
     translation = translate(full_filter, schema)
     geometries.extend(translation.geometries)
     exact_with_filter = _combine(exact, translation.expression)
@@ -181,8 +190,17 @@ def _checked_collections(requested: list[str] | None, known: Collection[str]) ->
     collections = list(dict.fromkeys(requested))
     unknown = [collection for collection in collections if collection not in known]
     if unknown:
-        raise CollectionNotFound(f"no collection {', '.join(map(repr, unknown))} at this ref (see /collections)")
+        raise CollectionNotFound(f"no collection {', '.join(map(repr, unknown))} at this ref ({held(known)})")
     return collections
+
+
+def held(collections: Collection[str], most: int = 10) -> str:
+    """What a ref holds, for an error naming a collection it does not: "it holds 'a', 'b'" (the first ``most``)."""
+    if not collections:
+        return "it holds no collection"
+    names = sorted(collections)
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return f"it holds {', '.join(map(repr, names[:most]))}{more}"
 
 
 def _one_of(column: str, values: list[str] | None) -> BooleanExpression:
@@ -193,7 +211,7 @@ def _one_of(column: str, values: list[str] | None) -> BooleanExpression:
     return EqualTo(column, distinct[0]) if len(distinct) == 1 else In(column, distinct)
 
 
-def _full_filter(request: SearchRequest, schema: Schema) -> cql2.Expr | None:
+def request_filter(request: SearchRequest, schema: Schema) -> cql2.Expr | None:
     """The request's CQL2 filter and query-extension conditions as one expression (None without either)."""
     filters = [parse_filter(request.filter, request.filter_lang)]
     query = query_to_cql2(request.query, schema)
@@ -209,24 +227,23 @@ ITEM_MEMBERS = frozenset((
 """What a filter may name on any item, whether or not the table has a column of that name yet."""
 
 
-def _check_properties(
+def unknown_properties(
     expression: cql2.Expr | None, schema: Schema, overflow_properties: Callable[[], Collection[str]] | None
-) -> None:
-    """Refuse a filter that names a property no item at this snapshot can have.
+) -> list[str]:
+    """The properties ``expression`` names that no item at this snapshot has, sorted.
 
-    Such a filter matches nothing, which reads like an answer: a typo
-    (``cloud_cover`` for ``eo:cloud_cover``) deserves a 400 that names it.
+    A comparison on one matches nothing, which reads like an answer: a typo
+    (``cloud_cover`` for ``eo:cloud_cover``) is worth a 400 that names it
+    (``api.refuse_unknown_properties``) or a warning (``floe search``).
+    ``overflow_properties()`` (which may read every file) is asked only when
+    a name is not a column.
     """
     columns = {field.name for field in schema.fields} | ITEM_MEMBERS
     unknown = sorted(name for name in filter_properties(expression) if column_of(name).split(".")[0] not in columns)
     if unknown and overflow_properties is not None:
         stored = set(overflow_properties())
         unknown = [name for name in unknown if column_of(name).split(".")[0] not in stored]
-    if unknown:
-        raise InvalidSearch(
-            f"the filter names {', '.join(map(repr, unknown[:5]))}, which no item at this ref has: "
-            "see /queryables for the properties a filter can use"
-        )
+    return unknown
 
 
 def _sort_keys(sortby: str | Sequence[SortEntry] | None, schema: Schema) -> list[SortKey]:
@@ -237,7 +254,7 @@ def _sort_keys(sortby: str | Sequence[SortEntry] | None, schema: Schema) -> list
         if found is None or not isinstance(found.field_type, PrimitiveType) or "." in key.column:
             raise InvalidSearch(
                 f"cannot sort by {key.column!r}: sortable fields are id, collection, datetime and the "
-                "items' typed properties (see /queryables)"
+                "items' typed properties (the queryables: /queryables, `floe queryables`)"
             )
     return keys
 

@@ -54,7 +54,17 @@ from ingest.api._candidates import Candidates
 from ingest.api._collections import collection_documents, extents, queryables
 from ingest.api._ids import IdIndexes
 from ingest.api._manifests import ManifestFiles
-from ingest.api._plan import RowTest, RowTests, SearchPlan, plan_search, residual_matches, row_tests
+from ingest.api._plan import (
+    RowTest,
+    RowTests,
+    SearchPlan,
+    held,
+    plan_search,
+    request_filter,
+    residual_matches,
+    row_tests,
+    unknown_properties,
+)
 from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
 from ingest.api._sorted import sorted_page
 from ingest.api._turns import Turns
@@ -87,6 +97,7 @@ class SearchEngine:
         *,
         max_limit: int = MAX_LIMIT,
         refuse_over_limit: bool = False,
+        refuse_unknown_properties: bool = False,
         cache_mb: int = DEFAULT_CACHE_MB,
         long_searches: int = 0,
     ) -> None:
@@ -95,6 +106,7 @@ class SearchEngine:
         """Where long searches take turns (``_turns.py``); ``long_searches`` 0: they all run at once."""
         self.max_limit = max_limit
         self.refuse_over_limit = refuse_over_limit
+        self.refuse_unknown_properties = refuse_unknown_properties
         self.arrays_url = repository.location.join(ARRAYS_DIR)
         # Files read at once: on object storage each read is a round trip, worth overlapping; on a local disk a
         # read takes microseconds once cached, and threads would only add their cost and contend for the GIL.
@@ -157,14 +169,16 @@ class SearchEngine:
         """One collection's JSON at a snapshot; CollectionNotFound if it has neither a document nor items."""
         found = self.collections(snapshot_id).get(collection_id)
         if found is None:
-            raise CollectionNotFound(f"no collection {collection_id!r} at this ref (see /collections)")
+            raise CollectionNotFound(
+                f"no collection {collection_id!r} at this ref ({held(self.collections(snapshot_id))})"
+            )
         return found
 
     def queryables(self, snapshot_id: str, collection_id: str | None = None) -> dict[str, Any]:
         """JSON Schema of the properties a filter can use (the table's typed columns)."""
         if collection_id is not None:
             self.collection(snapshot_id, collection_id)
-        return queryables(self.state(snapshot_id).schema)
+        return queryables(self.state(snapshot_id).schema, closed=self.refuse_unknown_properties)
 
     # -- planning ----------------------------------------------------------------------------
     def plan(self, state: SnapshotState, request: SearchRequest) -> SearchPlan:
@@ -178,8 +192,16 @@ class SearchEngine:
             known,
             max_limit=self.max_limit,
             refuse_over_limit=self.refuse_over_limit,
+            refuse_unknown_properties=self.refuse_unknown_properties,
             overflow_properties=lambda: self.candidates.snapshot_overflow_keys(state),
         )
+
+    def unknown_properties(self, request: SearchRequest, ref: str | None = None) -> list[str]:
+        """The properties the filter of ``request`` names that no item at ``ref`` has (a search answers them as
+        null in every row; ``floe search`` warns)."""
+        state = self.state(self.resolve(ref))
+        expression = request_filter(request, state.schema)
+        return unknown_properties(expression, state.schema, lambda: self.candidates.snapshot_overflow_keys(state))
 
     def _row_tests(self, state: SnapshotState, plan: SearchPlan) -> RowTests:
         """The plan's row tests, compiled once per search at a snapshot (the next page reuses them)."""

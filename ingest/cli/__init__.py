@@ -6,7 +6,8 @@ Exit status: 0 success, 1 error, 2 usage error, 3 some input was rejected
 Modules (each command is a thin shell over library calls):
 
 - ``_app``: the Typer application, global options, shared error rendering and consoles;
-- ``_ingest``: ``ingest``, ``demo``;
+- ``_demo``: ``demo``;
+- ``_ingest``: ``ingest`` (``_ingest_report``: its progress bar and summary);
 - ``_read``: ``export``, ``log``, ``tag``, ``branch``, ``refs``;
 - ``_changes``: ``delete``;
 - ``_lifecycle``: ``init``, ``check``, ``gc``, ``replicate``, ``relocate``, ``optimize``;
@@ -22,7 +23,7 @@ from ingest.cli import _interrupt
 from ingest.cli._app import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PROBLEMS, EXIT_REJECTED, app
 
 # In the order `floe --help` lists them (Typer lists commands as they are registered).
-for _module in ("_ingest", "_changes", "_read", "_lifecycle", "_api"):
+for _module in ("_ingest", "_demo", "_changes", "_read", "_lifecycle", "_api"):
     importlib.import_module(f"ingest.cli.{_module}")
 
 

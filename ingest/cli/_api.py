@@ -139,12 +139,44 @@ def search(  # noqa: PLR0917 - typer maps parameters to options
     count = 0
     with floe_errors():
         repository = open_repository(ctx)
-        engine = SearchEngine(repository, max_limit=repository.settings.api.max_limit, refuse_over_limit=True)
+        api = repository.settings.api
+        engine = SearchEngine(
+            repository,
+            max_limit=api.max_limit,
+            refuse_over_limit=True,
+            refuse_unknown_properties=api.refuse_unknown_properties,
+        )
+        if filter_text and not api.refuse_unknown_properties:
+            unknown = engine.unknown_properties(request, ref)
+            if unknown:
+                named = ", ".join(map(repr, unknown[:5]))
+                stderr.print(
+                    f"warning: the filter names {named}, which no item at this ref has: it is null in every item "
+                    "(`floe queryables` lists the properties a filter can use)",
+                    highlight=False,
+                )
         for item in engine.iter_items(request, ref, max_items=max_items):
             sys.stdout.write(json.dumps(item, separators=(",", ":")) + "\n")
             count += 1
     sys.stdout.flush()
-    stderr.print(f"{count} items", highlight=False)
+    stderr.print(f"{count} item{'' if count == 1 else 's'}", highlight=False)
+
+
+@app.command()
+def queryables(
+    ctx: typer.Context,
+    ref: Annotated[
+        str | None, typer.Option("--ref", help="Branch, tag or snapshot id (default: the configured branch, main).")
+    ] = None,
+) -> None:
+    """Print the properties a filter can use at a ref, and their types (the API's /queryables), as JSON."""
+    from ingest.api import SearchEngine
+
+    with floe_errors():
+        repository = open_repository(ctx)
+        engine = SearchEngine(repository, refuse_unknown_properties=repository.settings.api.refuse_unknown_properties)
+        document = engine.queryables(engine.resolve(ref))
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
 
 
 browser = typer.Typer(

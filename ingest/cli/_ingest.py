@@ -1,10 +1,8 @@
-"""Commands that write items: ``floe ingest``, ``floe demo``."""
+"""``floe ingest``: items and their rasters from files, folders, buckets and STAC APIs, one commit per batch."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,67 +16,10 @@ from ingest.cli._app import (
     fail,
     floe_errors,
     open_or_create_repository,
-    progress_bar,
     settings_of,
     stderr,
 )
-
-
-@contextmanager
-def _ingest_progress(label: str) -> Iterator[Any]:
-    """A progress bar for an ingest run: granules done of those read so far, items/s, commits, conflicts retried.
-
-    Sources are streamed, so the total grows as the driver reads them.
-    """
-    started = time.monotonic()
-    with progress_bar(label) as progress:
-        task = progress.add_task("", total=None)
-
-        def update(state: Any) -> None:
-            done = state.rows_added + state.skipped + len(state.rejected)
-            rate = done / max(time.monotonic() - started, 1e-6)
-            progress.update(
-                task,
-                completed=done,
-                total=max(state.items_read, done) or None,
-                description=(
-                    f"{rate:,.0f} items/s · {len(state.commits)} commits · {state.conflicts_retried} conflicts "
-                    f"retried · {len(state.rejected)} rejected · {state.bytes_written / 1e6:,.1f} MB copied"
-                ),
-            )
-
-        yield update
-
-
-def _summary(result: Any) -> str:
-    tip = result.commits[-1].snapshot_id if result.commits else "no new snapshot"
-    return (
-        f"ingested {result.rows_added} items in {len(result.commits)} commit(s) ({tip}): "
-        f"{result.rows_added - result.replaced} new, {result.replaced} replaced, {result.skipped} unchanged; "
-        f"{result.bytes_written / 1e6:.1f} MB of pixels copied"
-        + (
-            f", {result.virtual} granules referenced in place ({len(result.fallbacks)} copied)"
-            if result.virtual or result.fallbacks
-            else ""
-        )
-        + f"; {len(result.rejected)} rejected; "
-        f"{result.conflicts_retried} conflicts retried"
-        + (f"; {result.pruned} deleted (--prune: gone from the sources)" if result.pruned else "")
-        + _compacted(result)
-    )
-
-
-def _compacted(result: Any) -> str:
-    """The compactions the run made (``[optimize]`` thresholds), if any, as the end of the summary line."""
-    if not result.compactions and not result.compaction_errors:
-        return ""
-    partitions = sum(len(done.summary.partitions) for done in result.compactions)
-    before = sum(done.summary.files_before for done in result.compactions)
-    after = sum(done.summary.files_after for done in result.compactions)
-    text = f"; compacted {partitions} partition(s), {before} -> {after} files"
-    if result.compaction_errors:
-        text += f" ({len(result.compaction_errors)} compaction(s) failed: {result.compaction_errors[-1]})"
-    return text
+from ingest.cli._ingest_report import ingest_progress, report_search, summary
 
 
 @app.command()
@@ -104,8 +45,9 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             "-n",
             min=1,
             help=(
-                "Items per commit (default: batch_size, 5000, doubling on object storage up to batch_max_size while "
-                "commits mostly wait on the store), fewer once a batch's rasters reach batch_raster_mb."
+                "Items per commit (default: batch_size, 5000; with --workers 0 on object storage, doubling up to "
+                "batch_max_size while commits mostly wait on the store), fewer once a batch's rasters reach "
+                "batch_raster_mb."
             ),
         ),
     ] = None,
@@ -161,10 +103,10 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         typer.Option(
             "--remote-assets",
             help=(
-                "Copy (or with --virtual, reference) raster assets at s3:// and http(s):// URLs too (read with "
-                "GDAL's /vsis3/ and /vsicurl/, 8 granules in flight per worker; credentials from AWS_*, an "
-                "AWS_PROFILE, or FLOE_S3__*). Without it they stay metadata: an archive's items can be ingested "
-                "without moving its pixels."
+                "Copy raster assets at s3:// and http(s):// URLs too (read with GDAL's /vsis3/ and /vsicurl/, 8 "
+                "granules in flight per worker; credentials from AWS_*, an AWS_PROFILE, or FLOE_S3__*). Without it "
+                "(and without --virtual) they stay metadata: an archive's items can be ingested without moving "
+                "its pixels."
             ),
         ),
     ] = False,
@@ -173,9 +115,9 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         typer.Option(
             "--virtual",
             help=(
-                "Reference COG tiles in place (Icechunk virtual chunks) instead of copying pixels: local files, "
-                "and with --remote-assets s3:// and http(s):// objects (their references carry the ETag, so a "
-                "changed object is refused on read; `floe check --deep` finds them). Rasters that cannot be "
+                "Reference COG tiles in place (Icechunk virtual chunks) instead of copying pixels: local files "
+                "and s3:// and http(s):// objects (their references carry the ETag, so a changed object is "
+                "refused on read; `floe check --deep` finds them). Rasters that cannot be "
                 "referenced (e.g. pixel-interleaved, signed URLs) are copied and listed. Reading the arrays then "
                 "needs the sources, unchanged."
             ),
@@ -299,7 +241,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     With Ray (the default), each actor copies its granules' rasters into
     Icechunk arrays (slices of stacks shared by the granules of one grid) and
     commits arrays and rows together through its own writer. Rasters at
-    s3:// or http(s):// URLs stay metadata unless --remote-assets asks for
+    s3:// or http(s):// URLs stay metadata unless --remote-assets (or --virtual) asks for
     their pixels. Creates the repository if it does not exist. Bad input
     (unreadable files, invalid items, corrupt rasters, missing assets,
     duplicate or unsafe ids) is reported with its source and skipped;
@@ -314,7 +256,9 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             fail(f"--layout must be 'tiled' or 'fixed', not {layout!r}", 2)
         settings_of(ctx).arrays.layout = layout  # type: ignore[assignment]  # checked just above
     options = _source_options(sources, collections, bbox, datetime_range, search_filter, since, anonymous, prune)
-    options.remote_assets = remote_assets
+    # Referencing pixels in place is asked for by --virtual alone: remote rasters are referenced too (that is what
+    # --virtual is for), not left as metadata until --remote-assets is added.
+    options.remote_assets = remote_assets or virtual
     remote_access(
         settings_of(ctx).remote,
         sources,
@@ -325,7 +269,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
     )
     with _report_file(report) as sink, floe_errors(_INTERRUPTED):
         repository = open_or_create_repository(ctx)
-        with _ingest_progress("ingest") as update:
+        with ingest_progress("ingest") as update:
             if workers == 0:
                 result = ingest_items(
                     repository,
@@ -357,7 +301,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                     report_to=sink,
                 )
     for search in options.searches:
-        _report_search(search)
+        report_search(search)
     for fallback in result.fallbacks:
         stderr.print(
             f"[cyan]copied instead of referenced[/] {escape(str(fallback))}",
@@ -372,7 +316,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         stderr.print(f"[yellow]not pruned[/] {escape(result.prune_skipped)}", highlight=False, soft_wrap=True)
     if report is not None:
         result.write_report(report, append=True)
-    stderr.print(_summary(result), highlight=False)
+    stderr.print(summary(result), highlight=False)
     if result.rejected:
         raise typer.Exit(EXIT_REJECTED)
 
@@ -415,10 +359,13 @@ def _source_options(  # noqa: PLR0917 - one per option of `floe ingest`
     apis = [source for source in sources if is_api_url(source)]
     if (parameters.given() or since) and not apis:
         fail("--collections, --bbox, --datetime, --filter and --since apply to STAC API sources, and none is named", 2)
-    if prune and apis and (since or parameters.bbox or parameters.datetime or parameters.filter):
+    narrowed = [name for name in ("--bbox", "--datetime", "--filter") if getattr(parameters, name[2:])]
+    narrowed += ["--since"] if since else []
+    narrowed += [f"{name}= in {url}" for url in apis for name in _narrowing(url)]
+    if prune and apis and narrowed:
         fail(
-            "--prune mirrors whole collections: with --since, --bbox, --datetime or --filter the search "
-            "holds only part of them, and the rest would be deleted",
+            f"--prune mirrors whole collections: with {', '.join(narrowed)} the search holds only part of them, "
+            "and the rest would be deleted",
             2,
         )
     try:
@@ -426,6 +373,18 @@ def _source_options(  # noqa: PLR0917 - one per option of `floe ingest`
     except ValueError as error:
         fail(str(error), 2)
     return SourceOptions(anonymous=anonymous, search=parameters, since="last" if since == "last" else when)
+
+
+_NARROWING = ("bbox", "intersects", "datetime", "filter", "query", "q", "ids")
+"""Search parameters under which a search holds only part of its collections (``--prune`` cannot apply)."""
+
+
+def _narrowing(url: str) -> list[str]:
+    """The parameters of a ``/search?...`` URL that narrow its search below whole collections."""
+    from urllib.parse import parse_qs, urlsplit
+
+    given = parse_qs(urlsplit(url).query, keep_blank_values=False)
+    return [name for name in _NARROWING if given.get(name)]
 
 
 def _bbox(text: str) -> tuple[float, ...]:
@@ -436,60 +395,3 @@ def _bbox(text: str) -> tuple[float, ...]:
     if len(values) not in (4, 6):
         fail(f"--bbox {text!r}: give 4 numbers (W,S,E,N) or 6 (with heights)", 2)
     return values
-
-
-def _report_search(search: Any) -> None:
-    """One line per STAC API search: what it asked for and how far it read."""
-    since = f" updated since {search.since.isoformat()}" if search.since is not None else ""
-    lanes = f" in {len(search.lanes_read)} lanes" if search.lanes_read else ""
-    state = "read to its end" if search.complete else "NOT read to its end (no cursor recorded)"
-    stderr.print(f"{escape(search.key)}{since}: {search.items} items{lanes}, {state}", highlight=False, soft_wrap=True)
-    if search.note:
-        stderr.print(f"[yellow]note[/] {escape(search.note)}", highlight=False, soft_wrap=True)
-
-
-@app.command()
-def demo(
-    ctx: typer.Context,
-    granules: Annotated[int, typer.Option("--granules", min=1, help="Granules in the sample archive.")] = 40,
-    archive: Annotated[
-        Path, typer.Option("--archive", help="Where to write the sample archive (COGs + STAC items).")
-    ] = Path("floe-demo-archive"),
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Ray actors.")] = 2,
-) -> None:
-    """Generate a small sample archive, ingest it with Ray, tag it v1, and say what to run next."""
-    from ingest.errors import RefExists
-    from ingest.pipeline import ingest_with_ray
-    from ingest.sample import make_archive
-
-    with floe_errors():
-        items = make_archive(archive, granules=granules, seed=0)
-        stderr.print(f"wrote {len(items)} COG granules with STAC items to [bold]{archive}[/]")
-        repository = open_or_create_repository(ctx)
-        with _ingest_progress("demo") as update:
-            result = ingest_with_ray(repository, [archive], workers=workers, batch_size=10, progress=update)
-        try:
-            repository.tag("v1")
-            tagged = "tagged the result [bold]v1[/]"
-        except RefExists:
-            tagged = "tag v1 exists already (tags never move)"
-    root = repository.location.url
-    stderr.print(
-        f"{_summary(result)}\ninto {root}; {tagged}\n\n"
-        "Next:\n"
-        "  floe log                          # the commits, with rows and attempts\n"
-        "  floe export --ref v1 items.ndjson # the items of v1\n"
-        "  floe check --all                  # every ref's files are there\n"
-        "  floe search --ref v1 --collections sample-dem --limit 3   # matching items as NDJSON\n"
-        "  floe serve                        # a STAC API on http://127.0.0.1:8080 (v1 at /refs/v1/)\n"
-        f"  floe ingest {archive}   # again: nothing changed, so nothing is committed\n"
-        "  floe serve, then open http://127.0.0.1:8080/refs/v1/browser/   # STAC Browser (after floe browser install)\n"
-        "  # pixels at v1, from Python (one granule, then a search's granules stacked by grid and time):\n"
-        f"  #   import ingest; view = ingest.Repository.open({root!r}).view('v1')\n"
-        "  #   view.item_arrays('sample-optical', 'sample-optical-0000')\n"
-        f"  #   ingest.open_search({root!r}, 'v1', collections=['sample-optical'])",
-        highlight=False,
-        soft_wrap=True,
-    )
-    if result.rejected:
-        raise typer.Exit(EXIT_REJECTED)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,9 +20,10 @@ from ingest.cli._app import (
     stderr,
     stdout,
 )
-from ingest.config import S3Settings, Settings
 from ingest.errors import InvalidInput
-from ingest.repository import Repository
+
+if TYPE_CHECKING:
+    from ingest.config import Settings
 
 
 @app.command()
@@ -46,6 +47,8 @@ def init(
     written when the store cannot be reached or its bucket does not exist.
     """
     with floe_errors():
+        from ingest.repository import Repository
+
         repository = Repository.create(settings=settings_of(ctx), force=force)
     stderr.print(f"created a floe repository at [bold]{repository.location.url}[/]")
 
@@ -59,8 +62,9 @@ def check(
         bool,
         typer.Option(
             "--deep",
-            help="Also compare data file and manifest sizes with the sizes the table records, "
-            "and check that every row's array group exists at that snapshot.",
+            help="Also compare data file and manifest sizes with the sizes the table records, the id sketches "
+            "with the files' ids, and check that every row's pieces are slots holding its id and every occupied "
+            "slot belongs to a row; referenced sources must still be there (remote ones unchanged).",
         ),
     ] = False,
 ) -> None:
@@ -189,7 +193,7 @@ def replicate_command(  # noqa: PLR0917 - typer passes options as arguments
         Path | None,
         typer.Option(
             "--dst-config",
-            help="A TOML settings file whose [s3] section reaches the target (another S3 service, "
+            help="A TOML settings file whose \\[s3] section reaches the target (another S3 service, "
             "its own credentials); default: the source's settings.",
             show_default=False,
         ),
@@ -254,6 +258,8 @@ def replicate_command(  # noqa: PLR0917 - typer passes options as arguments
 
 def _target_settings(settings: Settings, dst_config: Path | None, endpoint: str | None) -> Settings | None:
     """The settings that reach the target: the source's, with the S3 section of ``dst_config`` and ``endpoint``."""
+    from ingest.config import S3Settings
+
     if dst_config is None and endpoint is None:
         return None
     s3 = S3Settings()
@@ -314,7 +320,7 @@ def optimize_command(
         bool,
         typer.Option(
             "--only-due",
-            help="Only partitions past the thresholds of [optimize] (what runs after each ingest), "
+            help="Only partitions past the thresholds of \\[optimize] (what runs after each ingest), "
             "instead of making every partition one clustered run.",
         ),
     ] = False,
@@ -325,7 +331,7 @@ def optimize_command(
     Every ingest batch is its own file per (collection, month), spanning
     wherever its items lie, so searches by area read most of them. This rewrites
     a partition's files sorted along a Hilbert curve of the footprints' centres
-    (then by datetime), split into files of [optimize] target_file_rows rows,
+    (then by datetime), split into files of \\[optimize] target_file_rows rows,
     each covering a small area, in one commit (an Iceberg `replace`). Safe next
     to running writers: their appends stay, and a partition whose rows another
     writer replaced meanwhile is compacted again from that version. Older tags

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table as RichTable
 
 from ingest.cli._app import app, fail, floe_errors, open_repository, stderr, stdout
-from ingest.repository import LogEntry
+
+if TYPE_CHECKING:
+    from ingest.repository import LogEntry
 
 
 @app.command()
@@ -70,24 +72,47 @@ def log_command(
     ctx: typer.Context,
     ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id (default: main).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="A JSON array, one object per commit, newest first.")] = False,
-    limit: Annotated[int | None, typer.Option("--limit", "-n", min=1, help="Show at most this many commits.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Show at most this many commits.")] = 20,
+    show_all: Annotated[
+        bool,
+        typer.Option(
+            "--all",
+            help="Also floe's own commits, which change no rows (the first one, creating collections and stacks).",
+        ),
+    ] = False,
 ) -> None:
-    """Show the history of a ref: message, time, rows added, attempts, table pointer."""
+    """Show the history of a ref, newest first: snapshot, refs pointing at it, time, rows, attempts, message."""
     with floe_errors():
-        entries = open_repository(ctx).log(ref, limit=limit)
+        repository = open_repository(ctx)
+        entries = repository.log(ref, limit=limit, housekeeping=show_all)
+        pointing: dict[str, list[str]] = {}
+        for found in repository.refs():
+            pointing.setdefault(found.snapshot_id, []).append(
+                found.name if found.kind == "branch" else f"{found.kind}: {found.name}"
+            )
     if as_json:
         stdout.print_json(json.dumps([entry.to_json() for entry in entries]))
         return
-    table = RichTable("snapshot", "written at (UTC)", "rows", "attempts", "message", box=None)
-    for entry in entries:
-        table.add_row(
+    rows = [
+        (
             entry.snapshot_id,
+            ", ".join(pointing.get(entry.snapshot_id, [])),
             entry.written_at.strftime("%Y-%m-%d %H:%M:%S"),
             _rows(entry),
             str(entry.attempts),
             entry.message,
         )
-    stdout.print(table)
+        for entry in entries
+    ]
+    table = RichTable(box=None)
+    for number, heading in enumerate(("snapshot", "refs", "written at (UTC)", "rows", "attempts")):
+        # Whole, always: on a narrow terminal only the message is cut (one line a commit, never wrapped).
+        widest = max([len(heading), *(len(row[number]) for row in rows)])
+        table.add_column(heading, no_wrap=True, min_width=widest)
+    table.add_column("message", no_wrap=True, overflow="ellipsis")
+    for row in rows:
+        table.add_row(*row)
+    stdout.print(table, highlight=False)
 
 
 @app.command()

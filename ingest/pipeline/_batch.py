@@ -109,6 +109,14 @@ class _Remote:
         return cls(Stores.of(settings), gdal_options(s3, remote=settings.remote))
 
 
+def changed_granules(repository: Repository, branch: str, granules: list[Granule]) -> tuple[list[Granule], int]:
+    """The granules of ``granules`` that are new or changed at ``branch`` (in order), and how many the branch holds
+    unchanged: what a batch would skip, found without staging anything (Ray's driver asks before it hands a batch
+    to an actor, so a re-run of an unchanged archive starts no Ray)."""
+    steps, skipped = _plan_steps(repository.writer(branch), granules, _Remote.of(repository))
+    return [step.granule for step in steps], skipped
+
+
 def _plan_steps(writer: Writer, granules: list[Granule], remote: _Remote) -> tuple[list[_Step], int]:
     """Each granule's step, and how many are in the repository unchanged (skipped: a re-run commits nothing)."""
     stored = writer.stored_items((granule.item["collection"], granule.item["id"]) for granule in granules)

@@ -15,7 +15,7 @@ Ray is started only when the first batch with rasters arrives; a cluster
 named with ``--ray-address`` is joined at once, so a wrong address fails
 before anything is committed. A 100,000-item search through ``floe
 ingest``'s defaults took 20.3 s with every batch sent to an actor and 8.9 s
-with ``--workers 0`` (BENCHMARKS.md).
+with ``--workers 0`` (docs/benchmarks-history.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, TextIO
 from ingest._compat import keep_local_ray_on_loopback
 from ingest.config import Settings
 from ingest.errors import FloeError, RayUnavailable
-from ingest.pipeline._batch import commit_batch
+from ingest.pipeline._batch import changed_granules, commit_batch
 from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._granules import Granule, select_assets
 from ingest.pipeline._ingest import rare_collections
@@ -69,6 +69,10 @@ class GranuleWriter:
         return outcome
 
 
+_RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+"""The logger of Ray's notice that a new local cluster has token authentication (see :func:`start_ray`)."""
+
+
 def start_ray(workers: int, address: str | None = None) -> bool:
     """Join ``address`` or start a local cluster bound to 127.0.0.1; returns whether this call started Ray."""
     import ray
@@ -85,6 +89,11 @@ def start_ray(workers: int, address: str | None = None) -> bool:
     # If Ray was imported before this module set the switch, set what it derived from it.
     if os.environ.get(LOOPBACK_SWITCH) == "0":
         keep_local_ray_on_loopback()
+    # A new local cluster gets token authentication, and Ray says so in a warning at every start unless the mode
+    # is set (ray/_private/authentication/authentication_token_setup.py, enable_token_auth_by_default), which
+    # broke the progress bar. That mode is the one floe wants, and setting RAY_AUTH_MODE=token instead would also
+    # change how Ray finds the token (the driver was refused by its own cluster): only the warning is silenced.
+    logging.getLogger(_RAY_AUTH_LOGGER).setLevel(logging.ERROR)
     ray.init(
         num_cpus=max(1, workers),
         include_dashboard=False,
@@ -200,7 +209,13 @@ def ingest_with_ray(
                         )
                     )
                 elif any(granule.rasters for granule in batch):
-                    pool.submit(batch, f"{message} (batch {number})", virtual, lane=lane)
+                    # Only what changed goes to an actor: an unchanged batch (a re-run) is skipped here, and a run
+                    # that has nothing to copy never starts Ray.
+                    changed, unchanged = changed_granules(repository, branch, batch)
+                    if unchanged:
+                        pool.collect(BatchOutcome(commit=None, skipped=unchanged))
+                    if changed:
+                        pool.submit(changed, f"{message} (batch {number})", virtual, lane=lane)
                 else:
                     # Items alone: committed here, beside whatever the actors are committing (see the module's notes).
                     pool.collect(commit_batch(repository, branch, batch, f"{message} (batch {number})"))

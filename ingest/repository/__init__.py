@@ -22,10 +22,11 @@ Modules, in the order a commit flows through them:
 
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import SOURCE_CURSORS, AppliedChange, Base, CommitMetadata, TableChange, commit_change
+from ingest.repository._history import LogEntry, Ref, check_ref_name
 from ingest.repository._keys import IdIndex, id_hashes
 from ingest.repository._optimize import OptimizeResult
 from ingest.repository._read import READS_AT_ONCE, data_fragment, read_column
-from ingest.repository._repo import LogEntry, Ref, Repository, check_ref_name
+from ingest.repository._repo import Repository
 from ingest.repository._sketch import (
     SKETCHED,
     by_file,

@@ -10,8 +10,6 @@ import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from typing import Any
 
 import icechunk
@@ -23,7 +21,6 @@ from ingest.config import Settings, load_settings
 from ingest.errors import (
     CorruptRepository,
     InvalidCollection,
-    InvalidRefName,
     RefExists,
     RefNotFound,
     RepositoryExists,
@@ -34,7 +31,6 @@ from ingest.remote import Buckets, DiskCache, ObjectFileIO
 from ingest.repository._append import ManifestCache
 from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import (
-    CommitMetadata,
     decode_pointer,
     encode_pointer,
     newest_cursors,
@@ -47,6 +43,7 @@ from ingest.repository._create import (
     stack_config,
 )
 from ingest.repository._groups import ensure_groups
+from ingest.repository._history import LogEntry, Ref, check_ref_name, history
 from ingest.repository._layout import check_layout, kept_tiling, root_attributes
 from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
 from ingest.repository._snapshots import KnownSnapshots
@@ -60,51 +57,7 @@ log = logging.getLogger(__name__)
 COLLECTION_ATTR = "stac:collection"
 ITEMS_TABLE_DIR = "items"
 """The items table's folder under ``<root>/tables/``."""
-_REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SNAPSHOT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{20}$")
-
-
-def check_ref_name(name: str) -> str:
-    """A branch or tag name: letters, digits, '.', '_' and '-', not starting with a symbol."""
-    if not _REF_NAME.match(name or "") or ".." in name:
-        raise InvalidRefName(
-            f"{name!r} is not a valid branch or tag name: use letters, digits, '.', '_' and '-', "
-            "starting with a letter or digit (at most 128 characters)"
-        )
-    return name
-
-
-@dataclass(frozen=True)
-class Ref:
-    """A named ref and the snapshot it points at."""
-
-    name: str
-    kind: str  # "branch" or "tag"
-    snapshot_id: str
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    """One commit in a branch's (or any snapshot's) history."""
-
-    snapshot_id: str
-    parent_id: str | None
-    written_at: datetime
-    message: str
-    metadata_location: str | None
-    rows_added: int = 0
-    rows_replaced: int = 0
-    attempts: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
-    """What else floe's record in the commit holds (see ``CommitMetadata.extra``)."""
-    rows_deleted: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        """The entry as ``floe log --json`` prints it: every field (``extra`` only when it holds something)."""
-        document = {**asdict(self), "written_at": self.written_at.isoformat()}
-        if not self.extra:
-            del document["extra"]
-        return document
 
 
 class Repository:
@@ -400,30 +353,10 @@ class Repository:
                 raise RefExists(f"branch {name!r} exists already") from error
         return snapshot_id
 
-    def log(self, ref: str | None = None, limit: int | None = None) -> list[LogEntry]:
-        """The history leading to ``ref``, newest first (floe commits only)."""
-        entries = []
-        for info in self.icechunk.ancestry(snapshot_id=self.resolve(ref)):
-            record = CommitMetadata.decode(info.metadata)
-            if record is None:
-                continue  # Icechunk's own root snapshot predates the table
-            entries.append(
-                LogEntry(
-                    snapshot_id=info.id,
-                    parent_id=info.parent_id,
-                    written_at=info.written_at,
-                    message=info.message,
-                    metadata_location=self.absolute_location(record.items) if record.items is not None else None,
-                    rows_added=record.rows_added,
-                    attempts=record.attempts,
-                    rows_replaced=record.rows_replaced,
-                    rows_deleted=record.rows_deleted,
-                    extra=dict(record.extra),
-                )
-            )
-            if limit is not None and len(entries) >= limit:
-                break
-        return entries
+    def log(self, ref: str | None = None, limit: int | None = None, *, housekeeping: bool = True) -> list[LogEntry]:
+        """The history leading to ``ref``, newest first (floe commits only); without ``housekeeping``, floe's own
+        commits (:attr:`LogEntry.housekeeping`) are left out, and ``limit`` counts the others."""
+        return history(self.icechunk, self.resolve(ref), self.absolute_location, limit=limit, housekeeping=housekeeping)
 
     def source_cursors(self, ref: str | None = None) -> dict[str, str]:
         """The newest cursor each STAC API search recorded in the history of ``ref`` (``floe ingest --since last``)."""

@@ -1,4 +1,5 @@
-"""`floe search` loads the engine without the web stack, and the web app loads without the ingest pipeline.
+"""`floe search` loads the engine without the web stack, the web app loads without the ingest pipeline, and the
+command line starts without the storage stack.
 
 Each check runs in a fresh interpreter: this test session has imported everything already.
 """
@@ -19,6 +20,11 @@ from tests.api._servers import WORKTREE
         ("from ingest.api import SearchEngine, SearchRequest", "fastapi"),
         ("from ingest.api import SearchEngine, SearchRequest", "stac_fastapi"),
         ("from ingest.api import create_app", "ingest.pipeline"),
+        # The command line answers --help, --version and usage errors without the storage stack or the settings.
+        ("import ingest.cli", "icechunk"),
+        ("import ingest.cli", "pyiceberg"),
+        ("import ingest.cli", "ingest.repository"),
+        ("import ingest.cli", "pydantic_settings"),
     ],
 )
 def test_importing_loads_only_what_it_needs(statement: str, not_loaded: str) -> None:

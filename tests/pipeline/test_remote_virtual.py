@@ -162,3 +162,28 @@ def test_cogs_over_http_are_referenced_and_refused_once_rewritten(tmp_path, arch
     problems = [problem.what for problem in check_ref(repository, "main", deep=True)]
     changed_url = f"{http_server.url}/virtual-archive/{_cog(changed_file, changed).relative_to(folder).as_posix()}"
     assert len(problems) == 1 and changed_url in problems[0] and "changed after it was referenced" in problems[0]
+
+
+def test_virtual_alone_references_remote_rasters_from_the_command_line(tmp_path, archive, moto_server):
+    from typer.testing import CliRunner
+
+    from ingest.cli import app
+
+    folder, _ = archive
+    _, url = upload(moto_server, folder)
+    s3 = moto_server.s3_settings()
+    environment = {
+        "FLOE_S3__ENDPOINT_URL": s3.endpoint_url,
+        "FLOE_S3__REGION": s3.region,
+        "FLOE_S3__ACCESS_KEY_ID": s3.access_key_id,
+        "FLOE_S3__SECRET_ACCESS_KEY": s3.secret_access_key,
+        "FLOE_S3__ALLOW_HTTP": "true",
+    }
+    root = tmp_path / "repo"
+    done = CliRunner().invoke(app, ["--root", str(root), "ingest", url, "--virtual", "--workers", "2"], env=environment)
+    assert done.exit_code == 0, done.output
+    # Without --remote-assets: the rasters are referenced, not left as metadata.
+    tip = Repository.open(root, Settings(s3=s3)).view()
+    assert tip.session.all_virtual_chunk_locations()
+    assert all(read_arrays_asset(item) is not None for item in tip.items())
+    assert "referenced in place" in done.stderr

@@ -267,6 +267,19 @@ def test_prune_is_refused_for_part_of_a_collection(served, tmp_path):
     assert "--prune mirrors whole collections" in " ".join(refused.stderr.split())
     assert not (tmp_path / "b").exists()
 
+    # The same narrowing given in a /search?... URL's own parameters is refused alike.
+    by_url = subprocess.run(
+        [*command, f"{server.url}/search?collections=c&bbox=0,0,1,1", "--prune"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert by_url.returncode == 2, by_url.stderr
+    said = " ".join(by_url.stderr.split())
+    assert "--prune mirrors whole collections" in said and "bbox=" in said
+    assert not (tmp_path / "b").exists()
+
 
 def test_pages_are_fetched_ahead_in_order_and_stop_with_their_reader():
     import threading
