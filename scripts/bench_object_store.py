@@ -14,9 +14,11 @@ One run, with the items of ``bench_scale`` (``--items``, three collections, 2022
 3. **A second server**: seconds from starting ``floe serve --workers 1`` on the root (as a replica that starts or
    restarts) to its first answer of ``/search``, imports included; then on S3 the same with the ``--cache-dir`` a
    first server filled (a replica restarting on its machine), and the S3 requests it made.
+4. **Under load** (``--load-seconds S``): ``floe serve --workers W`` on each root in turn, ``--load-clients``
+   threads sending the six searches for S seconds: searches/s, p50 and p99, S3 against local disk.
 
 The chain on S3 is floe -> latency proxy -> counting proxy -> moto, each on 127.0.0.1 and stopped by its pid.
-Run: ``.venv/bin/python scripts/bench_object_store.py --items 100000`` (figures in BENCHMARKS.md).
+Run: ``.venv/bin/python scripts/bench_object_store.py --items 100000`` (figures in docs/benchmarks-history.md).
 """
 
 from __future__ import annotations
@@ -35,8 +37,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_remote import start_proxy
-from bench_scale import queries, write_data
-from bench_search import PROCESSES, REPO_ROOT, Stoppable, free_port
+from bench_scale import Side, load, queries, write_data
+from bench_search import PROCESSES, REPO_ROOT, Stoppable, free_port, start_server
+
+from ingest.api import serve_command
 
 PROBE = """
 import json, sys, time
@@ -161,6 +165,34 @@ def first_answer(root: str, env: dict[str, str], cache_dir: Path | None = None) 
         PROCESSES.started.remove(server)
 
 
+def under_load(arguments: argparse.Namespace, workdir: Path, *sides: tuple[str, dict[str, str]]) -> list:
+    """``floe serve --workers W`` on each root in turn, alone, loaded by ``--load-clients`` threads sending
+    bench_scale's six searches for ``--load-seconds`` (after one warm-up round): each side's searches and
+    latencies (bench_scale's ``load``)."""
+    import httpx
+
+    results = []
+    for root, env in sides:
+        port = free_port()
+        command = serve_command(root, port, workers=arguments.load_workers)
+        url = start_server("floe serve", command, env, port, workdir / f"serve-{port}.log")
+        server = PROCESSES.started[-1]
+        try:
+            with httpx.Client(timeout=600) as client:
+                for query in queries(arguments.items, arguments.seed):
+                    client.post(f"{url}/search", json=query.body).raise_for_status()
+            results.append(
+                load(
+                    Side(url), queries(arguments.items, arguments.seed), arguments.load_clients, arguments.load_seconds
+                )
+            )
+        finally:
+            server.stop()
+            PROCESSES.started.remove(server)
+        log(f"under load on {root}: {results[-1].rate:.1f} searches/s")
+    return results
+
+
 def same_answer(is_sorted: bool, limit: int, local: list[str], remote: list[str]) -> bool:
     """Whether both sides answered alike: in order when sorted, as sets when both returned every match. A full page
     of an unsorted search is any ``limit`` matches (the two roots' files differ in name, so in order)."""
@@ -238,6 +270,10 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
     restart_requests = max(requests for _, requests in restarts)
     log(f"restarted with a filled --cache-dir: {s3_restart:.2f} s, {restart_requests} requests")
 
+    loads = (
+        under_load(arguments, workdir, (local_root, local_env), (s3_root, s3_env)) if arguments.load_seconds else None
+    )
+
     setting = f"S3 on moto behind {arguments.delay_ms:g} ms a request; medians of {arguments.runs} fresh processes"
     print(f"\n{arguments.items:,} items, {setting}\n")
     print("| ingest | local disk | S3 | ratio (S3/local) | S3 requests per 1,000 items |")
@@ -256,6 +292,18 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
         "| first search in a fresh process | items | local disk ms | S3 ms | S3 requests | S3/local "
         "| warm local ms | warm S3 ms | S3 tip look-up ms | (warm S3 - look-up) / warm local |"
     )
+    if loads is not None:
+        local_load, s3_load = loads
+        print(
+            f"| {arguments.load_clients} clients, the query mix, `floe serve --workers {arguments.load_workers}` "
+            f"for {arguments.load_seconds:g} s | local disk | S3 | S3 / local |"
+        )
+        print("|---|---|---|---|")
+        print(f"| searches/s | {local_load.rate:.1f} | {s3_load.rate:.1f} | {s3_load.rate / local_load.rate:.2f}x |")
+        for label, share in (("p50 ms", 0.5), ("p99 ms", 0.99)):
+            ours, theirs = s3_load.percentile(share), local_load.percentile(share)
+            print(f"| {label} | {theirs:,.0f} | {ours:,.0f} | {ours / theirs:.2f}x |")
+        print()
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, local_first, s3_first, requests_made, items, local_warm_ms, s3_warm_ms, tip_ms in rows:
         print(
@@ -271,6 +319,9 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=20.0, help="the proxy's hold of each S3 request")
     parser.add_argument("--runs", type=int, default=3, help="fresh processes per query and side (medians)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--load-seconds", type=float, default=0.0, help="each side's load (0: no load phase)")
+    parser.add_argument("--load-clients", type=int, default=8)
+    parser.add_argument("--load-workers", type=int, default=2, help="floe serve --workers under load")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="floe-bench-object-store-") as workdir:
         try:

@@ -10,8 +10,8 @@ search (``HEAVY``: a filter on a pattern of a property, which reads every file) 
 long search alone; then for each setting the short searches' rate, p50 and p99 and the long searches' rate and
 p50, and the ratio of the two settings.
 
-Run: ``.venv/bin/python scripts/bench_turns.py --items 300000`` (figures in BENCHMARKS.md). Every server runs on
-127.0.0.1 and is stopped by its pid.
+Run: ``.venv/bin/python scripts/bench_turns.py --items 300000`` (figures in docs/benchmarks-history.md). Every
+server runs on 127.0.0.1 and is stopped by its pid.
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ once still end together."""
 def lanes_for(search: ApiSearch) -> int:
     """How many lanes ``search`` is read in at once: as the settings say; else :data:`SEARCH_LANES`, or 1 for an
     API on this machine (a loopback host), which makes its pages on the cores the ingest uses: there lanes add
-    work (threads, requests made at once), not speed (0.90-0.93x on 2 cores, BENCHMARKS.md, twenty-second run)."""
+    work (threads, requests made at once), not speed (0.90-0.93x on 2 cores, docs/benchmarks-history.md,
+    twenty-second run)."""
     if search.lanes is not None:
         return search.lanes
     return 1 if _loopback(urlparse(search.root).hostname or "") else SEARCH_LANES

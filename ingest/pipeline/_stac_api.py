@@ -283,11 +283,11 @@ def _item_from_api(item: dict[str, Any]) -> dict[str, Any]:
 
 def _session_io(headers: Headers | None = None) -> Any:
     """pystac-client's HTTP reader with retries, decoding with floe's parser (``loads_json``: orjson where exact,
-    5 us an item of a page instead of the standard parser's 10, BENCHMARKS.md).
+    5 us an item of a page instead of the standard parser's 10, docs/benchmarks-history.md).
 
     Each request carries the ``headers`` its URL takes (an API key), and no other. Pages are asked for as
     requests asks (gzip, deflate, Brotli where installed), whatever the host: an API on a loopback address may
-    be a tunnel to one far away (BENCHMARKS.md, twentieth run).
+    be a tunnel to one far away (docs/benchmarks-history.md, twentieth run).
     """
     from pystac_client.stac_api_io import StacApiIO
     from urllib3.util.retry import Retry

@@ -147,7 +147,7 @@ async def write_slices(store: Store, plan: GranulePlan, *, item_id: str, datetim
     here as the array's codecs would and stored directly. (zarr's ``setitem``
     compared every chunk with a chunk of the fill value it allocated, again,
     and handed each encode to a thread: a local tiled copy took 0.76x the
-    time without it, BENCHMARKS.md.) Returns the number of pixel chunks written.
+    time without it, docs/benchmarks-history.md.) Returns the number of pixel chunks written.
     """
     writes: list[Any] = [write_slot_coordinates(store, plan, item_id=item_id, datetime_us=datetime_us)]
     prototype = default_buffer_prototype()

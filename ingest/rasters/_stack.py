@@ -1,7 +1,7 @@
 """Granules as slices of shared arrays: the array layout whose node count grows with grids, not granules.
 
 Icechunk writes the whole list of nodes into every snapshot, so a group per
-granule makes every commit cost more than the one before (DESIGN §2). In
+granule makes every commit cost more than the one before (docs/design.md §2). In
 this layout (array layout 2) granules that share a pixel grid are slices of
 one array, a *stack*:
 

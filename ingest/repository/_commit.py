@@ -1,4 +1,4 @@
-"""The hybrid commit: how one change to arrays and table lands on a branch (DESIGN §4).
+"""The hybrid commit: how one change to arrays and table lands on a branch (docs/design.md §4).
 
 Every commit floe makes (a writer's batch, the groups of a new collection, the
 first version of a new repository) goes through :func:`commit_change`, and

@@ -12,8 +12,8 @@ stac-geoparquet (Planetary Computer publishes its items so):
   of each asset) become GeoJSON in one GEOS call per column (``to_geojson``;
   its text gives back the same doubles), not a Shapely object per row.
 
-On 1,000,000 rows of ``scripts/bench_blob_folder.py``'s items, 2.99x stac-geoparquet's reader (BENCHMARKS.md,
-twenty-first run).
+On 1,000,000 rows of ``scripts/bench_blob_folder.py``'s items, 2.99x stac-geoparquet's reader
+(docs/benchmarks-history.md, twenty-first run).
 """
 
 from __future__ import annotations
