@@ -65,7 +65,11 @@ for _ in range(5):
     engine.resolve()  # what a warm search on a branch cannot avoid: learning the branch's tip
     tip.append((time.perf_counter() - looked) * 1000)
 ids = [item["id"] for item in page.items]
-print(json.dumps({"ms": took * 1000, "ids": ids, "warm": sorted(warm)[2], "tip": sorted(tip)[2], "mark": mark}))
+fields = [entry["field"] for entry in body.get("sortby") or []]
+keys = [[(item.get("properties") or {}).get(f.removeprefix("properties."), item.get(f)) for f in fields]
+        for item in page.items]
+print(json.dumps({"ms": took * 1000, "ids": ids, "keys": keys, "warm": sorted(warm)[2], "tip": sorted(tip)[2],
+                  "mark": mark}, default=str))
 """
 
 
@@ -193,14 +197,16 @@ def under_load(arguments: argparse.Namespace, workdir: Path, *sides: tuple[str, 
     return results
 
 
-def same_answer(is_sorted: bool, limit: int, local: list[str], remote: list[str]) -> bool:
-    """Whether both sides answered alike: in order when sorted, as sets when both returned every match. A full page
-    of an unsorted search is any ``limit`` matches (the two roots' files differ in name, so in order)."""
+def same_answer(is_sorted: bool, limit: int, local: dict, remote: dict) -> bool:
+    """Whether both sides answered alike: a sorted search with the same sort keys in the same order (items tied on
+    their keys may come in another order, or be other items of the same keys at the page's end: the two roots'
+    files were written in other batches), an unsorted one as sets when both returned every match. A full page
+    of an unsorted search is any ``limit`` matches."""
     if is_sorted:
-        return local == remote
-    if len(local) < limit or len(remote) < limit:
-        return sorted(local) == sorted(remote)
-    return len(local) == len(remote)
+        return local["keys"] == remote["keys"]
+    if len(local["ids"]) < limit or len(remote["ids"]) < limit:
+        return sorted(local["ids"]) == sorted(remote["ids"])
+    return len(local["ids"]) == len(remote["ids"])
 
 
 def run(arguments: argparse.Namespace, workdir: Path) -> None:
@@ -234,7 +240,7 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
             before = counter.count()
             remote = first_search(s3_root, body, s3_env, f"http://127.0.0.1:{counter.port}/__requests__")
             requests.append(remote["mark"] - before)
-            if not same_answer(query.sorted, body.get("limit", 10), local["ids"], remote["ids"]):
+            if not same_answer(query.sorted, body.get("limit", 10), local, remote):
                 raise SystemExit(f"{query.name}: S3 returned other items than local disk")
             local_ms.append(local["ms"])
             s3_ms.append(remote["ms"])
