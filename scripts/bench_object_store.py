@@ -298,7 +298,15 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
         "| first search in a fresh process | items | local disk ms | S3 ms | S3 requests | S3/local "
         "| warm local ms | warm S3 ms | S3 tip look-up ms | (warm S3 - look-up) / warm local |"
     )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, local_first, s3_first, requests_made, items, local_warm_ms, s3_warm_ms, tip_ms in rows:
+        print(
+            f"| {name} | {items} | {local_first:,.0f} | {s3_first:,.0f} | {requests_made} "
+            f"| {s3_first / max(local_first, 1e-9):.1f}x | {local_warm_ms:,.1f} | {s3_warm_ms:,.1f} | {tip_ms:,.1f} "
+            f"| {(s3_warm_ms - tip_ms) / max(local_warm_ms, 1e-9):.1f}x |"
+        )
     if loads is not None:
+        print()
         local_load, s3_load = loads
         print(
             f"| {arguments.load_clients} clients, the query mix, `floe serve --workers {arguments.load_workers}` "
@@ -309,14 +317,6 @@ def run(arguments: argparse.Namespace, workdir: Path) -> None:
         for label, share in (("p50 ms", 0.5), ("p99 ms", 0.99)):
             ours, theirs = s3_load.percentile(share), local_load.percentile(share)
             print(f"| {label} | {theirs:,.0f} | {ours:,.0f} | {ours / theirs:.2f}x |")
-        print()
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, local_first, s3_first, requests_made, items, local_warm_ms, s3_warm_ms, tip_ms in rows:
-        print(
-            f"| {name} | {items} | {local_first:,.0f} | {s3_first:,.0f} | {requests_made} "
-            f"| {s3_first / max(local_first, 1e-9):.1f}x | {local_warm_ms:,.1f} | {s3_warm_ms:,.1f} | {tip_ms:,.1f} "
-            f"| {(s3_warm_ms - tip_ms) / max(local_warm_ms, 1e-9):.1f}x |"
-        )
 
 
 def main() -> None:
