@@ -71,6 +71,12 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+def run(command: list[str], folder: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` in ``folder`` with the readers' environment, its output kept."""
+    environ = environment()
+    return subprocess.run(command, cwd=folder, env=environ, capture_output=True, text=True, timeout=600, check=False)
+
+
 def environment() -> dict[str, str]:
     """This environment without floe's settings, and without the COLUMNS pytest's workers set (a reader's shell
     piping output has none), with ``.venv/bin`` first on PATH."""
@@ -91,15 +97,7 @@ def test_the_examples_of_a_page_run_after_floe_demo(page: Path, demo: Path, tmp_
     folder = tmp_path / "demo"
     shutil.copytree(demo, folder, symlinks=True)
     # A copied repository names the root it came from until relocated (floe refuses it until then).
-    relocated = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "--root", "floe-data", "relocate"],
-        cwd=folder,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    relocated = run([sys.executable, "-m", "ingest.cli", "--root", "floe-data", "relocate"], folder)
     assert relocated.returncode == 0, relocated.stderr
     for block in blocks(page):
         if block.skipped:
@@ -113,9 +111,7 @@ def test_the_examples_of_a_page_run_after_floe_demo(page: Path, demo: Path, tmp_
                 block.code,
             ]
         )
-        done = subprocess.run(
-            command, cwd=folder, env=environment(), capture_output=True, text=True, timeout=600, check=False
-        )
+        done = run(command, folder)
         first = block.code.strip().splitlines()[0] if block.code.strip() else ""
         assert done.returncode == 0, (
             f"{block.page}:{block.line} ({first!r}) exited {done.returncode}\n"

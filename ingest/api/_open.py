@@ -50,13 +50,7 @@ def open_search(
     """
     if not isinstance(repository, Repository):
         repository = Repository.open(repository, Settings())
-    api = repository.settings.api
-    engine = SearchEngine(
-        repository,
-        max_limit=api.max_limit,
-        refuse_over_limit=True,
-        refuse_unknown_properties=api.refuse_unknown_properties,
-    )
+    engine = SearchEngine.in_process(repository)
     name = ref or repository.settings.branch
     snapshot_id = engine.resolve(name)
     request = SearchRequest(

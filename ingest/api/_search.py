@@ -121,6 +121,19 @@ class SearchEngine:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
+    @classmethod
+    def in_process(cls, repository: Repository) -> SearchEngine:
+        """An engine for a search made in this process (``floe search``, ``open_search``): the repository's
+        ``api`` settings, and a limit above ``api.max_limit`` refused rather than cut (a caller asking for more
+        items than it gets would not know)."""
+        api = repository.settings.api
+        return cls(
+            repository,
+            max_limit=api.max_limit,
+            refuse_over_limit=True,
+            refuse_unknown_properties=api.refuse_unknown_properties,
+        )
+
     # -- refs and snapshots ------------------------------------------------------------------
     def resolve(self, ref: str | None = None) -> str:
         """The snapshot a ref names now (tags and snapshot ids are cached: they never change)."""

@@ -139,14 +139,8 @@ def search(  # noqa: PLR0917 - typer maps parameters to options
     count = 0
     with floe_errors():
         repository = open_repository(ctx)
-        api = repository.settings.api
-        engine = SearchEngine(
-            repository,
-            max_limit=api.max_limit,
-            refuse_over_limit=True,
-            refuse_unknown_properties=api.refuse_unknown_properties,
-        )
-        if filter_text and not api.refuse_unknown_properties:
+        engine = SearchEngine.in_process(repository)
+        if filter_text and not engine.refuse_unknown_properties:
             unknown = engine.unknown_properties(request, ref)
             if unknown:
                 named = ", ".join(map(repr, unknown[:5]))
