@@ -19,11 +19,14 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
     import rasterio
+    from pyiceberg.catalog import MetastoreCatalog
     from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile
     from pyiceberg.schema import Schema
-    from pyiceberg.table import Transaction
-    from pyiceberg.table.update import TableUpdate
+    from pyiceberg.table import StagedTable, Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.update import TableRequirement, TableUpdate
     from virtualizarr.manifests import ChunkManifest, ManifestArray
 
 FileTest = Callable[["DataFile"], bool]
@@ -61,6 +64,28 @@ def transaction_updates(transaction: Transaction) -> tuple[TableUpdate, ...]:
     keeps what it would send a catalog in ``_updates``.
     """
     return tuple(transaction._updates)
+
+
+def staged_update(
+    catalog: MetastoreCatalog,
+    table: Table,
+    requirements: tuple[TableRequirement, ...],
+    updates: tuple[TableUpdate, ...],
+) -> StagedTable:
+    """The next version of ``table``: ``requirements`` checked against it and ``updates`` applied, staged (a new
+    metadata.json location, nothing written).
+
+    pyiceberg's ``MetastoreCatalog._update_and_stage_table``, which its own catalogs' ``commit_table`` calls;
+    floe's catalog keeps its pointer in Icechunk but stages versions the same way. Raises pyiceberg's
+    ``CommitFailedException`` when a requirement does not hold.
+    """
+    return catalog._update_and_stage_table(table, table.name(), requirements, updates)
+
+
+def write_table_metadata(catalog: MetastoreCatalog, metadata: TableMetadata, io: FileIO, location: str) -> None:
+    """Write ``metadata`` as the metadata.json at ``location`` (pyiceberg's ``MetastoreCatalog._write_metadata``:
+    the table's compression property, the JSON pyiceberg writes, one create of the file)."""
+    catalog._write_metadata(metadata, io, location)
 
 
 # -- stac-geoparquet 0.8 ---------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from ingest._resources import resource
+
 REGION_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 """What an S3 region's name looks like (``us-west-2``, ``eu-central-1``, a server's own such as ``garage``): it goes
 into hosts and signatures, so nothing else is taken for one (a setting, or a server's answer)."""
@@ -32,7 +34,7 @@ HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
 HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]{0,8192}")
 """An HTTP field value: visible characters, spaces and tabs; never a line break (which would start another header)."""
 
-DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "configs" / "default.toml"
+DEFAULT_CONFIG_FILE = resource("configs/default.toml")
 
 
 class S3Settings(BaseModel):

@@ -1,10 +1,14 @@
 """Each private name floe reaches in another library (through ingest._compat) still behaves as floe expects.
 
 An upgrade of pyiceberg, stac-geoparquet, rioxarray, virtualizarr, virtual-tiff
-or Ray that moves one of them fails here, by name, before anything else does.
+or Ray that moves one of them fails here, by name, before anything else does
+(pyiceberg's catalog internals among them: floe's PointerCatalog stages and
+writes table versions through them).
 """
 
 from __future__ import annotations
+
+import uuid
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +55,25 @@ def test_transaction_updates_hold_a_schema_union(two_files):
         update.union_by_name(pa.schema([pa.field("compat_new_column", pa.string())]))
     updates = _compat.transaction_updates(transaction)
     assert any(isinstance(update, AddSchemaUpdate) for update in updates)
+
+
+def test_a_table_update_is_staged_checked_and_written_as_the_next_version(two_files, tmp_path):
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.table.update import AssertTableUUID, SetPropertiesUpdate
+
+    table, _, _ = two_files
+    catalog = table.catalog
+    update = (SetPropertiesUpdate(updates={"compat.check": "yes"}),)
+    staged = _compat.staged_update(catalog, table, (AssertTableUUID(uuid=table.metadata.table_uuid),), update)
+    assert staged.metadata.properties["compat.check"] == "yes"
+    assert staged.metadata_location != table.metadata_location  # a new version, not yet written
+    assert not table.io.new_input(staged.metadata_location).exists()
+    _compat.write_table_metadata(catalog, staged.metadata, table.io, staged.metadata_location)
+    assert catalog.load_at(staged.metadata_location).properties["compat.check"] == "yes"
+
+    stranger = AssertTableUUID(uuid=uuid.uuid4())
+    with pytest.raises(CommitFailedException):
+        _compat.staged_update(catalog, table, (stranger,), update)
 
 
 def test_geoparquet_metadata_gives_the_geo_and_stac_footers():

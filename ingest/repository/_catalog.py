@@ -27,11 +27,14 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, NullOrder, SortDirectio
 from pyiceberg.table.update import TableRequirement, TableUpdate
 from pyiceberg.transforms import Transform
 
+from ingest._compat import staged_update, write_table_metadata
+from ingest._resources import resource
+
 TABLE_IDENTIFIER = ("floe", "items")
 METADATA_KEPT = 64
 """Table versions (parsed metadata.json files) a catalog keeps in memory."""
 DEFAULT_NAME_MAPPING = "schema.name-mapping.default"
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / "items.json"
+SCHEMA_FILE = resource("schemas/items.json")
 
 
 def load_table_definition(path: Path = SCHEMA_FILE) -> tuple[Schema, PartitionSpec, dict[str, str]]:
@@ -144,15 +147,15 @@ class PointerCatalog(MetastoreCatalog):
         mapping = metadata.schema().name_mapping.model_dump_json()
         metadata = metadata.model_copy(update={"properties": {**metadata.properties, DEFAULT_NAME_MAPPING: mapping}})
         metadata_location = load_location_provider(location, metadata.properties).new_table_metadata_file_location(0)
-        self._write_metadata(metadata, self._io, metadata_location)
+        write_table_metadata(self, metadata, self._io, metadata_location)
         return Table(TABLE_IDENTIFIER, metadata, metadata_location, self._io, self)
 
     def commit_table(
         self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
     ) -> CommitTableResponse:
-        staged = self._update_and_stage_table(table, table.name(), requirements, updates)
+        staged = staged_update(self, table, requirements, updates)
         metadata = trim_history(staged.metadata, self._snapshot_log)
-        self._write_metadata(metadata, self._io, staged.metadata_location)
+        write_table_metadata(self, metadata, self._io, staged.metadata_location)
         return CommitTableResponse(metadata=metadata, metadata_location=staged.metadata_location)
 
     # Everything below is catalog-service behaviour floe deliberately does not have.
