@@ -40,10 +40,10 @@ def test_floe_installed_from_its_wheel_runs_the_demo_outside_the_checkout(tmp_pa
         run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp_path).stdout.strip()
     )
     (installed / "floe-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--prefix", str(environment), str(wheel)],
-        tmp_path,
-    )
+    # --ignore-installed: pip would otherwise uninstall the floe of the environment it runs in (this checkout's
+    # editable install) before installing into the prefix.
+    install = [sys.executable, "-m", "pip", "install", "--no-deps", "--ignore-installed", "--quiet"]
+    run([*install, "--prefix", str(environment), str(wheel)], tmp_path)
 
     clean = {
         name: value
@@ -65,3 +65,6 @@ def test_floe_installed_from_its_wheel_runs_the_demo_outside_the_checkout(tmp_pa
     assert "tagged the result v1" in demo.stderr, demo.stderr
     search = run([str(python), "-m", "ingest.cli", "search", "--ref", "v1", "--max-items", "2"], work, clean)
     assert len(search.stdout.splitlines()) == 2
+    # This checkout's own install is untouched.
+    assert (Path(sys.executable).parent / "floe").exists()
+    run([sys.executable, "-c", "from importlib.metadata import version; version('floe')"], tmp_path)

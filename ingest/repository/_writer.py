@@ -168,12 +168,14 @@ class Writer:
             self._slots.cleared(pieces)
         return clear_pieces(self._session, pieces)
 
-    def _base_exists(self, snapshot_id: str) -> bool:
+    def _base_on_branch(self, snapshot_id: str) -> bool:
+        """Whether ``snapshot_id`` still exists and is in the history of this writer's branch (expiry takes a
+        snapshot out of the history even where a tag keeps it)."""
         try:
             self.repository.icechunk.lookup_snapshot(snapshot_id)
+            return any(info.id == snapshot_id for info in self.repository.icechunk.ancestry(branch=self.branch))
         except icechunk.SnapshotNotFoundError:
             return False
-        return True
 
     def _rebase(self, session: icechunk.Session, branch: str) -> None:
         """The commit protocol's phase 6 for this writer: slots follow the tip's, and rows follow their slots.
@@ -362,10 +364,11 @@ class Writer:
                 rebaser=self._rebase,
             )
         except icechunk.IcechunkError as error:
-            # `floe gc --expire-older-than` removed the snapshot this writer opened at (it was no branch tip
-            # or tag any more): the staged changes have no base to rebase from. Nothing was committed. (Its
-            # pointer may be known already, so the first to notice can be the rebase, reading the snapshot.)
-            if not isinstance(error, icechunk.SnapshotNotFoundError) and self._base_exists(base):
+            # `floe gc --expire-older-than` removed the snapshot this writer opened at from the branch's history
+            # (and deleted it, unless a tag holds it): the staged changes have no base to rebase from. Nothing was
+            # committed. (Its pointer may be known already, so the first to notice can be the rebase.)
+            expired = isinstance(error, icechunk.SnapshotNotFoundError) or not self._base_on_branch(base)
+            if not expired:
                 raise
             raise CommitConflict(
                 f"the snapshot this writer on {self.branch!r} opened at ({base}) was expired by `floe gc` "

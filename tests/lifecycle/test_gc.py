@@ -10,6 +10,7 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -251,6 +252,28 @@ def test_expire_keeps_tags_and_tips_and_their_files(tmp_path):
     assert exports(repository) == before
     assert set(table_files(repository)) == expected_live(repository)
     assert floe(root, "check", "--all", "--deep").exit_code == 0
+
+
+def test_a_writer_whose_base_expiry_took_out_of_its_branch_is_refused_even_where_a_tag_keeps_it(tmp_path):
+    from ingest.errors import CommitConflict
+
+    repository = Repository.create(tmp_path / "repo", Settings())
+    commit_with_arrays(repository, "a", 1)
+    repository.tag("kept")  # the snapshot the late writer opens at survives expiry as this tag's
+    late = repository.writer()  # stages a raster: its commit must rebase its slots from its base to the tip
+    late.add_item(stage_raster(late, make_item("late", "c"), np.ones((16, 16), dtype="int32")))
+    commit_with_arrays(repository, "b", 2)
+    commit_with_arrays(repository, "c", 3)
+    gc(repository, grace=timedelta(0), expire_older_than=timedelta(0))  # main's history: its tip alone
+    tip_history = [info.id for info in repository.icechunk.ancestry(branch="main")]
+    assert late.session.snapshot_id not in tip_history  # the tag keeps the snapshot, not its place in main
+    with pytest.raises(CommitConflict, match="expired"):
+        late.commit("after expiry")
+    assert "late" not in {item["id"] for item in repository.view().items()}
+    again = repository.writer()  # a new writer, opened at the tip, commits the same item
+    again.add_item(make_item("late", "c"))
+    again.commit("again")
+    assert "late" in {item["id"] for item in repository.view().items()}
 
 
 def test_durations():

@@ -38,9 +38,11 @@ What floe does, and the model expects:
   inline limit; chunk objects younger than the grace are another matter: a
   grace of 0 is for a repository without writers, see ``ingest/lifecycle/_gc.py``);
 - expiring snapshots leaves each branch's history as its tip alone (Icechunk
-  keeps tips and tagged snapshots); a writer whose base snapshot was expired
-  is refused with a ``CommitConflict`` that says so, and nothing is committed;
-  a writer whose base survived (a tip, a tag) commits as usual.
+  keeps tips and tagged snapshots); a writer whose base is not its branch's
+  tip any more has no base in that history: one whose base gc deleted is
+  refused with a ``CommitConflict`` that says so, nothing committed; one
+  whose base a tag keeps commits rows alone, and is refused the same way
+  when it has slots to move; a writer opened at the tip commits as usual.
 
 The writers live in this process, so their interleaving is exactly the one
 drawn: a failing run replays.
@@ -123,7 +125,9 @@ class OpenWriter:
     deleted: set[str] = field(default_factory=set)
     """Items it deletes (whatever version its branch holds when its commit lands)."""
     base_expired: bool = False
-    """gc expired the snapshot it opened at."""
+    """gc expired the snapshot it opened at from its branch's history (its commit has nothing to rebase from)."""
+    base_gone: bool = False
+    """... and deleted it (no tag or tip kept it): nothing can be read at it any more."""
     across_gc: bool = False
     """It was open while gc ran."""
 
@@ -147,7 +151,7 @@ class OpenWriter:
         snapshot it is gone, and the read fails (``--grace`` exists for writers in
         flight). Such a writer may still stage rows; its commit is refused by name.
         """
-        return not self.base_expired
+        return not self.base_gone
 
     def can_restage(self) -> bool:
         return self.can_stage_arrays() and bool(self.restageable())
@@ -328,7 +332,7 @@ class InterleavedWriters(RuleBasedStateMachine):
         except CommitConflict as conflict:
             note(f"{state.name} is refused: {conflict}")
             if state.base_expired:
-                event("a writer whose base gc expired was refused")
+                event("a writer whose base gc expired was refused")  # refused: it must say why
                 assert "expired" in str(conflict), f"refused for another reason than its expired base: {conflict}"
             else:
                 event("a writer was refused")
@@ -345,7 +349,9 @@ class InterleavedWriters(RuleBasedStateMachine):
                 event("a commit replaced stored rows")
             if state.across_gc:
                 event("a writer open across gc committed")
-            assert not state.base_expired, "a writer whose base gc expired committed"
+            # Out of the branch's history but kept by a tag, a base still serves a writer with nothing to move
+            # (rows alone rebase without it); one whose base is gone cannot commit at all.
+            assert not state.base_gone, "a writer whose base gc deleted committed"
             assert not conflicting, f"two writers re-staged {conflicting} on {state.branch} and both committed"
             assert result.rows_added == len(state.ids) + len(state.replaced) + len(state.restaged)
             assert result.rows_replaced == len(replacing), "a replacement removed other rows than the stored version"
@@ -433,7 +439,10 @@ class InterleavedWriters(RuleBasedStateMachine):
             gone = [snapshot_id for snapshot_id in self.snapshots if snapshot_id not in kept]
             self.snapshots = {snapshot_id: held for snapshot_id, held in self.snapshots.items() if snapshot_id in kept}
             for state in self.writers.values():
-                state.base_expired = state.base_expired or state.base not in kept
+                # A branch's history is now its tip alone: a writer opened at any other snapshot (even one a tag
+                # keeps) has no base in it to rebase from.
+                state.base_gone = state.base_gone or state.base not in kept
+                state.base_expired = state.base_expired or state.base != self.branches[state.branch].tip
             for snapshot_id in gone[-SNAPSHOTS_CHECKED:]:
                 try:
                     self.repo.view(snapshot_id)
