@@ -17,10 +17,7 @@ The protocol, step by step (the phases are the functions below, named so):
    change writes, once, what every attempt re-uses (``TableChange.prepare``:
    the data files, typed by the table at S).
 2. **Look at the tip** (``_tip_moved``). If B has moved past S, this attempt
-   has lost already: go to 6 without writing anything. On object storage the
-   look is a round trip, so it is made while step 3 writes (on a thread of
-   its own) and its answer is taken after: a moved tip then wastes the
-   orphans step 3 wrote, never a round trip of every commit.
+   has lost already: go to 6 without writing anything.
 3. **Apply on the base** (``TableChange.apply``). The change is applied to the
    table at the base's pointer and written as the next metadata.json, whose
    parent is that version. Nothing is published: the file is an orphan until
@@ -66,7 +63,6 @@ from typing import TYPE_CHECKING, Any
 import icechunk
 
 from ingest._faults import fault_point
-from ingest._threads import on_daemon_thread
 from ingest.errors import CommitConflict, ConflictRetriesExhausted, CorruptRepository
 
 if TYPE_CHECKING:
@@ -271,17 +267,12 @@ def commit_change(
     while True:
         attempt += 1
         try:
-            # Writing the next table version is wasted if the branch moved on meanwhile: look first. On object
-            # storage the look is a round trip, made while the version is written (which is then wasted only when
-            # the look finds the tip moved).
-            look = on_daemon_thread(lambda: _tip_moved(repository, session, branch), "floe-tip-look")
-            if repository.location.is_local and look.result():
+            # Writing the next table version is wasted if the branch moved on meanwhile: look first.
+            if _tip_moved(repository, session, branch):
                 raise _TipMoved
             if base.snapshot_id != session.snapshot_id:
                 base = Base.at(repository, session.snapshot_id)
             applied = change.apply(base)
-            if look.result():
-                raise _TipMoved
             fault_point("commit.after_metadata")
             record = CommitMetadata(
                 items=encode_pointer(repository.location.tables_url, applied.metadata_location),
