@@ -18,6 +18,10 @@ Layout::
     OUT_DIR/<collection>/<item_id>/<item_id>.json   (STAC item, asset href "./<item_id>.tif")
     OUT_DIR/<collection>/<item_id>/<item_id>.tif    (COG, deflate, 128x128 tiles)
 
+With ``places`` (``floe demo`` uses 4), a collection's granules take that many grid
+positions in turn, so later granules revisit a grid on another date: stacks with a real
+time series. Without it each granule has a position of its own.
+
 Item ids look like ``sample-optical-0007`` (the global granule index). Pixel values come
 from ``numpy.random.default_rng(seed + index)`` (smooth gradients plus noise), footprints
 and datetimes from the index only, so the same seed gives byte-identical JSON and
@@ -25,7 +29,7 @@ identical pixels; nothing depends on the current time.
 
 Run::
 
-    .venv/bin/python scripts/make_sample_archive.py OUT_DIR [--granules 40] [--seed 0]
+    .venv/bin/python scripts/make_sample_archive.py OUT_DIR [--granules 40] [--seed 0] [--places 4]
 
 (``floe demo`` uses it too), or, from Python::
 
@@ -84,7 +88,7 @@ class CollectionSpec:
     nodata: float | None
     overview_resampling: str
     platform: str
-    origin: Callable[[int], tuple[float, float]]  # k-th granule of the collection -> (x, y) of the top-left corner
+    origin: Callable[[int], tuple[float, float]]  # grid position p of the collection -> (x, y) of the top-left corner
     pixel_size: float
     pixels: Callable[[np.random.Generator, int, int], np.ndarray]  # (rng, height, width) -> (bands, h, w)
     optical: bool = False
@@ -227,8 +231,8 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 
 
-def _write_granule(out_dir: Path, spec: CollectionSpec, index: int, k: int, seed: int) -> dict[str, Any]:
-    """Write granule ``index`` (the ``k``-th of its collection): COG plus STAC item. Returns the item."""
+def _write_granule(out_dir: Path, spec: CollectionSpec, index: int, place: int, seed: int) -> dict[str, Any]:
+    """Write granule ``index`` on its collection's grid position ``place``: COG plus STAC item. Returns the item."""
     item_id = f"{spec.id}-{index:04d}"
     item_dir = out_dir / spec.id / item_id
     item_dir.mkdir(parents=True, exist_ok=True)
@@ -236,7 +240,7 @@ def _write_granule(out_dir: Path, spec: CollectionSpec, index: int, k: int, seed
     rng = np.random.default_rng(seed + index)
     data = spec.pixels(rng, spec.height, spec.width)
     assert data.shape == (spec.bands, spec.height, spec.width) and data.dtype == np.dtype(spec.dtype)
-    x0, y0 = spec.origin(k)
+    x0, y0 = spec.origin(place)
     transform = Affine(spec.pixel_size, 0.0, x0, 0.0, -spec.pixel_size, y0)
     crs = CRS.from_epsg(spec.epsg)
 
@@ -334,15 +338,30 @@ def _collection(spec: CollectionSpec, items: list[dict[str, Any]]) -> dict[str, 
     }
 
 
-def make_archive(out_dir: Path, granules: int = 40, seed: int = 0) -> list[Path]:
+def make_archive(out_dir: Path, granules: int = 40, seed: int = 0, places: int | None = None) -> list[Path]:
     """Write ``granules`` COG granules with STAC items, collections and a catalog under ``out_dir``.
 
     Granule ``i`` belongs to collection ``COLLECTIONS[i % 3]``; collections that get no
     granule (``granules < 3``) are not written. Existing files are overwritten; files
-    from earlier runs with more granules are left alone. Returns the item JSON paths, sorted.
+    from earlier runs with more granules are left alone.
+
+    Args:
+        places: how many grid positions each collection's granules take in turn: the ``k``-th granule of a
+            collection lies where its ``k % places``-th would, so from the ``places + 1``-th on each is a
+            repeat acquisition of an earlier grid on another date (a time series, as a satellite's revisits
+            make). ``None``: every granule on a position of its own (64 positions a collection, then
+            they repeat too).
+
+    Returns:
+        The item JSON paths, sorted.
+
+    Raises:
+        ValueError: ``granules`` or ``places`` is below 1, or ``seed`` is negative.
     """
     if granules < 1:
         raise ValueError(f"granules must be at least 1, got {granules}")
+    if places is not None and places < 1:
+        raise ValueError(f"places must be at least 1, got {places}")
     if seed < 0:
         raise ValueError(f"seed must be non-negative, got {seed}")
     out_dir = Path(out_dir)
@@ -352,7 +371,8 @@ def make_archive(out_dir: Path, granules: int = 40, seed: int = 0) -> list[Path]
     paths: list[Path] = []
     for index in range(granules):
         spec = COLLECTIONS[index % len(COLLECTIONS)]
-        item = _write_granule(out_dir, spec, index, index // len(COLLECTIONS), seed)
+        k = index // len(COLLECTIONS)  # the k-th granule of its collection
+        item = _write_granule(out_dir, spec, index, k % places if places else k, seed)
         items[spec.id].append(item)
         paths.append(out_dir / spec.id / item["id"] / f"{item['id']}.json")
 
@@ -395,12 +415,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", type=Path, metavar="OUT_DIR", help="directory to write the archive into")
     parser.add_argument("--granules", type=int, default=40, help="number of granules (default: 40)")
     parser.add_argument("--seed", type=int, default=0, help="random seed for pixel values (default: 0)")
+    parser.add_argument(
+        "--places",
+        type=int,
+        default=None,
+        help="grid positions each collection's granules take in turn, so later granules revisit a grid on "
+        "another date (default: every granule on a position of its own)",
+    )
     args = parser.parse_args(argv)
     if args.granules < 1:
         parser.error("--granules must be at least 1")
+    if args.places is not None and args.places < 1:
+        parser.error("--places must be at least 1")
     if args.seed < 0:
         parser.error("--seed must be non-negative")
-    paths = make_archive(args.out_dir, granules=args.granules, seed=args.seed)
+    paths = make_archive(args.out_dir, granules=args.granules, seed=args.seed, places=args.places)
     collections = len({path.parent.parent.name for path in paths})
     print(
         f"wrote {len(paths)} granules in {collections} collections to {args.out_dir} (seed {args.seed})",

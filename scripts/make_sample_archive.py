@@ -1,6 +1,6 @@
 """Generate a seeded sample archive of COG granules with STAC items (see ``ingest.sample``).
 
-Run:  .venv/bin/python scripts/make_sample_archive.py OUT_DIR [--granules 40] [--seed 0]
+Run:  .venv/bin/python scripts/make_sample_archive.py OUT_DIR [--granules 40] [--seed 0] [--places 4]
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import ingest
 from ingest import Repository
 from ingest.cli import EXIT_PROBLEMS, EXIT_REJECTED, app
 from tests.conftest import REAL_ITEMS, load_real_items, make_item
@@ -139,17 +140,22 @@ def test_installed_command_and_env_root(tmp_path):
 
 def test_demo_ingests_tags_and_reruns_idempotently(floe, tmp_path):
     archive = tmp_path / "archive"
-    first = floe("demo", "--granules", "6", "--archive", str(archive))
+    demo = ("demo", "--granules", "9", "--places", "2", "--archive", str(archive))
+    first = floe(*demo)
     assert first.exit_code == 0, first.output
     assert "tagged the result v1" in first.output
     refs = {(r["kind"], r["name"]) for r in json.loads(floe("refs", "--json").stdout)}
     assert ("tag", "v1") in refs
     exported = [json.loads(line) for line in floe("export", "--ref", "v1").stdout.splitlines()]
-    assert len(exported) == 6 and all("floe:arrays" in item["assets"] for item in exported)
+    assert len(exported) == 9 and all("floe:arrays" in item["assets"] for item in exported)
+    # Three optical granules on two places: the first and the third are one grid's time series.
+    tree = ingest.open_search(str(tmp_path / "repo"), "v1", collections=["sample-optical"])
+    steps = sorted(grid.ds["item"].values.tolist() for grid in tree.children.values())
+    assert steps == [["sample-optical-0000", "sample-optical-0006"], ["sample-optical-0003"]]
     log_before = json.loads(floe("log", "--json").stdout)
-    second = floe("demo", "--granules", "6", "--archive", str(archive))
+    second = floe(*demo)
     assert second.exit_code == 0
-    assert "6 unchanged" in second.output and "exists already" in second.output
+    assert "9 unchanged" in second.output and "exists already" in second.output
     assert json.loads(floe("log", "--json").stdout) == log_before
 
 

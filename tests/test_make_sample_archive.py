@@ -174,6 +174,28 @@ def test_same_seed_is_byte_identical_and_other_seed_differs(tmp_path: Path) -> N
 def test_rejects_no_granules(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="granules"):
         make_archive(tmp_path, granules=0)
+    with pytest.raises(ValueError, match="places"):
+        make_archive(tmp_path, granules=3, places=0)
+
+
+def grids_and_dates(paths: list[Path]) -> dict[tuple[str, tuple[float, ...]], list[str]]:
+    """The datetimes of each collection's granules, by the grid (collection, transform) each lies on."""
+    grids: dict[tuple[str, tuple[float, ...]], list[str]] = {}
+    for path in paths:
+        item = load(path)
+        grid = (item["collection"], tuple(item["properties"]["proj:transform"]))
+        grids.setdefault(grid, []).append(item["properties"]["datetime"])
+    return grids
+
+
+def test_places_make_repeat_acquisitions_of_a_few_grids(tmp_path: Path) -> None:
+    # 24 granules, 8 a collection, over 3 positions: grids of 3, 3 and 2 acquisitions, each on other dates.
+    revisited = grids_and_dates(make_archive(tmp_path / "revisits", granules=24, seed=0, places=3))
+    assert sorted(len(dates) for dates in revisited.values()) == [2, 2, 2, 3, 3, 3, 3, 3, 3]
+    assert all(len(set(dates)) == len(dates) for dates in revisited.values())
+    # The first acquisition of each grid lies where the archive without revisits puts its first granules.
+    own = grids_and_dates(make_archive(tmp_path / "own", granules=24, seed=0))
+    assert len(own) == 24 and set(revisited) <= set(own)
 
 
 def test_cli_writes_archive_and_has_help(tmp_path: Path) -> None:

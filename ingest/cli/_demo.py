@@ -13,6 +13,9 @@ import typer
 from ingest.cli._app import EXIT_REJECTED, app, floe_errors, open_or_create_repository, stderr
 from ingest.cli._ingest_report import ingest_progress, summary
 
+DEMO_PLACES = 4
+"""The demo's grid positions a collection: its 40 granules make 12 grids of 3 or 4 dates each."""
+
 
 def invocation() -> str:
     """How to call floe from here: ``floe`` when that is this floe on the PATH, else the path of this
@@ -38,6 +41,15 @@ def demo(
         Path, typer.Option("--archive", help="Where to write the sample archive (COGs + STAC items).")
     ] = Path("floe-demo-archive"),
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, help="Ray actors.")] = 2,
+    places: Annotated[
+        int,
+        typer.Option(
+            "--places",
+            min=1,
+            help="Grid positions each collection's granules take in turn: later granules revisit a grid on "
+            "another date, so its stack is a time series.",
+        ),
+    ] = DEMO_PLACES,
 ) -> None:
     """Generate a small sample archive, ingest it with Ray, tag it v1, and say what to run next."""
     from ingest.errors import RefExists
@@ -45,7 +57,7 @@ def demo(
     from ingest.sample import make_archive
 
     with floe_errors():
-        items = make_archive(archive, granules=granules, seed=0)
+        items = make_archive(archive, granules=granules, seed=0, places=places)
         stderr.print(f"wrote {len(items)} COG granules with STAC items to [bold]{archive}[/]")
         repository = open_or_create_repository(ctx)
         with ingest_progress("demo") as update:

@@ -20,25 +20,67 @@ Modules, in the order a commit flows through them:
 - ``_snapshots``: what never changes about a snapshot (its pointer, a read-only session), read once.
 """
 
-from ingest.repository._catalog import PointerCatalog
-from ingest.repository._commit import SOURCE_CURSORS, AppliedChange, Base, CommitMetadata, TableChange, commit_change
-from ingest.repository._history import LogEntry, Ref, check_ref_name
-from ingest.repository._keys import IdIndex, id_hashes
-from ingest.repository._optimize import OptimizeResult
-from ingest.repository._read import READS_AT_ONCE, data_fragment, read_column
-from ingest.repository._repo import Repository
-from ingest.repository._sketch import (
-    SKETCHED,
-    by_file,
-    data_manifests,
-    fingerprints,
-    is_sketched,
-    read_sketch,
-    relative_to,
-    sketch_location,
-)
-from ingest.repository._view import View
-from ingest.repository._writer import CommitResult, Writer
+from typing import TYPE_CHECKING
+
+from ingest._lazy import lazy_names
+
+# Each name loads with its module when first used (``ingest._lazy``): listing refs or history needs Icechunk
+# only, not PyIceberg and PyArrow, which the table's modules import.
+if TYPE_CHECKING:
+    from ingest.repository._catalog import PointerCatalog
+    from ingest.repository._commit import (
+        SOURCE_CURSORS,
+        AppliedChange,
+        Base,
+        CommitMetadata,
+        TableChange,
+        commit_change,
+    )
+    from ingest.repository._history import LogEntry, Ref, check_ref_name
+    from ingest.repository._keys import IdIndex, id_hashes
+    from ingest.repository._optimize import OptimizeResult
+    from ingest.repository._read import READS_AT_ONCE, data_fragment, read_column
+    from ingest.repository._repo import Repository
+    from ingest.repository._sketch import (
+        SKETCHED,
+        by_file,
+        data_manifests,
+        fingerprints,
+        is_sketched,
+        read_sketch,
+        relative_to,
+        sketch_location,
+    )
+    from ingest.repository._view import View
+    from ingest.repository._writer import CommitResult, Writer
+
+_HOMES = {
+    **dict.fromkeys(("PointerCatalog",), "ingest.repository._catalog"),
+    **dict.fromkeys(
+        ("SOURCE_CURSORS", "AppliedChange", "Base", "CommitMetadata", "TableChange", "commit_change"),
+        "ingest.repository._commit",
+    ),
+    **dict.fromkeys(("LogEntry", "Ref", "check_ref_name"), "ingest.repository._history"),
+    **dict.fromkeys(("IdIndex", "id_hashes"), "ingest.repository._keys"),
+    **dict.fromkeys(("OptimizeResult",), "ingest.repository._optimize"),
+    **dict.fromkeys(("READS_AT_ONCE", "data_fragment", "read_column"), "ingest.repository._read"),
+    **dict.fromkeys(("Repository",), "ingest.repository._repo"),
+    **dict.fromkeys(
+        (
+            "SKETCHED",
+            "by_file",
+            "data_manifests",
+            "fingerprints",
+            "is_sketched",
+            "read_sketch",
+            "relative_to",
+            "sketch_location",
+        ),
+        "ingest.repository._sketch",
+    ),
+    **dict.fromkeys(("View",), "ingest.repository._view"),
+    **dict.fromkeys(("CommitResult", "Writer"), "ingest.repository._writer"),
+}
 
 __all__ = [
     "READS_AT_ONCE",
@@ -70,3 +112,5 @@ __all__ = [
     "relative_to",
     "sketch_location",
 ]
+
+__getattr__ = lazy_names(__name__, globals(), _HOMES)

@@ -6,15 +6,17 @@ writer it opens goes through the protocol of :mod:`ingest.repository._commit`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import icechunk
 import zarr
-from pyiceberg.table import Table
 
 from ingest._faults import fault_point
 from ingest.config import Settings, load_settings
@@ -27,9 +29,6 @@ from ingest.errors import (
     RepositoryMoved,
     RepositoryNotFound,
 )
-from ingest.remote import Buckets, DiskCache, ObjectFileIO
-from ingest.repository._append import ManifestCache
-from ingest.repository._catalog import PointerCatalog
 from ingest.repository._commit import (
     decode_pointer,
     encode_pointer,
@@ -45,12 +44,21 @@ from ingest.repository._create import (
 from ingest.repository._groups import ensure_groups
 from ingest.repository._history import LogEntry, Ref, check_ref_name, history
 from ingest.repository._layout import check_layout, kept_tiling, root_attributes
-from ingest.repository._optimize import CompactionPolicy, OptimizeResult, ProgressCallback, optimize
 from ingest.repository._snapshots import KnownSnapshots
-from ingest.repository._view import View
-from ingest.repository._writer import Writer
-from ingest.stac import check_name, shown
+from ingest.stac import shown
 from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
+
+if TYPE_CHECKING:
+    # PyIceberg, PyArrow and the writing and reading halves of the repository take about a second to import:
+    # a process that lists refs or history (`floe refs`, `floe log`) never needs them, so they load when used.
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.table import Table
+
+    from ingest.repository._append import ManifestCache
+    from ingest.repository._catalog import PointerCatalog
+    from ingest.repository._optimize import OptimizeResult, ProgressCallback
+    from ingest.repository._view import View
+    from ingest.repository._writer import Writer
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +66,8 @@ COLLECTION_ATTR = "stac:collection"
 ITEMS_TABLE_DIR = "items"
 """The items table's folder under ``<root>/tables/``."""
 _SNAPSHOT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{20}$")
+_PLAIN_METADATA = re.compile(r"(?<!\.gz)\.metadata\.json$")
+"""A table metadata file written without compression (PyIceberg names a gzipped one ``*.gz.metadata.json``)."""
 
 
 class Repository:
@@ -70,9 +80,6 @@ class Repository:
         self.location = location
         self.settings = settings
         self.icechunk = repo
-        self.io = location.file_io()
-        self.catalog = PointerCatalog(self.io, snapshot_log=settings.commit.snapshot_log)
-        self._manifests: ManifestCache | None = None
         self.known = KnownSnapshots(lambda: self.icechunk)
         """Pointers and read-only sessions of the snapshots read so far (they never change)."""
 
@@ -151,7 +158,11 @@ class Repository:
         (:class:`ingest.remote.DiskCache`). Only once :meth:`check_rooted` passed: a copy not yet relocated holds
         metadata that ``floe relocate`` rewrites in place, which must never be kept."""
         api = self.settings.api
-        if api.cache_dir and isinstance(self.io, ObjectFileIO):
+        if not api.cache_dir or self.location.is_local:
+            return
+        from ingest.remote import DiskCache, ObjectFileIO
+
+        if isinstance(self.io, ObjectFileIO):
             self.io.keep_on_disk(DiskCache(api.cache_dir, api.cache_dir_mb << 20))
 
     @classmethod
@@ -165,12 +176,24 @@ class Repository:
                 return cls.open(root, settings)
 
     # -- where the table lives --------------------------------------------------------------------
-    @property
+    @cached_property
+    def io(self) -> PyArrowFileIO:
+        """The FileIO that reads and writes this root's table files (made when first used)."""
+        return self.location.file_io()
+
+    @cached_property
+    def catalog(self) -> PointerCatalog:
+        """The Iceberg catalog whose table lives at a pointer (made when first used)."""
+        from ingest.repository._catalog import PointerCatalog
+
+        return PointerCatalog(self.io, snapshot_log=self.settings.commit.snapshot_log)
+
+    @cached_property
     def manifests(self) -> ManifestCache:
         """The table manifests read so far, shared by the writers of this object (manifests never change)."""
-        if self._manifests is None:
-            self._manifests = ManifestCache(self.io)
-        return self._manifests
+        from ingest.repository._append import ManifestCache
+
+        return ManifestCache(self.io)
 
     @property
     def table_location(self) -> str:
@@ -189,6 +212,11 @@ class Repository:
         """The table location the metadata of the sentinel branch's tip records (see :meth:`check_rooted`);
         ``main_tip``: the tip of ``main``, when the caller has just read it (the sentinel then)."""
         tip = main_tip if main_tip is not None else self.icechunk.lookup_branch(self.sentinel_branch())
+        metadata_location = self.metadata_location_of(tip)
+        if self.location.is_local and "catalog" not in self.__dict__ and _PLAIN_METADATA.search(metadata_location):
+            # One field of a local JSON file: opening a repository to list its refs or history does not import
+            # PyIceberg for it (the catalog, once made, has the file parsed already).
+            return str(json.loads(Path(metadata_location).read_bytes())["location"]).rstrip("/")
         return self.table_at(tip).location().rstrip("/")
 
     def check_layout(self) -> str | None:
@@ -244,6 +272,8 @@ class Repository:
         keep the old config: call it before opening the writers that
         reference them. Returns the container prefixes added.
         """
+        from ingest.remote import Buckets
+
         s3, anonymous, tokens = authorizing(self.settings)
         buckets = Buckets.of(s3, self.settings.remote)
         self.icechunk, added = allow_sources(
@@ -311,6 +341,8 @@ class Repository:
 
     def view(self, ref: str | None = None) -> View:
         """Read the repository at ``ref`` (default: the configured branch)."""
+        from ingest.repository._view import View
+
         return View(self, ref or self.settings.branch, self.resolve(ref))
 
     def refs(self) -> list[Ref]:
@@ -364,6 +396,8 @@ class Repository:
 
     def store_collection(self, collection: dict[str, Any], *, branch: str | None = None) -> str | None:
         """Keep a STAC Collection with the repository (attributes of its group), so it versions with it."""
+        from ingest.stac import check_name
+
         try:
             collection_id = check_name(collection.get("id"), "collection id")
         except ValueError as error:
@@ -385,6 +419,8 @@ class Repository:
     # -- writing -----------------------------------------------------------------------------
     def writer(self, branch: str | None = None) -> Writer:
         """A writer on ``branch``: stage arrays and items, then ``commit``."""
+        from ingest.repository._writer import Writer
+
         return Writer(self, branch or self.settings.branch)
 
     def optimize(
@@ -403,6 +439,8 @@ class Repository:
         are compacted (what runs after an ingest). ``collections`` limits it to
         those; ``dry_run`` reports what is due and writes nothing.
         """
+        from ingest.repository._optimize import CompactionPolicy, optimize
+
         options = self.settings.optimize
         policy = CompactionPolicy(
             target_file_rows=options.target_file_rows,

@@ -1,51 +1,111 @@
 """floe's STAC: items <-> Arrow rows, validation, and floe's own vocabulary (the ``floe:arrays`` asset)."""
 
-from ingest.stac._assets import (
-    ARRAYS_ASSET,
-    ARRAYS_LAYOUT,
-    ARRAYS_MEDIA_TYPE,
-    DATETIME,
-    ITEM,
-    LAYOUT_ATTR,
-    SLOT,
-    STACKS,
-    TILING_ATTR,
-    ArraysAsset,
-    AssetPixels,
-    Piece,
-    arrays_asset,
-    has_arrays_asset,
-    moved_slots,
-    read_arrays_asset,
-    served_arrays_asset,
-    with_arrays_asset,
-    without_arrays_asset,
-)
-from ingest.stac._columns import strip_nulls
-from ingest.stac._geometry import GEOMETRY_TYPES, TOLERANCE, coordinates_problem, refused_geometries
-from ingest.stac._geoparquet import geoparquet_items, row_group_batches
-from ingest.stac._json import loads_json, read_json_noting_parser
-from ingest.stac._rows import (
-    OVERFLOW,
-    RESERVED,
-    TIMESTAMP,
-    arrow_to_items,
-    items_to_arrow,
-    normalize_type,
-    overflow_keys,
-    paused_collection,
-    render_datetime,
-)
-from ingest.stac._spatial import HILBERT, clustered, hilbert_index, spatial_order
-from ingest.stac._text import one_line, shorten, shown
-from ingest.stac._validate import (
-    check_name,
-    check_timestamp,
-    item_as_dict,
-    parse_datetime,
-    plainly_valid,
-    validate_item,
-)
+from typing import TYPE_CHECKING
+
+from ingest._lazy import lazy_names
+
+# Each name loads with its module when first used (``ingest._lazy``): a name or a piece of text does not
+# bring PyArrow, which the rows' and validation's modules import.
+if TYPE_CHECKING:
+    from ingest.stac._assets import (
+        ARRAYS_ASSET,
+        ARRAYS_LAYOUT,
+        ARRAYS_MEDIA_TYPE,
+        DATETIME,
+        ITEM,
+        LAYOUT_ATTR,
+        SLOT,
+        STACKS,
+        TILING_ATTR,
+        ArraysAsset,
+        AssetPixels,
+        Piece,
+        arrays_asset,
+        has_arrays_asset,
+        moved_slots,
+        read_arrays_asset,
+        served_arrays_asset,
+        with_arrays_asset,
+        without_arrays_asset,
+    )
+    from ingest.stac._columns import strip_nulls
+    from ingest.stac._geometry import GEOMETRY_TYPES, TOLERANCE, coordinates_problem, refused_geometries
+    from ingest.stac._geoparquet import geoparquet_items, row_group_batches
+    from ingest.stac._json import loads_json, read_json_noting_parser
+    from ingest.stac._rows import (
+        OVERFLOW,
+        RESERVED,
+        TIMESTAMP,
+        arrow_to_items,
+        items_to_arrow,
+        normalize_type,
+        overflow_keys,
+        paused_collection,
+        render_datetime,
+    )
+    from ingest.stac._spatial import HILBERT, clustered, hilbert_index, spatial_order
+    from ingest.stac._text import one_line, shorten, shown
+    from ingest.stac._validate import (
+        check_name,
+        check_timestamp,
+        item_as_dict,
+        parse_datetime,
+        plainly_valid,
+        validate_item,
+    )
+
+_HOMES = {
+    **dict.fromkeys(
+        (
+            "ARRAYS_ASSET",
+            "ARRAYS_LAYOUT",
+            "ARRAYS_MEDIA_TYPE",
+            "DATETIME",
+            "ITEM",
+            "LAYOUT_ATTR",
+            "SLOT",
+            "STACKS",
+            "TILING_ATTR",
+            "ArraysAsset",
+            "AssetPixels",
+            "Piece",
+            "arrays_asset",
+            "has_arrays_asset",
+            "moved_slots",
+            "read_arrays_asset",
+            "served_arrays_asset",
+            "with_arrays_asset",
+            "without_arrays_asset",
+        ),
+        "ingest.stac._assets",
+    ),
+    **dict.fromkeys(("strip_nulls",), "ingest.stac._columns"),
+    **dict.fromkeys(
+        ("GEOMETRY_TYPES", "TOLERANCE", "coordinates_problem", "refused_geometries"), "ingest.stac._geometry"
+    ),
+    **dict.fromkeys(("geoparquet_items", "row_group_batches"), "ingest.stac._geoparquet"),
+    **dict.fromkeys(("loads_json", "read_json_noting_parser"), "ingest.stac._json"),
+    **dict.fromkeys(
+        (
+            "OVERFLOW",
+            "RESERVED",
+            "TIMESTAMP",
+            "arrow_to_items",
+            "items_to_arrow",
+            "normalize_type",
+            "overflow_keys",
+            "paused_collection",
+            "render_datetime",
+        ),
+        "ingest.stac._rows",
+    ),
+    **dict.fromkeys(("HILBERT", "clustered", "hilbert_index", "spatial_order"), "ingest.stac._spatial"),
+    **dict.fromkeys(("one_line", "shorten", "shown"), "ingest.stac._text"),
+    **dict.fromkeys(
+        ("check_name", "check_timestamp", "item_as_dict", "parse_datetime", "plainly_valid", "validate_item"),
+        "ingest.stac._validate",
+    ),
+}
 
 __all__ = [
     "ARRAYS_ASSET",
@@ -99,3 +159,5 @@ __all__ = [
     "with_arrays_asset",
     "without_arrays_asset",
 ]
+
+__getattr__ = lazy_names(__name__, globals(), _HOMES)
