@@ -2,7 +2,7 @@
 
 SQL engines and Iceberg libraries find tables through a catalog; floe keeps
 the table's current ``metadata.json`` inside each Icechunk commit instead
-(DESIGN.md), so this catalog reads it from there. It answers the read half
+(docs/design.md §2), so this catalog reads it from there. It answers the read half
 of the Iceberg REST catalog protocol (apache/iceberg
 ``open-api/rest-catalog-open-api.yaml``):
 
