@@ -45,7 +45,7 @@ The points (name: where the process dies):
 - ``replicate.before_refs``: after the target verified, just before its refs
   move (``lifecycle/_replicate.py``);
 - ``reader.after_page``: a search's page reader, right after it sent a page
-  to the ingest (``pipeline/_page_worker.py``): the ingest reads on itself.
+  to the ingest (``pipeline/sources/_api_reader.py``): the ingest reads on itself.
 
 ``scripts/crash_harness.py`` and ``tests/lifecycle/test_crash.py`` kill floe
 at each of them and check that nothing committed is lost or half-visible.

@@ -58,7 +58,7 @@ class RemoteSettings(BaseModel):
     """How objects named by URL are read (files and folders of items, remote rasters, ``check --deep``),
     besides the S3 credentials in :class:`S3Settings`. The repository's own storage is not concerned, nor are
     STAC API searches, whose pages take their own time to make (pystac-client under urllib3's retries:
-    ``ingest.pipeline._stac_api.TIMEOUT`` and ``RETRIES``)."""
+    ``ingest.pipeline.sources._api_io.TIMEOUT`` and ``RETRIES``)."""
 
     model_config = ConfigDict(hide_input_in_errors=True)  # a refused header's value is a credential
 

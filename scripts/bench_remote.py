@@ -142,7 +142,7 @@ def start_proxy(target: int, delay_ms: float) -> int:
 def crowded(items: list[dict[str, Any]], seed: int = 1) -> list[dict[str, Any]]:
     """``items`` with times in 2024 whose density grows as the square of the time since the year's start: the last
     third of the year holds 70% of them, the first 4%."""
-    from ingest.pipeline._lanes import rfc3339
+    from ingest.pipeline.sources._api_lanes import rfc3339
 
     rng = np.random.default_rng(seed)
     start, year = datetime(2024, 1, 1, tzinfo=UTC), timedelta(days=366)
@@ -191,7 +191,8 @@ def _compare(
     from pystac_client import Client
 
     from ingest.config import RemoteSettings
-    from ingest.pipeline import SearchParameters, SourceOptions, _lanes, ingest_items, ingest_with_ray
+    from ingest.pipeline import SearchParameters, SourceOptions, ingest_items, ingest_with_ray
+    from ingest.pipeline.sources import _api_lanes as _lanes
 
     baseline, ours, defaults, lanes, before = [], [], [], [], []
     for run in range(runs):

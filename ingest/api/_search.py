@@ -117,7 +117,7 @@ class SearchEngine:
         self.id_indexes = IdIndexes(repository.io, self.columns, self.manifests)
         self._snapshots = SnapshotCache(self._load_state)
         self._tags: dict[str, str] = {}
-        self.candidates = Candidates(self.columns, self._overlapped, self.reads_at_once, self._named_rows)
+        self.candidates = Candidates(self.columns, self._overlapped, self.reads_at_once, self._rows_of_ids_by_file)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -260,7 +260,7 @@ class SearchEngine:
                 table = table.append_column(name, pa.nulls(table.num_rows, state.arrow_schema.field(name).type))
         return self._passing(test, table)
 
-    def _named_rows(self, state: SnapshotState, plan: SearchPlan) -> dict[int, np.ndarray]:
+    def _rows_of_ids_by_file(self, state: SnapshotState, plan: SearchPlan) -> dict[int, np.ndarray]:
         """File index -> the rows whose id hash the search names (one probe of the id index, kept per search)."""
         assert plan.id_hashes is not None
         hashes = plan.id_hashes
@@ -271,8 +271,9 @@ class SearchEngine:
         )
         return named
 
-    def _rows_named(self, state: SnapshotState, plan: SearchPlan, index: int) -> np.ndarray:
-        return self._named_rows(state, plan).get(index, _NO_ROWS)
+    def _rows_of_ids_in_file(self, state: SnapshotState, plan: SearchPlan, index: int) -> np.ndarray:
+        """The rows of file ``index`` whose id hash the search names (none: an empty array)."""
+        return self._rows_of_ids_by_file(state, plan).get(index, _NO_ROWS)
 
     def _groups_to_read(
         self, state: SnapshotState, plan: SearchPlan, test: RowTest, index: int, first_row: int
@@ -280,7 +281,7 @@ class SearchEngine:
         """The row groups of a file that may hold a match from ``first_row`` on, and the only rows to test (ids)."""
         layout = self.columns.layout(state.files[index].file_path)
         groups = np.arange(layout.num_row_groups)
-        only = self._rows_named(state, plan, index) if plan.id_hashes is not None else None
+        only = self._rows_of_ids_in_file(state, plan, index) if plan.id_hashes is not None else None
         if only is not None:
             groups = layout.groups_of(only)
         if test.geometries:
@@ -504,7 +505,7 @@ class SearchEngine:
                 break
             wanted: list[tuple[int, str, np.ndarray]] = []
             for index, data_file, _ in chunk:
-                rows = self._rows_named(state, plan, index)
+                rows = self._rows_of_ids_in_file(state, plan, index)
                 if index == start_file:
                     rows = rows[rows >= start_row]
                 if len(rows):

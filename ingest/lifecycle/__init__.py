@@ -5,7 +5,8 @@ from ingest.lifecycle._gc import GcReport, gc, parse_duration
 from ingest.lifecycle._history import ArraysFootprint, HistorySweep, arrays_footprint
 from ingest.lifecycle._live import LiveFiles, history_pointers, live_table_files
 from ingest.lifecycle._relocate import RelocateReport, relocate
-from ingest.lifecycle._replicate import ReplicateReport, replicate
+from ingest.lifecycle._replica_refs import ReplicateReport
+from ingest.lifecycle._replicate import replicate
 
 __all__ = [
     "ArraysFootprint",

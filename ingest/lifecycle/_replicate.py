@@ -57,118 +57,32 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import icechunk
 
 from ingest._faults import fault_point
 from ingest.config import Settings, load_settings
-from ingest.errors import InvalidInput, InvalidRoot, RefNotFound, RepositoryNotFound
+from ingest.errors import InvalidInput, InvalidRoot, RepositoryNotFound
 from ingest.lifecycle._live import history, history_pointers, reaches
+from ingest.lifecycle._replica_refs import (
+    HISTORY_FULL,
+    HISTORY_NONE,
+    REPLICA_KEY,
+    REPO_OBJECT,
+    ReplicateReport,
+    capture_refs,
+    check_refs,
+    open_repo_object,
+    read_refs,
+)
+from ingest.lifecycle._replicate_heads import replicate_heads
 from ingest.lifecycle._replicate_tables import TableCopy, copy_files
 from ingest.lifecycle._store import FileStat, RootFiles
 from ingest.storage import ARRAYS_DIR, TABLES_DIR, Location, quiet_icechunk_logs
 
 log = logging.getLogger(__name__)
 
-REPO_OBJECT = f"{ARRAYS_DIR}/repo"
 NOT_COPIED = (f"{ARRAYS_DIR}/overwritten/",)
-HISTORY_FULL, HISTORY_NONE = "full", "none"
-REPLICA_KEY = "floe:replica"
-"""Key of the Icechunk repository metadata that marks a replica without history (and names its source)."""
-
-
-@dataclass
-class ReplicateReport:
-    """What a replication copied (or, in a dry run, would copy)."""
-
-    source: str
-    target: str
-    dry_run: bool
-    history: str = HISTORY_FULL
-    branches: int = 0
-    tags: int = 0
-    snapshots: int = 0
-    copied: list[tuple[str, int]] = field(default_factory=list)
-    """(path relative to the root, bytes) of each file copied byte for byte (Icechunk objects, data files)."""
-    rewritten: list[tuple[str, int]] = field(default_factory=list)
-    """(path, bytes written) of each Iceberg metadata file rewritten for the target."""
-    chunks_copied: int = 0
-    """Without history: array chunks written through Icechunk (native and inline; virtual references aside)."""
-    chunk_bytes: int = 0
-    refs: list[str] = field(default_factory=list)
-    """The refs replicated, as ``branch NAME`` / ``tag NAME``."""
-    updated: list[str] = field(default_factory=list)
-    """Without history: the refs that got a new snapshot (or, for a tag, its first) in this run."""
-    moved: list[str] = field(default_factory=list)
-    """Branches whose new source tip does not descend from the version the target had."""
-    gone: list[str] = field(default_factory=list)
-    """Refs the target has that the source no longer has, kept."""
-    removed: list[str] = field(default_factory=list)
-    """Refs removed from the target (the source deleted them)."""
-    refs_moved: bool = False
-
-    @property
-    def files_written(self) -> list[str]:
-        return [path for path, _ in self.copied + self.rewritten]
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(size for _, size in self.copied + self.rewritten) + self.chunk_bytes
-
-
-@dataclass
-class CapturedRefs:
-    """A ``repo`` object's refs and snapshots, read once."""
-
-    branches: dict[str, str]
-    tags: dict[str, str]
-    snapshot_ids: set[str]
-    metadata: dict[str, Any]
-
-    def named(self, ref: str) -> tuple[str, str]:
-        """(kind, snapshot id) of a ref by name (a branch before a tag of the same name)."""
-        if ref in self.branches:
-            return "branch", self.branches[ref]
-        if ref in self.tags:
-            return "tag", self.tags[ref]
-        raise RefNotFound(f"no branch or tag {ref!r} at the source")
-
-
-def open_repo_object(directory: str, repo_bytes: bytes) -> icechunk.Repository:
-    """An Icechunk repository over a throw-away directory that holds only a copy of ``repo_bytes``."""
-    (Path(directory) / "repo").write_bytes(repo_bytes)
-    return icechunk.Repository.open(icechunk.local_filesystem_storage(directory))
-
-
-def _capture_refs(repo_bytes: bytes) -> CapturedRefs:
-    with tempfile.TemporaryDirectory(prefix="floe-refs-") as directory:
-        repo = open_repo_object(directory, repo_bytes)
-        info = repo.inspect_repo_info()
-        return CapturedRefs(
-            branches={name: repo.lookup_branch(name) for name in repo.list_branches()},
-            tags={name: repo.lookup_tag(name) for name in repo.list_tags()},
-            snapshot_ids={snapshot["id"] for snapshot in info.get("snapshots", [])},
-            metadata=repo.get_metadata(),
-        )
-
-
-def read_refs(files: RootFiles) -> CapturedRefs | None:
-    """The refs of the repository at a root, or None when there is none."""
-    if files.stat(REPO_OBJECT) is None:
-        return None
-    return _capture_refs(files.read(REPO_OBJECT))
-
-
-def check_refs(names: list[str] | None, captured: CapturedRefs) -> list[str] | None:
-    """The chosen ref names, each known at the source (None: all)."""
-    if names is None:
-        return None
-    for name in names:
-        captured.named(name)
-    return sorted(set(names))
 
 
 def replicate(
@@ -199,8 +113,6 @@ def replicate(
     if history not in (HISTORY_FULL, HISTORY_NONE):
         raise InvalidInput(f"history must be {HISTORY_FULL!r} or {HISTORY_NONE!r}, not {history!r}")
     if history == HISTORY_NONE:
-        from ingest.lifecycle._replicate_heads import replicate_heads
-
         return replicate_heads(
             source_location, target_location, target_settings or settings, refs=refs, prune=prune, dry_run=dry_run
         )
@@ -234,7 +146,7 @@ class _Replication:
         if self.source.stat(REPO_OBJECT) is None:
             raise RepositoryNotFound(f"no floe repository at {self.source_location.url}")
         source_bytes = self.source.read(REPO_OBJECT)
-        captured = _capture_refs(source_bytes)
+        captured = capture_refs(source_bytes)
         chosen = check_refs(names, captured)
         existing = read_refs(self.target)
         if existing is not None and existing.metadata.get(REPLICA_KEY):
@@ -311,7 +223,7 @@ class _Replication:
     def _expired_on_source(self) -> list[str]:
         """Snapshots the replicated refs reach that the source expired while this run copied."""
         try:
-            now = _capture_refs(self.source.read(REPO_OBJECT)).snapshot_ids
+            now = capture_refs(self.source.read(REPO_OBJECT)).snapshot_ids
         except OSError as error:
             return [f"the source's refs could not be read again: {error}"]
         gone = sorted(self.reached - now)

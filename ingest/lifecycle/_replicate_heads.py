@@ -56,12 +56,12 @@ import zarr.core.buffer
 from ingest.config import Settings
 from ingest.errors import InvalidRoot, RepositoryNotFound
 from ingest.lifecycle._live import history, reaches
-from ingest.lifecycle._replicate import (
+from ingest.lifecycle._replica_refs import (
     REPLICA_KEY,
     REPO_OBJECT,
     CapturedRefs,
     ReplicateReport,
-    _capture_refs,
+    capture_refs,
     check_refs,
     read_refs,
 )
@@ -139,7 +139,7 @@ class _Heads:
     def plan(self, names: list[str] | None, prune: bool) -> None:
         if self.source.stat(REPO_OBJECT) is None:
             raise RepositoryNotFound(f"no floe repository at {self.source_location.url}")
-        captured = _capture_refs(self.source.read(REPO_OBJECT))
+        captured = capture_refs(self.source.read(REPO_OBJECT))
         chosen = check_refs(names, captured) or sorted(set(captured.branches) | set(captured.tags))
         self.source_repo = icechunk.Repository.open(self.source_location.icechunk_storage())
         existing = read_refs(self.target)

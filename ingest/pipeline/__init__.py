@@ -1,7 +1,7 @@
 """Getting items into a repository: sources, granules, batch ingestion in-process or with Ray actors.
 
 The names below load when first used (``ingest._lazy``): the STAC API page reader, a process of its own, imports
-``ingest.pipeline._page_worker`` without the repository, zarr or Ray.
+``ingest.pipeline.sources._api_reader`` without the repository, zarr or Ray. Sources: ``ingest.pipeline.sources``.
 """
 
 from typing import TYPE_CHECKING
@@ -14,9 +14,16 @@ if TYPE_CHECKING:
     from ingest.pipeline._ingest import ingest_items
     from ingest.pipeline._ray import ingest_with_ray, start_ray
     from ingest.pipeline._report import IngestReport, Rejection
-    from ingest.pipeline._sources import SourcedItem, SourceOptions, read_items
-    from ingest.pipeline._stac_api import ApiSearch, SearchParameters, is_api_url, parse_since
     from ingest.pipeline._stream import granule_stream
+    from ingest.pipeline.sources import (
+        ApiSearch,
+        SearchParameters,
+        SourcedItem,
+        SourceOptions,
+        is_api_url,
+        parse_since,
+        read_items,
+    )
 
 _HOMES = {
     **dict.fromkeys(("georeferenced", "stage_arrays"), "ingest.pipeline._arrays"),
@@ -24,8 +31,10 @@ _HOMES = {
     "ingest_items": "ingest.pipeline._ingest",
     **dict.fromkeys(("ingest_with_ray", "start_ray"), "ingest.pipeline._ray"),
     **dict.fromkeys(("IngestReport", "Rejection"), "ingest.pipeline._report"),
-    **dict.fromkeys(("SourcedItem", "SourceOptions", "read_items"), "ingest.pipeline._sources"),
-    **dict.fromkeys(("ApiSearch", "SearchParameters", "is_api_url", "parse_since"), "ingest.pipeline._stac_api"),
+    **dict.fromkeys(
+        ("ApiSearch", "SearchParameters", "SourcedItem", "SourceOptions", "is_api_url", "parse_since", "read_items"),
+        "ingest.pipeline.sources",
+    ),
     "granule_stream": "ingest.pipeline._stream",
 }
 

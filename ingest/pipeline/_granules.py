@@ -25,7 +25,7 @@ RASTER_SUFFIXES = (".tif", ".tiff")
 class Granule:
     """What a worker needs to ingest one item: the item, its source label, and asset key -> raster path or URL.
 
-    Made for every item, so not frozen (as :class:`~ingest.pipeline._sources.SourcedItem`).
+    Made for every item, so not frozen (as :class:`~ingest.pipeline.sources.SourcedItem`).
     """
 
     item: dict[str, Any]

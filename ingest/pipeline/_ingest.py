@@ -14,9 +14,8 @@ from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._prune import SourceScope, prune_keys
 from ingest.pipeline._report import IngestReport, ProgressCallback, record
 from ingest.pipeline._sizing import BatchSizer, Stopwatch
-from ingest.pipeline._sources import SourceOptions
-from ingest.pipeline._stac_api import cursor_metadata
 from ingest.pipeline._stream import VALIDATION_CHUNK, batched, granule_stream
+from ingest.pipeline.sources import SourceOptions, cursor_metadata
 from ingest.repository import Repository
 from ingest.stac import paused_collection
 

@@ -35,9 +35,8 @@ from ingest.pipeline._granules import Granule, select_assets
 from ingest.pipeline._ingest import rare_collections
 from ingest.pipeline._prune import SourceScope, prune_keys
 from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback, record
-from ingest.pipeline._sources import SourceOptions
-from ingest.pipeline._stac_api import cursor_metadata
 from ingest.pipeline._stream import VALIDATION_CHUNK, granule_stream, routed_batches
+from ingest.pipeline.sources import SourceOptions, cursor_metadata
 from ingest.repository import Repository
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ Both drivers (in-process, :func:`~ingest.pipeline.ingest_items`, and Ray,
 the same input is accepted or rejected, for the same reason, with or without
 Ray. In order:
 
-1. **Read** (:func:`~ingest.pipeline._sources.read_items`): a source that
+1. **Read** (:func:`~ingest.pipeline.sources.read_items`): a source that
    cannot be read or parsed is a rejection naming the file (and line).
 2. **Collections** found in the sources are stored with the repository at
    once (a small commit of their own, before any writer needs their group);
@@ -33,8 +33,7 @@ from ingest.errors import FloeError, InvalidInput
 from ingest.pipeline._granules import Granule, granule_from_item
 from ingest.pipeline._prune import SourceScope, with_last
 from ingest.pipeline._report import IngestReport, Rejection
-from ingest.pipeline._sources import SourcedItem, SourceOptions, read_items
-from ingest.pipeline._stac_api import is_api_url
+from ingest.pipeline.sources import SourcedItem, SourceOptions, is_api_url, read_items
 from ingest.remote import is_remote
 from ingest.repository import Repository
 from ingest.stac import item_as_dict, plainly_valid, refused_geometries, shorten, validate_item
@@ -144,45 +143,46 @@ def place_of(granule: Granule) -> tuple[str, int, int] | None:
 
 
 def routed_batches(
-    granules: Iterable[Granule], lanes: int, size: int, raster_bytes: int | None = None, *, virtual: bool = False
+    granules: Iterable[Granule], routes: int, size: int, raster_bytes: int | None = None, *, virtual: bool = False
 ) -> Iterator[tuple[int, list[Granule], bool]]:
-    """Batches as :func:`batched` makes them (each with whether it is the last), each for one lane (actor); with
-    ``virtual``, a raster counts :data:`VIRTUAL_RASTER_BYTES` toward ``raster_bytes`` whatever its size (its
-    references are staged, not its pixels). When the granules end, the lanes' batches follow one another.
+    """Batches as :func:`batched` makes them (each with whether it is the last), each for one route (one per
+    actor); with ``virtual``, a raster counts :data:`VIRTUAL_RASTER_BYTES` toward ``raster_bytes`` whatever its
+    size (its references are staged, not its pixels). When the granules end, the routes' batches follow one
+    another.
 
-    A place (:func:`place_of`) seen for the first time goes to the lane that
+    A place (:func:`place_of`) seen for the first time goes to the route that
     has been given the fewest granules so far, and stays there for the run:
     within a run one actor writes a tile's slices, so writers rarely take the
     same slots (when they do, slots move at commit time; correctness never
     depends on the routing), and a run over a few tiles still uses every
     actor (a hash of the place sent all of four tiles to one of two actors).
-    Granules without rasters fill whichever lane's batch is emptiest.
+    Granules without rasters fill whichever route's batch is emptiest.
     """
-    batches: list[list[Granule]] = [[] for _ in range(lanes)]
-    counts = [0] * lanes  # granules in each lane's batch (a metadata-only search routes every item: C calls only)
-    held = [0] * lanes
-    given = [0] * lanes
-    lane_of: dict[tuple[str, int, int], int] = {}
+    batches: list[list[Granule]] = [[] for _ in range(routes)]
+    counts = [0] * routes  # granules in each route's batch (a metadata-only search routes every item: C calls only)
+    held = [0] * routes
+    given = [0] * routes
+    route_of: dict[tuple[str, int, int], int] = {}
     for granule, last in with_last(granules):
         place = place_of(granule)
         if place is None:
-            lane = counts.index(min(counts))
+            route = counts.index(min(counts))
         else:
-            lane = lane_of.get(place, -1)
-            if lane < 0:
-                lane = lane_of[place] = given.index(min(given))
-        given[lane] += 1
-        batches[lane].append(granule)
-        counts[lane] += 1
+            route = route_of.get(place, -1)
+            if route < 0:
+                route = route_of[place] = given.index(min(given))
+        given[route] += 1
+        batches[route].append(granule)
+        counts[route] += 1
         if raster_bytes is not None and granule.rasters:
             sizes = (VIRTUAL_RASTER_BYTES if virtual else _size(path) for path in granule.rasters.values())
-            held[lane] += sum(sizes)
-        if not last and (counts[lane] >= size or (raster_bytes is not None and held[lane] >= raster_bytes)):
-            yield lane, batches[lane], False
-            batches[lane], held[lane], counts[lane] = [], 0, 0
-    rest = [(lane, batch) for lane, batch in enumerate(batches) if batch]
-    for position, (lane, batch) in enumerate(rest, start=1):
-        yield lane, batch, position == len(rest)
+            held[route] += sum(sizes)
+        if not last and (counts[route] >= size or (raster_bytes is not None and held[route] >= raster_bytes)):
+            yield route, batches[route], False
+            batches[route], held[route], counts[route] = [], 0, 0
+    rest = [(route, batch) for route, batch in enumerate(batches) if batch]
+    for position, (route, batch) in enumerate(rest, start=1):
+        yield route, batch, position == len(rest)
 
 
 REMOTE_RASTER_BYTES = 64 << 20

@@ -27,17 +27,8 @@ import rioxarray
 import xarray as xr
 
 from ingest.errors import InvalidRaster
-from ingest.remote import (
-    GDAL_CREDENTIALS,
-    GdalOptions,
-    RemoteError,
-    Stores,
-    first_bytes,
-    gdal_options,
-    gdal_path,
-    is_remote,
-    redacted,
-)
+from ingest.rasters._opening import detail, open_failure, remote_env, why_unrecognized
+from ingest.remote import GdalOptions, RemoteError, Stores, gdal_options, gdal_path, is_remote
 from ingest.stac import DATETIME, ITEM, SLOT
 
 __all__ = ["InvalidRaster", "read_assets", "read_granule"]
@@ -87,62 +78,11 @@ def read_granule(
         opened_as = options.path(source) if isinstance(options, GdalOptions) else gdal_path(source)
     except RemoteError as error:
         raise InvalidRaster(f"granule {source} cannot be read: {error.reason}", path=source) from error
-    with _remote_env(options, source):
+    with remote_env(options, source):
         try:
             return _read(source, opened_as)
         except InvalidRaster as error:
-            raise _why_unrecognized(source, stores, error) from error
-
-
-_TIFF_MAGIC = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")  # classic and BigTIFF, either byte order
-
-
-def _why_unrecognized(source: str, stores: Stores | None, error: InvalidRaster) -> InvalidRaster:
-    """What GDAL's "not recognized as being in a supported file format" hides for a remote file: GDAL's range
-    read failed (it says so only in debug messages) or the object is no TIFF. Its first bytes are asked for
-    once through obstore, with ``stores``' timeouts but no retries (GDAL's were made), whose reason then names the
-    failure; ``error``
-    as it is when that read works and the bytes are a TIFF's, or without ``stores``."""
-    if stores is None or "not recognized as being in a supported file format" not in error.reason:
-        return error
-    try:
-        start = first_bytes(stores.asking_once(), source, 8)  # GDAL has retried already
-    except RemoteError as failed:
-        return InvalidRaster(f"granule {source} cannot be read: {failed.reason}", path=source)
-    if start[:4] not in _TIFF_MAGIC:
-        return InvalidRaster(f"granule {source} cannot be read: not a TIFF (it starts with {start!r})", path=source)
-    return error
-
-
-class _GivenCredentials(rasterio.session.Session):
-    """Credentials handed to GDAL as they are: rasterio refuses them as plain options, and its own AWS session
-    would look them up again through boto3."""
-
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self._options = dict(options)
-
-    @classmethod
-    def hascreds(cls, config: Mapping[str, Any]) -> bool:
-        return True
-
-    @property
-    def credentials(self) -> dict[str, str]:
-        return {}
-
-    def get_credential_options(self) -> dict[str, str]:
-        return dict(self._options)
-
-
-def _remote_env(options: Mapping[str, str], url: str) -> rasterio.Env:
-    """A rasterio environment with ``options`` for reading ``url`` (unsigned under an anonymous prefix of
-    :class:`~ingest.remote.GdalOptions`); credentials among them go through a session."""
-    if isinstance(options, GdalOptions):
-        options = options.for_url(url)
-    credentials = {key: value for key, value in options.items() if key in GDAL_CREDENTIALS}
-    config = {key: value for key, value in options.items() if key not in GDAL_CREDENTIALS}
-    if credentials:
-        return rasterio.Env(session=_GivenCredentials(credentials), **config)
-    return rasterio.Env(**config)
+            raise why_unrecognized(source, stores, error) from error
 
 
 def _read(source: str, opened_as: str) -> xr.Dataset:
@@ -161,7 +101,7 @@ def _read(source: str, opened_as: str) -> xr.Dataset:
             driver="GTiff",
         )
     except (rasterio.errors.RasterioError, OSError, ValueError) as exc:
-        raise InvalidRaster(_open_failure(source, exc), path=source) from exc
+        raise InvalidRaster(open_failure(source, exc), path=source) from exc
 
     if not isinstance(opened, xr.DataArray):
         _close(opened)
@@ -178,14 +118,14 @@ def _read(source: str, opened_as: str) -> xr.Dataset:
             opened.load()
         except (rasterio.errors.RasterioError, OSError, ValueError) as exc:
             raise InvalidRaster(
-                f"granule {source} cannot be read: truncated or corrupt pixels ({_detail(exc)})", path=source
+                f"granule {source} cannot be read: truncated or corrupt pixels ({detail(exc)})", path=source
             ) from exc
     finally:
         opened.close()
 
     data = opened.copy(deep=False)
     data.name = None
-    data.attrs = _clean_attrs(data.attrs)
+    data.attrs = clean_attrs(data.attrs)
     data.encoding = {key: data.encoding[key] for key in _KEPT_ENCODING if key in data.encoding}
     return data.to_dataset(name=GRANULE_VARIABLE)
 
@@ -207,11 +147,11 @@ def read_assets(
     if not assets:
         raise ValueError("a granule needs at least one asset to read")
     for key in assets:
-        _check_asset_key(key)
+        check_asset_key(key)
     return {key: read_granule(path, gdal_env, stores) for key, path in assets.items()}
 
 
-def _check_asset_key(key: object) -> None:
+def check_asset_key(key: object) -> None:
     """Asset keys become Zarr node names; refuse any that would land elsewhere or shadow metadata/coordinates."""
     if not isinstance(key, str) or not key:
         reason = "is empty" if key == "" else "is not a string"
@@ -228,7 +168,7 @@ def _check_asset_key(key: object) -> None:
     raise InvalidRaster(f"asset key {key!r} {reason}: it cannot name a Zarr array", asset=str(key))
 
 
-def _clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+def clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """Drop identity scale/offset: rioxarray always adds them, and xarray would decode integers to float64."""
     cleaned = dict(attrs)
     if cleaned.get("scale_factor") == 1.0:
@@ -236,32 +176,6 @@ def _clean_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
     if cleaned.get("add_offset") == 0.0:
         del cleaned["add_offset"]
     return cleaned
-
-
-_STALLED = ("Operation too slow", "Timeout was reached", "timed out")
-
-
-def _open_failure(source: str, exc: BaseException) -> str:
-    if "://" not in source and not source.startswith("/vsi") and not Path(source).exists():
-        return f"granule {source} cannot be read: no such file"
-    if is_remote(source):
-        detail = _detail(exc)
-        for code, meaning in (("404", "no such object"), ("403", "access denied"), ("401", "not authenticated")):
-            if f"response code: {code}" in detail or f"HTTP {code}" in detail or f" {code} " in f" {detail} ":
-                return f"granule {source} cannot be read: {meaning} (HTTP {code})"
-        if any(stalled in detail for stalled in _STALLED):  # curl's words for remote.read_timeout_s passing
-            return f"granule {source} cannot be read: timed out, nothing received (GDAL: {detail})"
-        return f"granule {source} cannot be read: {detail}"
-    return f"granule {source} cannot be read: not a readable GeoTIFF ({_detail(exc)})"
-
-
-def _detail(exc: BaseException) -> str:
-    """GDAL's reason: rasterio's read errors say 'see previous exception' and chain the real one. URLs in it lose
-    their query (GDAL names what it opened: a signed URL's query is a credential)."""
-    parts = [str(exc)]
-    if exc.__cause__ is not None:
-        parts.append(str(exc.__cause__))
-    return redacted("; ".join(part for part in parts if part))
 
 
 def _close(obj: Any) -> None:

@@ -19,7 +19,7 @@ from obspec_utils.registry import ObjectStoreRegistry
 from obstore.store import LocalStore
 
 from ingest.errors import InvalidRaster, NotVirtualizable
-from ingest.rasters._copy import _open_failure
+from ingest.rasters._opening import open_failure
 from ingest.remote import RemoteError, Stores, gdal_path, head, is_remote
 from ingest.remote._tokens import TokenError, blob_address
 from ingest.storage import FILE_SCHEME, local_url
@@ -90,7 +90,7 @@ def locate(source: str, stores: Stores | None) -> Place:
         raise NotVirtualizable(f"granule {source} cannot be referenced: {exc}", path=source) from exc
     local_path = url[len(FILE_SCHEME) :]
     if not Path(local_path).is_file():
-        raise InvalidRaster(_open_failure(local_path, FileNotFoundError(local_path)), path=source)
+        raise InvalidRaster(open_failure(local_path, FileNotFoundError(local_path)), path=source)
     return Place(url, local_path, os.path.getsize(local_path), LOCAL_REGISTRY)
 
 

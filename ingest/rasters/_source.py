@@ -46,15 +46,8 @@ from virtualizarr.manifests import ManifestArray, ManifestGroup, ManifestStore
 
 from ingest._compat import manifest_entries, rasterio_attributes
 from ingest.errors import InvalidRaster, NotVirtualizable
-from ingest.rasters._copy import (
-    GRANULE_VARIABLE,
-    GRID_MAPPING,
-    _clean_attrs,
-    _detail,
-    _open_failure,
-    _remote_env,
-    _why_unrecognized,
-)
+from ingest.rasters._copy import GRANULE_VARIABLE, GRID_MAPPING, clean_attrs
+from ingest.rasters._opening import detail, open_failure, remote_env, why_unrecognized
 from ingest.rasters._place import Place, locate
 from ingest.rasters._tiff import first_image_references, ifds_within, metadata_document, read_head
 from ingest.remote import Stores, describe, unreachable
@@ -67,7 +60,7 @@ _CHUNKY = "PIXEL"
 
 
 @dataclass(frozen=True)
-class _Source:
+class CheckedAsset:
     """One asset, checked and ready to reference."""
 
     key: str
@@ -99,7 +92,7 @@ _PROBE_WAIT_SECONDS = 60.0
 
 def plan_source(
     key: str, path: str | Path, prefixes: tuple[str, ...] | None, stores: Stores | None, gdal_env: Mapping[str, str]
-) -> _Source:
+) -> CheckedAsset:
     """``prefixes`` None: the tiles are to be copied, so no virtual chunk container needs to cover the file.
 
     A remote file's header is read once (:func:`read_head`): floe's tile
@@ -117,7 +110,7 @@ def plan_source(
             "(call Repository.allow_virtual_sources before opening the writer)",
             path=source,
         )
-    with _remote_env(gdal_env, source):
+    with remote_env(gdal_env, source):
         head = None if url.startswith(FILE_SCHEME) else _read_head(source, place)
         try:
             manifest: ManifestArray | None = first_image_references(place, head)
@@ -202,7 +195,7 @@ def _opened(source: str, place: Place, stores: Stores | None) -> Iterator[raster
     try:
         dataset = rasterio.open(place.gdal_path, driver="GTiff")
     except (rasterio.errors.RasterioError, OSError, ValueError) as exc:
-        raise _why_unrecognized(source, stores, InvalidRaster(_open_failure(source, exc), path=source)) from exc
+        raise why_unrecognized(source, stores, InvalidRaster(open_failure(source, exc), path=source)) from exc
     with dataset:
         yield dataset
 
@@ -227,7 +220,7 @@ def _checked_source(  # noqa: PLR0917 - one plan's parts, checked in the order t
     manifest: ManifestArray | None,
     failure: Exception | None,
     probe: Callable[[ManifestArray, _Described], None] | None,
-) -> _Source:
+) -> CheckedAsset:
     """The source once its references are checked against GDAL's reading (``probe``: also its first tile)."""
     if described.interleaved:
         raise NotVirtualizable(
@@ -252,7 +245,7 @@ def _checked_source(  # noqa: PLR0917 - one plan's parts, checked in the order t
         probe(manifest, described)
     pixels = xr.Variable(("band", "y", "x"), manifest, attrs=described.attrs)
     dataset = xr.Dataset({GRANULE_VARIABLE: pixels}, coords=described.coords)
-    return _Source(
+    return CheckedAsset(
         key=key, path=source, url=place.url, dataset=dataset, checksum=place.checksum, registry=place.registry
     )
 
@@ -291,7 +284,7 @@ def _georeferencing(source: str, dataset: rasterio.DatasetReader) -> tuple[dict[
         "y": xr.Variable("y", np.asarray(y_values, dtype=np.float64)),
         GRID_MAPPING: xr.Variable((), np.int64(0), attrs=grid_mapping),
     }
-    return coords, _clean_attrs(attrs)
+    return coords, clean_attrs(attrs)
 
 
 @functools.lru_cache(maxsize=64)
@@ -400,14 +393,14 @@ def _probe_first_tile(
     except Exception as exc:
         raise NotVirtualizable(
             f"granule {source} cannot be referenced: decoding its tiles through virtual references failed "
-            f"({type(exc).__name__}: {_detail(exc)})",
+            f"({type(exc).__name__}: {detail(exc)})",
             path=source,
         ) from exc
     try:
         expected = dataset.read(indexes=list(range(1, chunk_bands + 1)), window=Window(0, 0, cols, rows))
     except rasterio.errors.RasterioError as exc:
         raise InvalidRaster(
-            f"granule {source} cannot be read: truncated or corrupt pixels ({_detail(exc)})", path=source
+            f"granule {source} cannot be read: truncated or corrupt pixels ({detail(exc)})", path=source
         ) from exc
     if decoded.shape != expected.shape or not np.array_equal(decoded, expected, equal_nan=decoded.dtype.kind == "f"):
         raise NotVirtualizable(

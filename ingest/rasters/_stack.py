@@ -66,7 +66,7 @@ from zarr.core.chunk_key_encodings import DefaultChunkKeyEncoding
 from zarr.core.metadata.v3 import ArrayV3Metadata
 from zarr.dtype import parse_data_type
 
-from ingest.rasters._copy import GRANULE_VARIABLE, GRID_MAPPING, _check_asset_key
+from ingest.rasters._copy import GRANULE_VARIABLE, GRID_MAPPING, check_asset_key
 from ingest.stac import DATETIME, ITEM, SLOT, STACKS, AssetPixels, Piece, check_name
 
 Layout = Literal["tiled", "fixed"]
@@ -315,7 +315,7 @@ def plan_granule(
     if not datasets:
         raise ValueError(f"a granule of {collection} needs at least one asset to stack")
     for key in datasets:
-        _check_asset_key(key)
+        check_asset_key(key)
     assets: list[AssetPlan] = []
     stacks: dict[str, Stack] = {}
     kinds: dict[str, list[Kind]] = {}

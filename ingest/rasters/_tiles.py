@@ -35,9 +35,9 @@ from zarr.storage import MemoryStore
 
 from ingest._compat import manifest_entries
 from ingest.errors import InvalidRaster
-from ingest.rasters._copy import _detail
+from ingest.rasters._opening import detail
 from ingest.rasters._slices import write_slot_coordinates
-from ingest.rasters._source import _Source
+from ingest.rasters._source import CheckedAsset
 from ingest.rasters._virtual import ReferencePlan
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def read_tiles(references: ReferencePlan) -> TileCopy:
     return TileCopy(references, {key: _read_source(source) for key, source in references.sources.items()})
 
 
-def _read_source(source: _Source) -> list[Tile]:
+def _read_source(source: CheckedAsset) -> list[Tile]:
     paths, offsets, lengths = manifest_entries(source.manifest.manifest)
     present = np.argwhere(lengths > 0)
     if not len(present):
@@ -87,7 +87,7 @@ def _read_source(source: _Source) -> list[Tile]:
         bodies = obstore.get_ranges(store, path, starts=starts.tolist(), ends=ends.tolist())
     except Exception as exc:
         raise InvalidRaster(
-            f"granule {source.path} cannot be read: {type(exc).__name__}: {_detail(exc)}", path=source.path
+            f"granule {source.path} cannot be read: {type(exc).__name__}: {detail(exc)}", path=source.path
         ) from exc
     tiles: list[Tile] = [
         ((int(band), int(row), int(column)), body) for (band, row, column), body in zip(present, bodies, strict=True)
@@ -96,7 +96,7 @@ def _read_source(source: _Source) -> list[Tile]:
     return tiles
 
 
-def _decode_all(source: _Source, tiles: list[Tile]) -> None:
+def _decode_all(source: CheckedAsset, tiles: list[Tile]) -> None:
     """Decode every tile through the array's codecs in memory: a corrupt one fails here, not when read later."""
     metadata = source.manifest.metadata
     prototype = default_buffer_prototype()
@@ -107,7 +107,7 @@ def _decode_all(source: _Source, tiles: list[Tile]) -> None:
         zarr.open_array(MemoryStore(contents), mode="r")[...]
     except Exception as exc:
         raise InvalidRaster(
-            f"granule {source.path} cannot be read: a tile does not decode ({type(exc).__name__}: {_detail(exc)})",
+            f"granule {source.path} cannot be read: a tile does not decode ({type(exc).__name__}: {detail(exc)})",
             path=source.path,
         ) from exc
 

@@ -62,10 +62,10 @@ from ingest.errors import NotVirtualizable
 from ingest.rasters._copy import (
     GRANULE_VARIABLE,
     GRID_MAPPING,
-    _check_asset_key,
+    check_asset_key,
 )
 from ingest.rasters._slices import write_slot_coordinates
-from ingest.rasters._source import _Source, plan_source
+from ingest.rasters._source import CheckedAsset, plan_source
 from ingest.rasters._stack import (
     AssetPlan,
     GranulePlan,
@@ -137,7 +137,7 @@ class ReferencePlan:
     """A granule placed in fixed stacks, with the references to write for each asset."""
 
     plan: GranulePlan
-    sources: dict[str, _Source]
+    sources: dict[str, CheckedAsset]
 
     @property
     def bytes_referenced(self) -> int:
@@ -177,7 +177,7 @@ def plan_references(
     if not assets:
         raise ValueError(f"a granule of {collection} has no assets to reference")
     for key in assets:
-        _check_asset_key(key)
+        check_asset_key(key)
     if copy:
         prefixes = None
     elif prefixes is None:
@@ -205,7 +205,7 @@ def plan_references(
     return ReferencePlan(GranulePlan(planned, stacks, kinds), sources)
 
 
-def _grid_of(source: _Source) -> Grid:
+def _grid_of(source: CheckedAsset) -> Grid:
     """The grid of a referenced asset, from the georeferencing computed for it (no pixel is read)."""
     reference = source.dataset.coords[GRID_MAPPING].attrs
     c, a, b, f, d, e = (float(value) for value in str(reference["GeoTransform"]).split())

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ingest._compat import stac_json_batch
-from ingest.stac._rows import _geometries_from_wkb, paused_collection
+from ingest.stac._rows import geometries_from_wkb, paused_collection
 
 PROJ_GEOMETRY = "proj:geometry"
 
@@ -37,9 +37,7 @@ def geoparquet_items(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     Raises whatever stac-geoparquet or Arrow raise for a batch that is not stac-geoparquet.
     """
     json_batch = stac_json_batch(batch)
-    geometries = [
-        (path, _geometries_from_wkb(_column(json_batch, path).to_pylist())) for path in _wkb_paths(json_batch)
-    ]
+    geometries = [(path, geometries_from_wkb(_column(json_batch, path).to_pylist())) for path in _wkb_paths(json_batch)]
     with paused_collection():
         rows = json_batch.to_pylist()
         for index, row in enumerate(rows):

@@ -349,7 +349,8 @@ def _typed_or_overflow(key: str, values: list[Any], untyped: set[str], overflows
     return typed
 
 
-def _geometries_from_wkb(values: list[bytes | None]) -> list[Any]:
+def geometries_from_wkb(values: list[bytes | None]) -> list[Any]:
+    """GeoJSON geometries (dicts) of WKB values, in one pass through shapely; a null stays None."""
     shapes = shapely.from_wkb(values)
     texts = shapely.to_geojson(shapes)
     return [orjson.loads(text) if text is not None else None for text in texts]
@@ -387,7 +388,7 @@ class _RowReader:
         data = {name: table.column(name).to_pylist() for name in names if name != "geometry"}
         for key in (*CORE_COLUMNS, *TIME_COLUMNS, *NESTED_TOP, OVERFLOW):
             data.setdefault(key, absent)
-        self.geometries = _geometries_from_wkb(table.column("geometry").to_pylist()) if "geometry" in names else None
+        self.geometries = geometries_from_wkb(table.column("geometry").to_pylist()) if "geometry" in names else None
         self.head = [(key, data[key]) for key in ("type", "stac_version", "stac_extensions", "id")]
         self.bboxes, self.collections, self.overflows = data["bbox"], data["collection"], data[OVERFLOW]
         self.times = [(key, data[key]) for key in TIME_COLUMNS]

@@ -16,6 +16,7 @@ from ingest.cli import app
 from ingest.errors import ReplicationFailed, RepositoryNotFound
 from ingest.lifecycle import _replicate as replicate_module
 from ingest.lifecycle import check, replicate
+from ingest.lifecycle._replica_refs import CapturedRefs
 from ingest.lifecycle._store import RootFiles
 from ingest.stac import read_arrays_asset
 from tests.lifecycle._helpers import export, exports
@@ -135,16 +136,16 @@ def test_replicate_while_the_source_is_written_copies_a_consistent_version(tmp_p
     source.tag("v0")
     stop = tmp_path / "stop-writing"
     writer = SPAWN.Process(target=steady_writer, args=(local, settings.model_dump(), str(stop), "live"))
-    capture_refs = replicate_module._capture_refs
+    capture_refs = replicate_module.capture_refs
 
-    def capture_then_let_a_commit_land(repo_bytes: bytes) -> replicate_module.CapturedRefs:
+    def capture_then_let_a_commit_land(repo_bytes: bytes) -> CapturedRefs:
         # The refs are read (repo_bytes) before this runs: a tip that moves past the one seen now moved after them.
         seen = source.resolve("main")
         captured = capture_refs(repo_bytes)
         wait_until(lambda: source.resolve("main") != seen, "a commit landed during replication", writer)
         return captured
 
-    monkeypatch.setattr(replicate_module, "_capture_refs", capture_then_let_a_commit_land)
+    monkeypatch.setattr(replicate_module, "capture_refs", capture_then_let_a_commit_land)
     writer.start()
     try:
         wait_until(lambda: len(source.log()) >= 4, "the writer made its first commits", writer)
@@ -163,7 +164,7 @@ def test_replicate_while_the_source_is_written_copies_a_consistent_version(tmp_p
         if writer.is_alive():
             writer.kill()
     assert writer.exitcode == 0
-    monkeypatch.setattr(replicate_module, "_capture_refs", capture_refs)
+    monkeypatch.setattr(replicate_module, "capture_refs", capture_refs)
     replicate(local, s3_root, settings)
     assert_same_repository(source, Repository.open(s3_root, settings))
 

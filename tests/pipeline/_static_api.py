@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ingest.pipeline import _page_worker, _pages
+from ingest.pipeline.sources import _api_reader
 
 
 def write_search_pages(
@@ -34,13 +34,13 @@ def write_search_pages(
 def hand_over_at_the_second_page(monkeypatch: Any, note: Callable[[int, Any], None]) -> None:
     """Forces the page reader to take over a search once its first page is read (``HANDOFF_ITEMS = 1``, and the
     ingest waits for the reader); ``note(lane, page)`` is told of each page the reader sends."""
-    read_from = _page_worker.PageReader.read_from
+    read_from = _api_reader.PageReader.read_from
 
     def noting(self: Any, root: str, lanes: Any, headers: Any = None) -> Any:
         for lane, page in read_from(self, root, lanes, headers):
             note(lane, page)
             yield lane, page
 
-    monkeypatch.setattr(_pages, "HANDOFF_ITEMS", 1)
-    monkeypatch.setattr(_pages, "HANDOFF_WAITS", True)
-    monkeypatch.setattr(_page_worker.PageReader, "read_from", noting)
+    monkeypatch.setattr(_api_reader, "HANDOFF_ITEMS", 1)
+    monkeypatch.setattr(_api_reader, "HANDOFF_WAITS", True)
+    monkeypatch.setattr(_api_reader.PageReader, "read_from", noting)

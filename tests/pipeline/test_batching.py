@@ -59,9 +59,9 @@ def test_a_full_batch_goes_out_one_granule_later_and_only_the_last_says_so() -> 
     assert list(batched(granules(0), size=3)) == []
 
     read.clear()
-    routed = [(lane, len(batch), last, len(read)) for lane, batch, last in routed_batches(granules(5), 2, size=2)]
-    # Items alone fill the emptiest lane: m0, m2 to lane 0 (out when m3 is read), m1 to lane 1, m3 and m4 to lane 0.
-    # When the granules end, the lanes' batches follow one another, and the final one is the last.
+    routed = [(route, len(batch), last, len(read)) for route, batch, last in routed_batches(granules(5), 2, size=2)]
+    # Items alone fill the emptiest route: m0, m2 to route 0 (out when m3 is read), m1 to route 1, m3 and m4 to route 0.
+    # When the granules end, the routes' batches follow one another, and the final one is the last.
     assert routed == [(0, 2, False, 4), (0, 2, False, 5), (1, 1, True, 5)]
 
 
@@ -70,28 +70,28 @@ def test_default_batches_hold_thousands_of_items() -> None:
     assert settings.batch_size >= 5000 and settings.batch_raster_mb >= 256
 
 
-def test_each_place_stays_with_one_lane_and_new_places_go_to_the_least_given_lane() -> None:
+def test_each_place_stays_with_one_route_and_new_places_go_to_the_least_given_route() -> None:
     from tests.conftest import with_square
 
     # Four tiles seen again and again (16 granules each), as an archive of a few tiles over time is.
-    # (A hash of collection and cell sent all four of these to lane 0.)
+    # (A hash of collection and cell sent all four of these to route 0.)
     tiles = [(-158.5, -48.5), (-155.5, -45.5), (-152.5, -42.5), (-149.5, -39.5)]
     granules = [
         Granule(with_square(make_item(f"t{n % 4}-{n // 4}"), *tiles[n % 4], 0.5), "src", {"data": f"s3://b/{n}.tif"})
         for n in range(64)
     ]
     metadata_only = [Granule(make_item(f"m{index}"), "src") for index in range(6)]
-    routed = list(routed_batches(granules + metadata_only, lanes=2, size=5))
+    routed = list(routed_batches(granules + metadata_only, routes=2, size=5))
 
-    lanes_of_tile: dict[str, set[int]] = {}
+    routes_of_tile: dict[str, set[int]] = {}
     given = [0, 0]
-    for lane, batch, _ in routed:
+    for route, batch, _ in routed:
         assert 0 < len(batch) <= 5
         for granule in batch:
             if granule.rasters:
-                given[lane] += 1
-                lanes_of_tile.setdefault(granule.item["id"].split("-")[0], set()).add(lane)
-    assert all(len(lanes) == 1 for lanes in lanes_of_tile.values())  # one actor writes a tile's slices
+                given[route] += 1
+                routes_of_tile.setdefault(granule.item["id"].split("-")[0], set()).add(route)
+    assert all(len(routes) == 1 for routes in routes_of_tile.values())  # one actor writes a tile's slices
     assert given == [32, 32]  # two tiles each
     assert [last for _, _, last in routed] == [False] * (len(routed) - 1) + [True]
     assert sorted(granule.item["id"] for _, batch, _ in routed for granule in batch) == sorted(
@@ -104,9 +104,9 @@ def test_rasters_referenced_in_place_count_their_references_not_their_size() -> 
 
     granules = [Granule(make_item(f"g{n}"), "src", {"data": f"s3://bucket/scene-{n}.tif"}) for n in range(40)]
     limit = 8 * REMOTE_RASTER_BYTES  # the default batch_raster_mb holds 8 remote rasters to be copied
-    copied = [len(batch) for _, batch, _ in routed_batches(granules, lanes=1, size=5000, raster_bytes=limit)]
+    copied = [len(batch) for _, batch, _ in routed_batches(granules, routes=1, size=5000, raster_bytes=limit)]
     referenced = [
-        len(batch) for _, batch, _ in routed_batches(granules, lanes=1, size=5000, raster_bytes=limit, virtual=True)
+        len(batch) for _, batch, _ in routed_batches(granules, routes=1, size=5000, raster_bytes=limit, virtual=True)
     ]
     assert copied == [8] * 5
     assert referenced == [40] and limit // VIRTUAL_RASTER_BYTES > 40

@@ -20,7 +20,8 @@ import pytest
 
 from ingest import Repository
 from ingest.config import RemoteSettings
-from ingest.pipeline import SearchParameters, SourceOptions, _page_worker, _pages, _stac_api, ingest_items
+from ingest.pipeline import SearchParameters, SourceOptions, ingest_items
+from ingest.pipeline.sources import _api, _api_pages, _api_reader
 from tests._http_server import TOKEN
 from tests.conftest import make_item, with_square
 from tests.pipeline._static_api import hand_over_at_the_second_page, write_search_pages
@@ -158,14 +159,14 @@ def test_a_private_api_gets_its_headers_from_this_process_and_the_reader_alone(h
 def _ingest_with(tmp_path: Path, name: str, url: str, *, handoff: bool):
     if not handoff:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(_pages, "HANDOFF_ITEMS", 10**9)
+            patch.setattr(_api_reader, "HANDOFF_ITEMS", 10**9)
             return _ingest(tmp_path, name, url)
     return _ingest(tmp_path, name, url)
 
 
 def test_a_reader_that_dies_leaves_the_search_to_this_process(http_server, tmp_path, reader_pages, caplog):
     url = _static_api(http_server.folder, http_server.url, "dies", _features())
-    read_from = _page_worker.PageReader.read_from  # the counting one
+    read_from = _api_reader.PageReader.read_from  # the counting one
 
     def killed_after_one_page(self, root, lanes, headers=None):
         pages = read_from(self, root, lanes, headers)
@@ -175,7 +176,7 @@ def test_a_reader_that_dies_leaves_the_search_to_this_process(http_server, tmp_p
         yield from pages
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_page_worker.PageReader, "read_from", killed_after_one_page)
+        patch.setattr(_api_reader.PageReader, "read_from", killed_after_one_page)
         report, items, search = _ingest(tmp_path, "dies", url)
     alone = _outcome(*_ingest_with(tmp_path, "alone", url, handoff=False))
     assert reader_pages and sum(reader_pages) < 40 - PAGE  # the reader sent some pages, not all
@@ -198,17 +199,17 @@ def test_a_page_the_reader_cannot_read_fails_the_search_as_here(http_server, tmp
 
 def test_a_reader_is_stopped_with_its_search(http_server, reader_pages, monkeypatch):
     url = _static_api(http_server.folder, http_server.url, "stops", _features())
-    started: list[_page_worker.PageReader] = []
-    start = _page_worker.PageReader.start.__func__
+    started: list[_api_reader.PageReader] = []
+    start = _api_reader.PageReader.start.__func__
 
     def remembered(cls):
         reader = start(cls)
         started.append(reader)
         return reader
 
-    monkeypatch.setattr(_page_worker.PageReader, "start", classmethod(remembered))
-    search = _stac_api.ApiSearch.parse(url, SearchParameters(page_size=PAGE))
-    items = _stac_api.read_search(search)
+    monkeypatch.setattr(_api_reader.PageReader, "start", classmethod(remembered))
+    search = _api.ApiSearch.parse(url, SearchParameters(page_size=PAGE))
+    items = _api.read_search(search)
     for sourced in items:
         if sourced.checked:  # the reader's
             break
@@ -223,8 +224,8 @@ def test_the_reader_imports_neither_the_repository_nor_zarr_nor_ray():
     import sys
 
     check = (
-        "import sys; from ingest.pipeline._page_worker import main; "
-        "from ingest.pipeline._stac_api import read_search; "
+        "import sys; from ingest.pipeline.sources._api_reader import main; "
+        "from ingest.pipeline.sources._api import read_search; "
         "print(sorted(m for m in ('ingest.repository', 'icechunk', 'zarr', 'ray', 'pyiceberg') if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True)
@@ -232,9 +233,9 @@ def test_the_reader_imports_neither_the_repository_nor_zarr_nor_ray():
 
 
 @contextmanager
-def _started_reader() -> Iterator[_page_worker.PageReader]:
+def _started_reader() -> Iterator[_api_reader.PageReader]:
     """A page reader, ready for its hand-over; closed after."""
-    reader = _page_worker.PageReader.start()
+    reader = _api_reader.PageReader.start()
     assert reader is not None
     try:
         assert reader.ready(wait=True)
@@ -250,7 +251,7 @@ def test_the_reader_converts_without_pandas(http_server):
 
     url = _static_api(http_server.folder, http_server.url, "no-pandas", _features())
     with _started_reader() as reader:
-        _, sent = next(reader.read_from(url, _pages.Lanes([_pages.PageRequest(f"{url}/search")])))
+        _, sent = next(reader.read_from(url, _api_pages.Lanes([_api_pages.PageRequest(f"{url}/search")])))
         first = sent.load()
         assert any(first.checked)  # the page went through the checks that convert with pyarrow
         maps = Path(f"/proc/{reader._process.pid}/maps").read_text()
@@ -272,7 +273,7 @@ def test_ctrl_c_is_left_to_the_ingest(http_server):
     url = _static_api(http_server.folder, http_server.url, "interrupted", _features())
     with _started_reader() as reader:
         os.kill(reader._process.pid, signal.SIGINT)
-        pages = reader.read_from(url, _pages.Lanes([_pages.PageRequest(f"{url}/search")]))
+        pages = reader.read_from(url, _api_pages.Lanes([_api_pages.PageRequest(f"{url}/search")]))
         first = next(pages)[1].load()  # it still reads: the interrupt did not end it
         assert [item["id"] for item in first.items] == [f"item-{number:03d}" for number in range(PAGE)]
     assert reader._process.poll() is not None

@@ -24,7 +24,7 @@ import stac_geoparquet.arrow as sga
 from ingest import Repository
 from ingest.config import S3Settings
 from ingest.pipeline import SourceOptions, ingest_items, read_items
-from ingest.pipeline._remote import RemoteReader
+from ingest.pipeline.sources import RemoteReader
 from ingest.remote import Buckets, Stores, Transport, join_url
 from tests.conftest import GATE_BYTES, MotoServer, free_port, make_item
 

@@ -27,7 +27,7 @@ from ingest.errors import InvalidRaster, NotVirtualizable
 from ingest.lifecycle import check_ref
 from ingest.pipeline import SourceOptions, ingest_items, ingest_with_ray
 from ingest.rasters import read_granule
-from ingest.rasters._copy import _detail
+from ingest.rasters._opening import detail
 from ingest.rasters._place import locate
 from ingest.remote import GdalOptions, RemoteError, SasTokens, Stores, describe, gdal_options, head, redacted
 from ingest.sample import make_archive
@@ -316,5 +316,5 @@ def test_options_carry_the_tokens_to_actors_and_errors_carry_no_query(blob_serve
     text = "'/vsicurl/https://a.blob.core.windows.net/c/x.tif?se=2026&sig=SECRET' not recognized"
     assert "SECRET" not in redacted(text) and "https://a.blob.core.windows.net/c/x.tif?..." in redacted(text)
     assert "SECRET" not in describe(OSError(text))
-    assert "SECRET" not in _detail(OSError(text))
+    assert "SECRET" not in detail(OSError(text))
     np.testing.assert_equal(redacted("no URL here"), "no URL here")

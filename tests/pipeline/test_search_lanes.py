@@ -26,7 +26,8 @@ import pytest
 from ingest import Repository
 from ingest._faults import ENVIRONMENT_VARIABLE
 from ingest.config import RemoteSettings
-from ingest.pipeline import SearchParameters, SourceOptions, _lanes, _page_worker, _pages, _stac_api, ingest_items
+from ingest.pipeline import SearchParameters, SourceOptions, ingest_items
+from ingest.pipeline.sources import _api, _api_io, _api_lanes, _api_pages, _api_reader
 from tests.api._servers import FloeServer
 from tests.conftest import make_item, with_square
 from tests.pipeline._static_api import hand_over_at_the_second_page, write_search_pages
@@ -142,23 +143,23 @@ def test_lanes_are_read_by_as_many_threads_as_read_at_once_the_longest_first(htt
     # a holds 9 items (3 pages), b 5 (2), c 6 (2); each page says how many its search holds (numberMatched).
     collections = {"a": _features("a", 9), "b": _features("b", 5), "c": _features("c", 6)}
     url = _lanes_api(http_server, "longest", collections)
-    io = _stac_api._session_io()
+    io = _api_io.session_io()
 
-    def requests() -> dict[int, _pages.PageRequest]:
+    def requests() -> dict[int, _api_pages.PageRequest]:
         return {
-            number: _pages.PageRequest(f"{url}/search", "GET", None, {"collections": name, "limit": PAGE})
+            number: _api_pages.PageRequest(f"{url}/search", "GET", None, {"collections": name, "limit": PAGE})
             for number, name in enumerate(collections)
         }
 
     _wait_for_no_lane_threads()  # none left by an earlier test
     # One thread: each lane's first page (which says its length), then always the lane with the most items left.
     # a has 5 left, c 2 and b 1: a; then c 2, a 1, b 1: c; then b (read least of the two with 1 left), then a.
-    read = [(lane, len(page["features"])) for lane, page, _, _ in _pages.read_lanes(io, requests(), 1)]
+    read = [(lane, len(page["features"])) for lane, page, _, _ in _api_pages.read_lanes(io, requests(), 1)]
     assert read == [(0, 4), (1, 4), (2, 4), (0, 4), (2, 2), (1, 1), (0, 1)]
 
     _wait_for_no_lane_threads()  # the one thread ends once it has no lane left to read
     # Two at once: two threads read the three lanes, each one request at a time.
-    pages = _pages.read_lanes(io, requests(), 2)
+    pages = _api_pages.read_lanes(io, requests(), 2)
     ids = {0: [], 1: [], 2: []}
     for number, (lane, page, _, _) in enumerate(pages):
         if number == 0:
@@ -170,12 +171,12 @@ def test_lanes_are_read_by_as_many_threads_as_read_at_once_the_longest_first(htt
 def test_a_lane_whose_length_the_api_does_not_say_is_not_left_for_last():
     # floe serve, for one, counts a search only where that is cheap: lanes 1 and 2 never said how long they are.
     # Taken to be as long as the longest that did (lane 0, 10 left), the one read least goes first.
-    request = _pages.PageRequest("https://example.com/search")
-    threads = _pages._LaneThreads(None, {0: request, 1: request, 2: request}, 1)
+    request = _api_pages.PageRequest("https://example.com/search")
+    threads = _api_pages._LaneThreads(None, {0: request, 1: request, 2: request}, 1)
     threads.started, threads.left, threads.read = {0, 1, 2}, {0: 10}, {0: 5000, 1: 5000, 2: 1000}
     assert threads._next() == (2, request)
     # Lane 1 now says 2 left: the lane that does not say (read most) still goes before it.
-    threads = _pages._LaneThreads(None, {0: request, 1: request, 2: request}, 3)
+    threads = _api_pages._LaneThreads(None, {0: request, 1: request, 2: request}, 3)
     threads.started, threads.left, threads.read = {0, 1, 2}, {0: 10, 1: 2}, {0: 5000, 1: 1000, 2: 9000}
     assert [threads._next()[0] for _ in range(3)] == [0, 2, 1]
 
@@ -184,18 +185,18 @@ def test_lanes_not_started_count_toward_handing_a_large_search_to_the_page_reade
     # Nine lanes, three read at once: each started lane says it holds 7,000 items and has read 1,000. The 18,000
     # left in those three are not enough for a page reader of its own (HANDOFF_ITEMS, 20,000), the six lanes not
     # started yet, taken to hold as many, are.
-    request = _pages.PageRequest("https://example.com/search")
+    request = _api_pages.PageRequest("https://example.com/search")
     page = {"features": [{}] * 1000, "numberMatched": 7000}
 
-    def noted(count: int) -> _pages.Lanes:
-        lanes = _pages.Lanes([request] * count, at_once=3)
+    def noted(count: int) -> _api_pages.Lanes:
+        lanes = _api_pages.Lanes([request] * count, at_once=3)
         for lane in range(3):
             lanes.note(lane, page, request)
         return lanes
 
-    assert _pages.HANDOFF_ITEMS == 20_000
-    assert not noted(3).large()
-    assert noted(9).large()
+    assert _api_reader.HANDOFF_ITEMS == 20_000
+    assert not noted(3).large(_api_reader.HANDOFF_ITEMS)
+    assert noted(9).large(_api_reader.HANDOFF_ITEMS)
 
 
 def test_a_search_in_lanes_ingests_what_one_search_ingests_from_floe_serve(tmp_path):
@@ -236,7 +237,7 @@ def _collections_of_three() -> dict[str, list]:
 
 def _read_here(tmp_path: Path, name: str, url: str):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_pages, "HANDOFF_ITEMS", 10**9)
+        patch.setattr(_api_reader, "HANDOFF_ITEMS", 10**9)
         return _outcome(*_ingest(tmp_path, name, url, ("a", "b", "c"))[:3])
 
 
@@ -268,10 +269,11 @@ def test_a_reader_that_dies_leaves_each_lane_to_this_process(http_server, tmp_pa
 def test_the_page_reader_reads_its_lanes_at_once(http_server):
     url = _lanes_api(http_server, "reader-together", {"a": _features("a", 6), "b": _features("b", 5)}, together=2)
     search = f"{http_server.url}/__together__/2/reader-together/search"
-    lanes = _pages.Lanes(
-        [_pages.PageRequest(search, "POST", None, {"collections": [name], "limit": PAGE}) for name in "ab"], at_once=2
+    lanes = _api_pages.Lanes(
+        [_api_pages.PageRequest(search, "POST", None, {"collections": [name], "limit": PAGE}) for name in "ab"],
+        at_once=2,
     )
-    reader = _page_worker.PageReader.start()
+    reader = _api_reader.PageReader.start()
     assert reader is not None
     try:
         assert reader.ready(wait=True)
@@ -426,11 +428,11 @@ def test_a_search_is_planned_as_three_lanes_for_each_read_at_once():
             day = ["2024-02-01T00:00:00Z", "2024-02-02T00:00:00Z"]
             return {"type": "Collection", "extent": {"temporal": {"interval": [interval.get(asked[-1], day)]}}}
 
-    start, now = _lanes.parse_datetime("2024-02-01T00:00:00Z"), datetime.now(UTC)
+    start, now = _api_lanes.parse_datetime("2024-02-01T00:00:00Z"), datetime.now(UTC)
 
-    def plan(collections: tuple[str, ...], at_once: int = 3) -> list[_lanes.Lane]:
-        search = _stac_api.ApiSearch("https://example.com", SearchParameters(collections), lanes=at_once)
-        return _lanes.plan_lanes(search, Extents(), None)
+    def plan(collections: tuple[str, ...], at_once: int = 3) -> list[_api_lanes.Lane]:
+        search = _api.ApiSearch("https://example.com", SearchParameters(collections), lanes=at_once)
+        return _api_lanes.plan_lanes(search, Extents(), None)
 
     one = plan(("c",))  # the newest first
     assert len(one) == 9 and all(lane.collections is None for lane in one)
@@ -447,12 +449,12 @@ def test_a_search_is_planned_as_three_lanes_for_each_read_at_once():
     ]
     assert len(mixed) == 6
     open_ended = plan(("open",), at_once=2)  # its extent runs to now: six intervals of that
-    first_cut = _lanes.parse_datetime(open_ended[-1].interval.removeprefix("../"))
+    first_cut = _api_lanes.parse_datetime(open_ended[-1].interval.removeprefix("../"))
     assert len(open_ended) == 6 and abs(first_cut - start - (now - start) / 6) < timedelta(minutes=1)
     asked.clear()
     many = plan(tuple("abcdefghi"))  # nine collections: a lane each, no extent asked for
     assert [lane.collections for lane in many] == [[name] for name in "abcdefghi"] and not asked
-    assert plan(("c",), at_once=1) == [_lanes.Lane()]
+    assert plan(("c",), at_once=1) == [_api_lanes.Lane()]
 
 
 def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, handed_over, monkeypatch):
@@ -460,7 +462,7 @@ def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, 
     flagged: list[bool] = []  # each page the reader sent: whether it held items outside its lane's interval
     hand_over_at_the_second_page(monkeypatch, lambda _, page: flagged.append(page.load().outside))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_pages, "HANDOFF_ITEMS", 10**9)
+        patch.setattr(_api_reader, "HANDOFF_ITEMS", 10**9)
         alone = _ingest(tmp_path, "alone", url, ("s",), when=DAY)
     read = _ingest(tmp_path, "read", url, ("s",), when=DAY)
     assert set(handed_over) == set(range(9))
@@ -475,24 +477,24 @@ def test_an_item_belongs_to_the_lane_its_instant_falls_in():
     def at(when: str | None, start: str | None = None) -> dict:
         return {"properties": {"datetime": when, **({"start_datetime": start} if start else {})}}
 
-    bound = _lanes.parse_datetime("2024-02-01T08:00:00Z")
+    bound = _api_lanes.parse_datetime("2024-02-01T08:00:00Z")
     before, after = (None, bound), (bound, None)
-    assert _lanes.owned(at("2024-02-01T07:59:59.999999Z"), before)
-    assert not _lanes.owned(at("2024-02-01T08:00:00Z"), before)  # a bound is the later lane's
-    assert _lanes.owned(at("2024-02-01T08:00:00Z"), after)
-    assert _lanes.owned(at("2024-02-01T10:00:00Z", start="2024-02-01T01:00:00Z"), after)  # datetime first
-    assert _lanes.owned(at(None, start="2024-02-01T01:00:00Z"), before)  # else its start
-    assert not _lanes.owned(at(None, start="2024-02-01T01:00:00Z"), after)
+    assert _api_lanes.owned(at("2024-02-01T07:59:59.999999Z"), before)
+    assert not _api_lanes.owned(at("2024-02-01T08:00:00Z"), before)  # a bound is the later lane's
+    assert _api_lanes.owned(at("2024-02-01T08:00:00Z"), after)
+    assert _api_lanes.owned(at("2024-02-01T10:00:00Z", start="2024-02-01T01:00:00Z"), after)  # datetime first
+    assert _api_lanes.owned(at(None, start="2024-02-01T01:00:00Z"), before)  # else its start
+    assert not _api_lanes.owned(at(None, start="2024-02-01T01:00:00Z"), after)
     # Refused later, once: the first lane keeps it (an API that ignores times gives it to every lane).
-    assert _lanes.owned(at("not a time"), before) and not _lanes.owned(at("not a time"), after)
-    assert _lanes.owned({"properties": {}}, before) and not _lanes.owned({"properties": {}}, after)
+    assert _api_lanes.owned(at("not a time"), before) and not _api_lanes.owned(at("not a time"), after)
+    assert _api_lanes.owned({"properties": {}}, before) and not _api_lanes.owned({"properties": {}}, after)
     # A datetime outside its own range: its start's lane keeps it too (an API matching ranges alone finds it there).
     odd = at("2024-02-01T10:00:00Z", start="2024-02-01T01:00:00Z")
     odd["properties"]["end_datetime"] = "2024-02-01T02:00:00Z"
-    assert _lanes.irregular(odd) and _lanes.owned(odd, before) and _lanes.owned(odd, after)
+    assert _api_lanes.irregular(odd) and _api_lanes.owned(odd, before) and _api_lanes.owned(odd, after)
     inside = at("2024-02-01T01:30:00Z", start="2024-02-01T01:00:00Z")
     inside["properties"]["end_datetime"] = "2024-02-01T09:00:00Z"
-    assert not _lanes.irregular(inside) and not _lanes.owned(inside, after)
+    assert not _api_lanes.irregular(inside) and not _api_lanes.owned(inside, after)
 
 
 def test_an_item_whose_time_misses_its_lane_says_the_api_ignored_the_interval():
@@ -500,18 +502,18 @@ def test_an_item_whose_time_misses_its_lane_says_the_api_ignored_the_interval():
         properties = {"datetime": when, "start_datetime": start, "end_datetime": end}
         return {"properties": {key: value for key, value in properties.items() if value}}
 
-    low, high = _lanes.parse_datetime("2024-02-01T08:00:00Z"), _lanes.parse_datetime("2024-02-01T16:00:00Z")
+    low, high = _api_lanes.parse_datetime("2024-02-01T08:00:00Z"), _api_lanes.parse_datetime("2024-02-01T16:00:00Z")
     window = (low, high)
-    assert _lanes.outside(at("2024-02-01T07:59:59Z"), window)
-    assert _lanes.outside(at("2024-02-01T16:00:01Z"), window)
-    assert not _lanes.outside(at("2024-02-01T08:00:00Z"), window)  # bounds match (a later lane keeps it)
-    assert not _lanes.outside(at("2024-02-01T16:00:00Z"), window)
+    assert _api_lanes.outside(at("2024-02-01T07:59:59Z"), window)
+    assert _api_lanes.outside(at("2024-02-01T16:00:01Z"), window)
+    assert not _api_lanes.outside(at("2024-02-01T08:00:00Z"), window)  # bounds match (a later lane keeps it)
+    assert not _api_lanes.outside(at("2024-02-01T16:00:00Z"), window)
     # A range that reaches into the window matches it, whichever lane keeps the item.
-    assert not _lanes.outside(at("2024-02-01T01:00:00Z", "2024-02-01T01:00:00Z", "2024-02-01T09:00:00Z"), window)
-    assert _lanes.outside(at(None, "2024-02-01T01:00:00Z", "2024-02-01T02:00:00Z"), window)
-    assert not _lanes.outside(at("not a time"), window) and not _lanes.outside({"properties": {}}, window)
-    assert _lanes.outside(at("2024-02-01T07:00:00Z"), (None, low)) is False
-    assert _lanes.outside(at("2024-02-01T07:00:00Z"), (high, None))
+    assert not _api_lanes.outside(at("2024-02-01T01:00:00Z", "2024-02-01T01:00:00Z", "2024-02-01T09:00:00Z"), window)
+    assert _api_lanes.outside(at(None, "2024-02-01T01:00:00Z", "2024-02-01T02:00:00Z"), window)
+    assert not _api_lanes.outside(at("not a time"), window) and not _api_lanes.outside({"properties": {}}, window)
+    assert _api_lanes.outside(at("2024-02-01T07:00:00Z"), (None, low)) is False
+    assert _api_lanes.outside(at("2024-02-01T07:00:00Z"), (high, None))
 
 
 def test_an_api_on_this_machine_is_read_as_one_search_unless_the_settings_say(http_server, tmp_path):
@@ -521,14 +523,14 @@ def test_an_api_on_this_machine_is_read_as_one_search_unless_the_settings_say(ht
     assert search.lanes_read == []  # 127.0.0.1: its pages are made on this machine's cores
 
     def lanes(root: str, setting: int | None = None) -> int:
-        search = _stac_api.ApiSearch(root, SearchParameters(collections=("a", "b")), lanes=setting)
-        return _lanes.lanes_for(search)
+        search = _api.ApiSearch(root, SearchParameters(collections=("a", "b")), lanes=setting)
+        return _api_lanes.lanes_for(search)
 
     assert lanes("http://localhost:8080/stac") == lanes("http://[::1]/stac") == lanes("http://127.0.0.2") == 1
-    assert lanes("https://planetarycomputer.microsoft.com/api/stac/v1") == _lanes.SEARCH_LANES == 3
+    assert lanes("https://planetarycomputer.microsoft.com/api/stac/v1") == _api_lanes.SEARCH_LANES == 3
     assert lanes("http://10.0.0.5/stac") == 3  # another machine of the network
     assert lanes("http://127.0.0.1:9000", setting=3) == 3 and lanes("https://example.com", setting=1) == 1
-    planned = _lanes.plan_lanes(_stac_api.ApiSearch("https://example.com", SearchParameters(("a", "b"))), None, None)
+    planned = _api_lanes.plan_lanes(_api.ApiSearch("https://example.com", SearchParameters(("a", "b"))), None, None)
     assert [lane.collections for lane in planned] == [["a"], ["b"]]
 
 

@@ -101,7 +101,7 @@ def test_a_search_of_one_floe_ingests_into_another_equal(served, tmp_path):
 def test_pages_are_read_by_floes_exact_parser(served, tmp_path, monkeypatch):
     # Pages go through loads_json's parser (orjson where that is exact, twice as fast as the standard parser): an
     # integer beyond 64 bits, which orjson alone reads as a float, arrives exact.
-    from ingest.pipeline import _pages
+    from ingest.pipeline.sources import _api_pages
     from ingest.stac import read_json_noting_parser
 
     source, server = served
@@ -113,7 +113,7 @@ def test_pages_are_read_by_floes_exact_parser(served, tmp_path, monkeypatch):
         parsed.append(by_orjson)
         return document, by_orjson
 
-    monkeypatch.setattr(_pages, "read_json_noting_parser", counted)
+    monkeypatch.setattr(_api_pages, "read_json_noting_parser", counted)
     target = Repository.create(tmp_path / "b")
     options = _options(collections=("c",))
     options.remote = RemoteSettings(search_lanes=1)  # read as one search: its pages are counted below
@@ -284,7 +284,7 @@ def test_prune_is_refused_for_part_of_a_collection(served, tmp_path):
 def test_pages_are_fetched_ahead_in_order_and_stop_with_their_reader():
     import threading
 
-    from ingest.pipeline._pages import prefetched
+    from ingest.pipeline._ahead import prefetched
 
     assert list(prefetched(iter(range(50)), 3)) == list(range(50))
 
@@ -323,7 +323,7 @@ def test_heavy_pages_count_as_their_weight_ahead():
     # Decoded pages weigh more than a page reader's bytes: no more than the depth's worth is held ahead.
     import threading
 
-    from ingest.pipeline._pages import prefetched
+    from ingest.pipeline._ahead import prefetched
 
     produced: list[str] = []
     more = threading.Event()

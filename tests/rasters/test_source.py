@@ -18,7 +18,7 @@ from rasterio.enums import Resampling
 from rasterio.transform import from_origin
 
 from ingest.rasters import _source
-from ingest.rasters._copy import _remote_env
+from ingest.rasters._opening import remote_env
 from ingest.rasters._tiff import HEAD_BYTES, ifds_within
 from ingest.remote import Stores, gdal_options, gdal_path
 from tests.pipeline._remote_archive import s3_client
@@ -60,7 +60,7 @@ def _plan(moto_server, url: str):
 
 def _assert_described_as_gdal_reads_the_file(moto_server, url: str, planned) -> None:
     settings = moto_server.s3_settings()
-    with _remote_env(gdal_options(settings), url), rasterio.open(gdal_path(url)) as dataset:
+    with remote_env(gdal_options(settings), url), rasterio.open(gdal_path(url)) as dataset:
         expected = _source._describe(url, dataset)
     got = planned.dataset
     assert tuple(got[_source.GRANULE_VARIABLE].shape) == expected.shape

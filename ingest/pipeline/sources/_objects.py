@@ -1,6 +1,5 @@
-"""Read STAC metadata named by URL (``s3://``, ``http(s)://``) through obstore, as local files are read.
-
-The same kinds of files as :mod:`ingest.pipeline._sources` reads from disk:
+"""Files in object stores as sources: STAC metadata named by URL (``s3://``, ``http(s)://``, Azure blobs), read
+through obstore as local files are read (:mod:`ingest.pipeline.sources._files`):
 
 - **NDJSON** (``.ndjson .jsonl .geojsonl``) is streamed: the object arrives
   in chunks of :attr:`Transport.stream_chunk` bytes, split into lines (a line
@@ -8,7 +7,7 @@ The same kinds of files as :mod:`ingest.pipeline._sources` reads from disk:
   labelled ``URL:LINE``. A large file is never held whole.
 - **JSON** (``.json .geojson``, or no known suffix): an item, a
   FeatureCollection or an array, read whole. A STAC Catalog or Collection
-  named by URL is walked through its links (:class:`ObstoreStacIO`), so
+  named by URL is walked through its links (``_catalogs.py``), so
   relative links resolve against the URL, on S3 as over HTTP.
 - **stac-geoparquet** (``.parquet .geoparquet``) is read row group by row
   group through a seekable reader (range requests), labelled ``URL#rowN``.
@@ -34,34 +33,32 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import obstore
-import pystac
 from obstore.exceptions import NotFoundError
 
 from ingest._threads import DaemonPool, interruptible
 from ingest.errors import InvalidSource
-from ingest.pipeline._ahead import InOrder
-from ingest.pipeline._pages import prefetched
-from ingest.pipeline._sources import (
+from ingest.pipeline._ahead import InOrder, prefetched
+from ingest.pipeline.sources._catalogs import remote_catalog_items
+from ingest.pipeline.sources._documents import absolute_hrefs, document_items, ndjson_items, parser_said
+from ingest.pipeline.sources._geoparquet import geoparquet_file_items
+from ingest.pipeline.sources._types import (
     METADATA_SUFFIXES,
     NDJSON_SUFFIXES,
     PARQUET_SUFFIXES,
     TIFF_SUFFIXES,
     SourcedItem,
-    _from_document,
-    _read_ndjson,
-    _what,
+    SourceOptions,
 )
-from ingest.remote import RemoteError, Stores, describe, join_url, url_scheme
+from ingest.remote import RemoteError, Stores, describe, url_scheme
 from ingest.remote._tokens import blob_address
-from ingest.stac import ARRAYS_ASSET, geoparquet_items, loads_json, row_group_batches
+from ingest.stac import loads_json
 
 if TYPE_CHECKING:
     from obstore import ReadableFile
@@ -69,19 +66,6 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
-
-
-def absolute_hrefs(document: Any, base: str) -> None:
-    """Make the relative asset hrefs of an item or collection ``document`` absolute against ``base``, in place."""
-    assets = document.get("assets") if isinstance(document, dict) else None
-    if not isinstance(assets, dict):
-        return
-    for key, asset in assets.items():
-        if key == ARRAYS_ASSET or not isinstance(asset, dict):
-            continue
-        href = asset.get("href")
-        if isinstance(href, str) and href and url_scheme(href) is None:
-            asset["href"] = join_url(base, href)
 
 
 @dataclass(frozen=True)
@@ -119,6 +103,19 @@ def _waited[T](call: Callable[[], T]) -> T:
     from the main thread on a daemon thread of its own; the stream's thread and the folder's pool are daemons
     already, and call it directly)."""
     return interruptible(call, name="floe-remote-read")
+
+
+class ObjectFiles:
+    """Files and folders named by URL: ``s3://``, ``http(s)://`` (a URL naming a file; one without a file's
+    suffix is a STAC API, which the registry asks first) and Azure blob URLs."""
+
+    name = "object-store files"
+
+    def recognises(self, source: str | Path) -> bool:
+        return isinstance(source, str) and url_scheme(source) not in (None, "file")
+
+    def read(self, source: str | Path, options: SourceOptions) -> Iterator[SourcedItem]:
+        yield from RemoteReader(options.stores()).read(str(source))
 
 
 class RemoteReader:
@@ -247,7 +244,7 @@ class RemoteReader:
             return
         # The chunks arrive on a thread ahead (see _waited: Ctrl-C reaches a stalled transfer), while lines parse.
         lines = _Lines(prefetched(result.stream(min_chunk_size=self.transport.stream_chunk), 2, name="floe-stream"))
-        for sourced in _read_ndjson(lines, target.url):
+        for sourced in ndjson_items(lines, target.url):
             absolute_hrefs(sourced.item, target.url)
             absolute_hrefs(sourced.collection, target.url)
             yield sourced
@@ -268,109 +265,42 @@ class RemoteReader:
             yield SourcedItem(target.url, error=InvalidSource(f"not UTF-8 (byte {data[error.start]:#04x})"))
             return
         except json.JSONDecodeError as error:
-            reason = f"not valid JSON ({_what(error)} line {error.lineno}, column {error.colno})"
+            reason = f"not valid JSON ({parser_said(error)} line {error.lineno}, column {error.colno})"
             yield SourcedItem(target.url, error=InvalidSource(reason))
             return
         if named and isinstance(document, dict) and document.get("type") in ("Catalog", "Collection"):
-            yield from self._walk_catalog(target.url, document)
+            yield from remote_catalog_items(target.url, document, self.read_bytes)
             return
-        for sourced in _from_document(document, target.url):
+        for sourced in document_items(document, target.url):
             absolute_hrefs(sourced.item, target.url)
             absolute_hrefs(sourced.collection, target.url)
             yield sourced
 
-    def _walk_catalog(self, url: str, document: dict[str, Any]) -> Iterator[SourcedItem]:
-        """A STAC Catalog or Collection named by URL: its collections and items, following its links."""
-        stac_io = ObstoreStacIO(self)
-        try:
-            root = pystac.read_dict(document, href=url, stac_io=stac_io)
-        except Exception as error:  # noqa: BLE001 - pystac raises many kinds; all mean "not a readable catalog"
-            yield SourcedItem(url, error=InvalidSource(f"not a readable STAC catalog ({error})"))
-            return
-        if not isinstance(root, pystac.Catalog):  # a Collection is a Catalog too
-            yield SourcedItem(url, error=InvalidSource(f"not a STAC catalog or collection ({type(root).__name__})"))
-            return
-        try:
-            collections: list[pystac.Collection] = [root] if isinstance(root, pystac.Collection) else []
-            collections += list(root.get_all_collections())
-            for collection in collections:
-                collection_url = collection.self_href or url
-                collection_dict = collection.to_dict(include_self_link=False)
-                absolute_hrefs(collection_dict, collection_url)
-                yield SourcedItem(collection_url, collection=collection_dict)
-            for item in root.get_items(recursive=True):
-                href = item.get_self_href() or url
-                item_dict = item.to_dict(include_self_link=False, transform_hrefs=False)
-                absolute_hrefs(item_dict, href)
-                yield SourcedItem(href, item=item_dict)
-        except Exception as error:  # noqa: BLE001 - pystac raises many kinds for a broken child
-            remote = _remote_cause(error)
-            reason = (
-                f"the catalog's link to {remote.url} failed: {remote.reason}"
-                if remote is not None
-                else f"the catalog could not be walked to its end ({error})"
-            )
-            yield SourcedItem(url, error=InvalidSource(reason))
-
     def _read_geoparquet(self, target: _Target) -> Iterator[SourcedItem]:
-        """Items of a stac-geoparquet object, one record batch (of one row group) at a time."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        row = 0
-        file: _ArrowFile | None = None
+        """Items of a stac-geoparquet object, one record batch (of one row group) at a time, through a seekable
+        reader (range requests); a partitioned dataset named without its ``/`` is read as the folder it is."""
         try:
-            try:
-                file = _ArrowFile(
-                    _waited(
-                        lambda: obstore.open_reader(target.store, target.path, buffer_size=self.transport.reader_buffer)
-                    )
-                )
-            except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
-                if (
-                    target.listable
-                    and isinstance(error, (FileNotFoundError, NotFoundError))
-                    and not target.url.endswith("/")
-                ):
-                    # No such object: a partitioned dataset is a folder named so (``items/<collection>.parquet/``).
-                    try:
-                        folder = self.target(target.url + "/")
-                    except RemoteError as failure:
-                        yield SourcedItem(target.url, error=InvalidSource(failure.reason))
-                        return
-                    yield from self._read_folder(folder, named_as=target.url)
+            reader = _waited(
+                lambda: obstore.open_reader(target.store, target.path, buffer_size=self.transport.reader_buffer)
+            )
+        except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
+            missing = isinstance(error, (FileNotFoundError, NotFoundError))
+            if target.listable and missing and not target.url.endswith("/"):
+                # No such object: a partitioned dataset is a folder named so (``items/<collection>.parquet/``).
+                try:
+                    folder = self.target(target.url + "/")
+                except RemoteError as failure:
+                    yield SourcedItem(target.url, error=InvalidSource(failure.reason))
                     return
-                yield SourcedItem(target.url, error=InvalidSource(describe(error)))
+                yield from self._read_folder(folder, named_as=target.url)
                 return
-
-            def batches(opened: _ArrowFile) -> Iterator[pa.RecordBatch]:
-                yield from row_group_batches(pq.ParquetFile(opened))
-
-            try:
-                # Read and decoded on a thread ahead (see _waited), while the last batch becomes items here.
-                for batch in prefetched(batches(file), 2, name="floe-stream"):
-                    for item in geoparquet_items(batch):
-                        absolute_hrefs(item, target.url)
-                        yield SourcedItem(f"{target.url}#row{row}", item=item)
-                        row += 1
-            except Exception as error:  # noqa: BLE001 - any failure means the object is not stac-geoparquet
-                if file.failure is not None:
-                    reason = f"the transfer broke off after row {row} ({describe(file.failure)})"
-                else:
-                    reason = f"not a readable stac-geoparquet file ({error})"
-                yield SourcedItem(target.url, error=InvalidSource(reason))
+            yield SourcedItem(target.url, error=InvalidSource(describe(error)))
+            return
+        file = _ArrowFile(reader)
+        try:
+            yield from geoparquet_file_items(file, target.url, base=target.url)
         finally:
-            if file is not None:
-                file.close()
-
-
-def _remote_cause(error: BaseException | None) -> RemoteError | None:
-    """The :class:`RemoteError` behind ``error`` (pystac wraps what a StacIO raises in its own errors)."""
-    while error is not None:
-        if isinstance(error, RemoteError):
-            return error
-        error = error.__cause__ or error.__context__
-    return None
+            file.close()
 
 
 class _Lines:
@@ -458,22 +388,3 @@ class _ArrowFile(io.RawIOBase):
         if not self.closed:
             self._reader.close()
         super().close()
-
-
-class ObstoreStacIO(pystac.StacIO):
-    """A ``pystac.StacIO`` that reads through a :class:`RemoteReader` (so ``s3://`` catalogs walk); never writes."""
-
-    def __init__(self, reader: RemoteReader) -> None:
-        super().__init__()
-        self.reader = reader
-
-    def read_text(self, source: Any, *args: Any, **kwargs: Any) -> str:
-        href = str(os.fspath(source))
-        data = self.reader.read_bytes(href)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise RemoteError(href, f"not UTF-8 (byte {data[error.start]:#04x})") from error
-
-    def write_text(self, dest: Any, txt: str, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("floe reads catalogs from URLs; it never writes to them")

@@ -19,68 +19,73 @@ never missed. Where the API cannot say what changed (no filter conformance,
 or items without ``updated``), the whole search is read again and only what
 is new or changed is committed, as local re-runs do.
 
-A search is read in lanes, several at once (:mod:`ingest.pipeline._lanes`):
+A search is read in lanes, several at once (``_api_lanes.py``):
 one search per collection where it names several; one per interval of its
 datetime interval where it names one collection, each keeping the items whose
-instant falls in it. Pages are read ahead on threads; a search with
+instant falls in it. Pages are read ahead on threads (``_api_pages.py``); a search with
 many items to go is handed to a page reader, a process of its own that reads,
-decodes and validates pages while this one commits
-(:mod:`ingest.pipeline._pages`, :mod:`ingest.pipeline._page_worker`).
-
-Items and collections read from an API lose the links an API makes for itself
-(``self``, ``root``, ``parent``, ``collection``, ...): floe's API makes its own.
-A ``floe:arrays`` asset names the other repository's arrays and is dropped too.
+decodes and validates pages while this one commits (``_api_reader.py``). Each
+page is walked into what the ingest takes the same way in either process
+(``_api_walk.py``: the API's own links dropped, ``updated`` counted).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import parse_qs, quote, urlencode, urlparse, urlunparse
+from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSource
-from ingest.pipeline._lanes import Lane, Window, irregular, lanes_for, outside, owned, plan_lanes, rfc3339, timestamp
-from ingest.pipeline._page_worker import ReaderPage
-from ingest.pipeline._pages import PAGES_AHEAD, SENT_PAGES_AHEAD, Lanes, PageRequest, SearchPages, prefetched
-from ingest.pipeline._sources import SourcedItem
-from ingest.remote._headers import Headers
-from ingest.stac import ARRAYS_ASSET, loads_json
+from ingest.pipeline._ahead import prefetched
+from ingest.pipeline.sources._api_io import failure_reason, session_io
+from ingest.pipeline.sources._api_lanes import Lane, irregular, lanes_for, plan_lanes, rfc3339, timestamp
+from ingest.pipeline.sources._api_pages import PAGES_AHEAD, Lanes, PageRequest
+from ingest.pipeline.sources._api_reader import SENT_PAGES_AHEAD, SearchPages
+from ingest.pipeline.sources._api_walk import UpdatedCount, WalkedPage, collection_url, walk_page
+from ingest.pipeline.sources._types import FILE_SUFFIXES, SearchParameters, SourcedItem, SourceOptions
+from ingest.remote import Headers
 
 log = logging.getLogger(__name__)
 
 CLOCK_MARGIN = timedelta(minutes=5)
 """How far a server's clock may run behind this machine's without an update being missed by ``--since last``."""
 
-PAGE_SIZE = 1000
-"""Items asked for per page (a server may send fewer)."""
 
-RETRIES = 6
-"""Retries of one request after a transient failure (backoff 0.5 s, 1 s, 2 s, ... between them)."""
+class StacApi:
+    """A STAC API, named by its landing page or by a ``/search?...`` URL: searched with the options' parameters."""
 
-TIMEOUT = (10.0, 60.0)
-"""Seconds to connect, and to wait for a page."""
+    name = "a STAC API"
 
-_ITEM_STRUCTURAL = frozenset(("self", "root", "parent", "collection"))
-_COLLECTION_STRUCTURAL = frozenset(
-    (
-        "self",
-        "root",
-        "parent",
-        "child",
-        "item",
-        "items",
-        "queryables",
-        "http://www.opengis.net/def/rel/ogc/1.0/queryables",
-    )
-)
-_FILE_SUFFIXES = frozenset(
-    (".json", ".geojson", ".ndjson", ".jsonl", ".geojsonl", ".parquet", ".geoparquet", ".tif", ".tiff")
-)
+    def recognises(self, source: str | Path) -> bool:
+        return isinstance(source, str) and is_api_url(source)
+
+    def read(self, source: str | Path, options: SourceOptions) -> Iterator[SourcedItem]:
+        url = str(source)
+        try:
+            search = ApiSearch.parse(url, options.search)
+        except InvalidSource as error:
+            yield SourcedItem(url, error=error)
+            return
+        try:
+            if options.since == "last":
+                cursor = options.recorded.get(search.key)
+                search.since = parse_since(cursor) if cursor else None
+            elif isinstance(options.since, str):
+                search.since = parse_since(options.since)
+            else:
+                search.since = options.since
+        except ValueError as error:
+            yield SourcedItem(url, error=InvalidSource(str(error)))
+            return
+        search.headers = Headers.of(options.remote)
+        search.lanes = options.remote.search_lanes if options.remote is not None else None
+        options.searches.append(search)
+        yield from read_search(search)
 
 
 def is_api_url(source: str) -> bool:
@@ -88,22 +93,7 @@ def is_api_url(source: str) -> bool:
     parsed = urlparse(source)
     if parsed.scheme not in ("http", "https"):
         return False
-    return PurePosixPath(parsed.path).suffix.lower() not in _FILE_SUFFIXES
-
-
-@dataclass(frozen=True)
-class SearchParameters:
-    """What ``--collections``, ``--bbox``, ``--datetime`` and ``--filter`` ask of every STAC API source."""
-
-    collections: tuple[str, ...] = ()
-    bbox: tuple[float, ...] | None = None
-    datetime: str | None = None
-    filter: str | None = None
-    """CQL2 text or CQL2 JSON."""
-    page_size: int = PAGE_SIZE
-
-    def given(self) -> bool:
-        return bool(self.collections or self.bbox or self.datetime or self.filter)
+    return PurePosixPath(parsed.path).suffix.lower() not in FILE_SUFFIXES
 
 
 @dataclass
@@ -188,12 +178,13 @@ class ApiSearch:
             cursor = min(cursor, self.newest_updated)
         return cursor.isoformat().replace("+00:00", "Z")
 
-    def note_page(self, noted: int, without_updated: int, newest_updated: datetime | None) -> None:
-        """What the page reader counted of a page, as :meth:`note_updated` would have."""
-        self.items += noted
-        self.without_updated += without_updated
-        if newest_updated is not None and (self.newest_updated is None or newest_updated > self.newest_updated):
-            self.newest_updated = newest_updated
+    def note_page(self, updated: UpdatedCount) -> None:
+        """What was counted of a page's items' ``updated`` (:func:`~._api_walk.walk_page`, in either process)."""
+        self.items += updated.noted
+        self.without_updated += updated.without
+        newest = updated.newest
+        if newest is not None and (self.newest_updated is None or newest > self.newest_updated):
+            self.newest_updated = newest
 
     def note_unfiltered(self) -> None:
         """A time lane's page held items outside the lane's interval: said once (logged, and in :attr:`note`)."""
@@ -207,16 +198,6 @@ class ApiSearch:
         )
         log.warning("%s", message)
         self.note = f"{self.note}; {message}" if self.note else message
-
-    def note_updated(self, item: Mapping[str, Any]) -> None:
-        self.items += 1
-        properties = item.get("properties")
-        value = properties.get("updated") if isinstance(properties, dict) else None
-        when = timestamp(value) if isinstance(value, str) else None
-        if when is None:
-            self.without_updated += 1
-        elif self.newest_updated is None or when > self.newest_updated:
-            self.newest_updated = when
 
 
 def parse_since(text: str) -> datetime:
@@ -256,70 +237,6 @@ def cursor_metadata(searches: list[ApiSearch]) -> dict[str, Any] | None:
     return {SOURCE_CURSORS: cursors} if cursors else None
 
 
-def strip_links(document: dict[str, Any], structural: frozenset[str]) -> dict[str, Any]:
-    """``document`` without the links an API writes about itself."""
-    links = document.get("links")
-    if isinstance(links, list):
-        document = {
-            **document,
-            "links": [link for link in links if not (isinstance(link, dict) and link.get("rel") in structural)],
-        }
-    return document
-
-
-def _item_from_api(item: dict[str, Any]) -> dict[str, Any]:
-    """A page's item without the links the API writes about it, nor a floe source's arrays asset.
-
-    Changed in place, not copied: the page was decoded for this search alone.
-    """
-    links = item.get("links")
-    if isinstance(links, list) and links:
-        item["links"] = [link for link in links if not (isinstance(link, dict) and link.get("rel") in _ITEM_STRUCTURAL)]
-    assets = item.get("assets")
-    if isinstance(assets, dict) and ARRAYS_ASSET in assets:
-        item["assets"] = {key: value for key, value in assets.items() if key != ARRAYS_ASSET}
-    return item
-
-
-def _session_io(headers: Headers | None = None) -> Any:
-    """pystac-client's HTTP reader with retries, decoding with floe's parser (``loads_json``: orjson where exact,
-    5 us an item of a page instead of the standard parser's 10, docs/benchmarks-history.md).
-
-    Each request carries the ``headers`` its URL takes (an API key), and no other. Pages are asked for as
-    requests asks (gzip, deflate, Brotli where installed), whatever the host: an API on a loopback address may
-    be a tunnel to one far away (docs/benchmarks-history.md, twentieth run).
-    """
-    from pystac_client.stac_api_io import StacApiIO
-    from urllib3.util.retry import Retry
-
-    class ExactFastIO(StacApiIO):
-        def json_loads(self, txt: str, *_: Any, **__: Any) -> Any:
-            return loads_json(txt)
-
-    retry = Retry(
-        total=RETRIES,
-        backoff_factor=0.5,
-        status_forcelist=(429, 500, 502, 503, 504),
-        allowed_methods=None,  # a search is a POST, and safe to repeat
-        respect_retry_after_header=True,
-        raise_on_status=False,  # the last answer reaches pystac-client, which names its status
-    )
-    return with_headers(ExactFastIO(max_retries=retry, timeout=TIMEOUT), headers)
-
-
-def with_headers(io: Any, headers: Headers | None) -> Any:
-    """``io`` (:func:`_session_io`'s), each of its requests carrying the ``headers`` its URL takes."""
-    if headers:
-        io.session.auth = headers.requests_auth()
-    return io
-
-
-def _reason(error: Exception) -> str:
-    status = getattr(error, "status_code", None)
-    text = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
-    return f"HTTP {status}: {text}" if status else text
-
-
 def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
     """Each item, collection and failure of ``search``, labelled by URL (``.../search#N``: the Nth item; read in
     lanes, ``.../search?collections=C#N`` or ``.../search?datetime=I#N``: the Nth item its lane kept, in order
@@ -331,11 +248,11 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
     """
     from pystac_client import Client, ConformanceClasses
 
-    io = _session_io(search.headers)
+    io = session_io(search.headers)
     try:
         client = Client.open(search.root, stac_io=io)
     except Exception as error:  # noqa: BLE001 - requests, pystac and pystac-client raise many kinds
-        yield SourcedItem(search.root, error=InvalidSource(f"not a readable STAC API ({_reason(error)})"))
+        yield SourcedItem(search.root, error=InvalidSource(f"not a readable STAC API ({failure_reason(error)})"))
         return
     if not client.conforms_to(ConformanceClasses.ITEM_SEARCH):
         reason = "is a STAC catalog without item search: name a search, or a file"
@@ -365,7 +282,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
                 method=method,
             )
 
-        # Paging is serial: a search is read in lanes (_pages.py), several at once, which together read what it
+        # Paging is serial: a search is read in lanes (_api_pages.py), several at once, which together read what it
         # reads (plan_lanes).
         whole = asked(Lane())
         lanes = plan_lanes(search, io, whole.get_parameters().get("datetime"))
@@ -391,9 +308,9 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
                 else page.load()
             )
             label, count = labels[number], numbers[number]
-            numbers[number] = yield from _reader_page(walked, search, seen, label, count, twice=twice)
+            numbers[number] = yield from _page_items(walked, search, seen, label, count, twice=twice)
     except Exception as error:  # noqa: BLE001 - a page that cannot be read ends the search, reported
-        reason = f"search failed after {search.items} items ({_reason(error)})"
+        reason = f"search failed after {search.items} items ({failure_reason(error)})"
         yield SourcedItem(f"{search.root}/search", error=InvalidSource(reason))
         return
     finally:
@@ -415,43 +332,8 @@ def _search_method(client: Any) -> str:
     return "POST" if "POST" in methods or not methods else "GET"
 
 
-def walk_page(
-    page: Mapping[str, Any], io: Any, root: str, fetched: set[str], window: Window | None = None
-) -> ReaderPage:
-    """A decoded page's features as the ingest takes them (whichever process read the page): those its lane keeps
-    (``window``: :func:`owned`), without the links the API writes about them, their ``updated`` counted for the
-    cursor, and each collection not in ``fetched`` fetched (and added) before its first item. No item is marked
-    checked."""
-    counts = ApiSearch(root, SearchParameters())
-    items: list[Any] = []
-    collections: list[tuple[int, str, dict[str, Any] | None]] = []
-    unfiltered = False
-    for feature in page.get("features") or ():
-        if not isinstance(feature, dict):
-            items.append(feature)  # validation says why it is not an item
-            continue
-        if window is not None and not owned(feature, window):
-            unfiltered = unfiltered or outside(feature, window)
-            continue  # another lane's
-        counts.note_updated(feature)
-        collection_id = feature.get("collection")
-        if isinstance(collection_id, str) and collection_id not in fetched:
-            fetched.add(collection_id)
-            collections.append((len(items), collection_id, _fetch_collection(io, root, collection_id)))
-        items.append(_item_from_api(feature))
-    return ReaderPage(
-        items,
-        [False] * len(items),
-        collections,
-        noted=counts.items,
-        without_updated=counts.without_updated,
-        newest_updated=counts.newest_updated,
-        outside=unfiltered,
-    )
-
-
-def _reader_page(
-    page: ReaderPage, search: ApiSearch, seen: set[str], label: str, number: int, *, twice: set[tuple[Any, Any]] | None
+def _page_items(
+    page: WalkedPage, search: ApiSearch, seen: set[str], label: str, number: int, *, twice: set[tuple[Any, Any]] | None
 ) -> Generator[SourcedItem, None, int]:
     """The items of a page (walked by :func:`walk_page`, here or in the page reader), numbered on from
     ``number`` (returns the last number); each collection ``seen`` here for the first time is yielded before its
@@ -460,7 +342,8 @@ def _reader_page(
     is yielded once: ``twice`` holds those yielded."""
     for warning in page.warnings:
         log.warning("%s", warning)
-    search.note_page(page.noted, page.without_updated, page.newest_updated)
+    if page.updated is not None:
+        search.note_page(page.updated)
     if page.outside:
         search.note_unfiltered()
     marks = iter(page.collections)
@@ -471,7 +354,7 @@ def _reader_page(
             if collection_id not in seen:
                 seen.add(collection_id)
                 if collection is not None:
-                    yield SourcedItem(_collection_url(search.root, collection_id), collection=collection)
+                    yield SourcedItem(collection_url(search.root, collection_id), collection=collection)
             mark = next(marks, None)
         if twice is not None and isinstance(item, dict) and irregular(item):
             key = (item.get("collection"), item.get("id"))
@@ -481,20 +364,3 @@ def _reader_page(
             twice.add(key)
         yield SourcedItem(f"{label}#{number + index + 1}", item=item, checked=checked)
     return number + len(page.items)
-
-
-def _collection_url(root: str, collection_id: str) -> str:
-    return f"{root}/collections/{quote(collection_id, safe='')}"
-
-
-def _fetch_collection(io: Any, root: str, collection_id: str) -> dict[str, Any] | None:
-    """The collection's document from the API, without its API links; None (logged) when it cannot be read."""
-    url = _collection_url(root, collection_id)
-    try:
-        document = io.read_json(url)
-    except Exception as error:  # noqa: BLE001 - the items still ingest without their collection's document
-        log.warning("collection %s could not be read (%s): its items are ingested without it", url, _reason(error))
-        return None
-    if not isinstance(document, dict) or document.get("type") != "Collection":
-        return None
-    return strip_links(document, _COLLECTION_STRUCTURAL)

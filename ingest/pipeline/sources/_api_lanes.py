@@ -14,7 +14,7 @@ A search is planned as about :data:`LANES_PER_READ` times as many lanes as
 are read at once: an archive's items crowd into some years (Landsat's into
 its last decade) and some collections hold most of them, so equal intervals
 hold unequal work. The lanes' readers take the longest lanes first
-(:func:`~ingest.pipeline._pages.read_lanes`), so the lanes end together
+(:func:`~ingest.pipeline.sources._api_pages.read_lanes`), so the lanes end together
 instead of one reading the crowded years alone; the newest intervals are
 planned first, the likeliest to be the longest where the API does not say.
 
@@ -39,7 +39,7 @@ from ingest.stac import parse_datetime
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ingest.pipeline._stac_api import ApiSearch
+    from ingest.pipeline.sources._api import ApiSearch
 
 Window = tuple[datetime | None, datetime | None]
 """A time lane's items: those whose instant is at or after the first bound and before the second (None: open)."""

@@ -13,7 +13,7 @@ validated by the ingest as any other (which names its problem), so the verdicts
 and the report are the same either way. The reader runs at a lower priority
 (:data:`NICENESS`): it works ahead, so the ingest gets the cores first.
 
-Started by :class:`~ingest.pipeline._pages.SearchPages` as
+Started by :class:`SearchPages` as
 a new ``python`` running :func:`main` (a new interpreter, not a fork: the
 ingest has an Icechunk repository open); it imports floe's STAC code and
 pystac-client, not the repository, zarr or Ray. The protocol, frames (a kind
@@ -23,9 +23,9 @@ byte, a length, the bytes) on its standard input and output:
 2. the ingest hands it the search's root, the request of each lane's next page (by lane number), how many lanes
    to read at once, the items each time lane keeps and the headers requests carry (:data:`HAND_OVER`, a pickle);
 3. the reader sends each page: its lane and the request after it in that lane (:data:`FOLLOWING`, a pickle), then
-   the page (:data:`PAGE`, a pickled :class:`ReaderPage`, its items as JSON bytes inside); then :data:`END` with
-   the reason the search failed (a page that could not be read after retries), empty when it read the last page
-   of every lane.
+   the page (:data:`PAGE`, a pickled :class:`~._api_walk.WalkedPage`, its items as JSON bytes inside); then
+   :data:`END` with the reason the search failed (a page that could not be read after retries), empty when it
+   read the last page of every lane.
 
 The ingest's page thread only reads the frames (the lock-free part); a page is
 loaded by the thread that ingests it, so the two threads do not take turns
@@ -47,18 +47,22 @@ import struct
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-if TYPE_CHECKING:
-    from collections.abc import Generator
+from ingest.pipeline._ahead import prefetched
+from ingest.pipeline.sources._api_pages import PAGES_AHEAD, Lanes, PageRequest, read_lanes
 
-    from ingest.pipeline._pages import Lanes
-    from ingest.remote._headers import Headers
+if TYPE_CHECKING:
+    from collections.abc import Generator, Iterator
+
+    from ingest.pipeline.sources._api_walk import WalkedPage
+    from ingest.remote import Headers
+
+# The reader's own side imports floe's STAC code and pystac-client inside :func:`main`, once it refuses pandas.
 
 log = logging.getLogger(__name__)
 
@@ -72,40 +76,30 @@ on one machine, the API) get the cores first; measured on 2 cores, 5-8% more ite
 CLOSE_SECONDS = 5.0
 """How long a stopped reader has to exit before it is killed."""
 
+HANDOFF_ITEMS = 20_000
+"""A search with at least this many items still to read (its ``numberMatched``, or, where the API does not say,
+this many read already) is read on by a page reader of its own. Behind an API 20 ms a request away, read in 3
+lanes, the reader gives 1.18x the items a second of the same search read by the ingest alone
+(docs/benchmarks-history.md, issue 50)."""
 
-@dataclass(slots=True)
-class ReaderPage:
-    """One page as the reader prepared it."""
+HANDOFF_WAITS = False
+"""Wait for the page reader to start before reading the next page (tests: the hand-over happens at the page it
+is asked for); by default pages are read here until the reader is ready."""
 
-    items: list[Any]
-    """The page's features, without the links the API writes about them (what is not an object, as it is);
-    empty while they travel as :attr:`items_json`."""
-    checked: list[bool]
-    """For each item, True when :func:`~ingest.stac.validate_item` accepts it as it is (geometry included)."""
-    collections: list[tuple[int, str, dict[str, Any] | None]] = field(default_factory=list)
-    """Collections the reader saw first on this page: the index of their first item, their id and their document
-    (None when it could not be read)."""
-    warnings: list[str] = field(default_factory=list)
-    noted: int = 0
-    """Items whose ``updated`` was looked at (:meth:`~ingest.pipeline._stac_api.ApiSearch.note_updated`)."""
-    without_updated: int = 0
-    newest_updated: datetime | None = None
-    outside: bool = False
-    """The page held an item whose time misses its lane's interval (:func:`~ingest.pipeline._lanes.outside`): the
-    API does not filter by ``datetime``."""
-    items_json: bytes | None = None
-    """The items as JSON, where orjson writes and reads them back exactly (a page orjson decoded): cheaper to
-    send than a pickle of them (1 us an item to write and 5 to read, against 3 and 6)."""
+SENT_PAGES_AHEAD = 12
+"""Pages a page reader may have sent ahead of the ingest (as bytes, a sixth of a decoded page's memory): it keeps
+reading while the ingest writes a batch."""
 
 
 @dataclass(slots=True, frozen=True)
 class SentPage:
-    """A page as the reader sent it; :meth:`load` makes it a :class:`ReaderPage`."""
+    """A page as the reader sent it; :meth:`load` makes it a :class:`~._api_walk.WalkedPage`."""
 
     data: bytes
 
-    def load(self) -> ReaderPage:
-        page: ReaderPage = pickle.loads(self.data)  # noqa: S301 - from the reader this process started
+    def load(self) -> WalkedPage:
+        """The page, its items decoded (on the thread that ingests them)."""
+        page: WalkedPage = pickle.loads(self.data)  # noqa: S301 - from the reader this process started
         if page.items_json is not None:
             page.items, page.items_json = orjson.loads(page.items_json), None
         return page
@@ -145,11 +139,11 @@ class PageReader:
     @classmethod
     def start(cls) -> PageReader | None:
         """A reader starting in the background; None (logged) when no Python can be started here."""
-        package_root = str(Path(__file__).resolve().parents[2])
+        package_root = str(Path(__file__).resolve().parents[3])
         path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
         try:
             process = subprocess.Popen(
-                [sys.executable, "-c", "from ingest.pipeline._page_worker import main; main()"],
+                [sys.executable, "-c", "from ingest.pipeline.sources._api_reader import main; main()"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env={**os.environ, "PYTHONPATH": path},
@@ -188,9 +182,9 @@ class PageReader:
         """
         stdin, stdout = self._process.stdin, self._process.stdout
         assert stdin is not None and stdout is not None
-        try:
-            from ingest.remote._headers import Headers
+        from ingest.remote import Headers
 
+        try:
             handed = (root, lanes.open(), lanes.at_once, lanes.windows, headers if headers is not None else Headers())
             _write(stdin, HAND_OVER, pickle.dumps(handed, protocol=pickle.HIGHEST_PROTOCOL))
             while True:
@@ -232,6 +226,61 @@ class PageReader:
                 process.wait()
 
 
+class SearchPages:
+    """A search's pages, each with its lane, read here until the search proves large, then by a page reader of
+    its own.
+
+    Iterated on the page thread (:func:`~ingest.pipeline._ahead.prefetched`). Pages read here are
+    decoded pages (dicts); the reader's are :class:`SentPage` objects (pages
+    already stripped and checked, loaded by the thread that ingests them). The reader starts once
+    :data:`HANDOFF_ITEMS` remain (or have been read, where the API does not count); while it starts (half a
+    second: a new Python and its imports) pages go on being read here, and it takes over at each lane's next page
+    once it is ready (pages read here and not yet taken are dropped: the reader asks for them again). A reader
+    that cannot start, or stops without saying why, is logged and the search goes on here from the page each
+    lane had reached; a page the reader could not read (after retries) fails the search as one read here would.
+    """
+
+    def __init__(self, io: Any, root: str, lanes: Lanes, headers: Headers | None = None) -> None:
+        self._io, self._root = io, root
+        self._headers = headers if headers is not None else Headers()
+        self.lanes = lanes
+        self._reader: PageReader | None = None
+        self._tried = False
+
+    def __iter__(self) -> Iterator[tuple[int, dict[str, Any] | SentPage]]:
+        lanes = self.lanes
+        here: Generator[tuple[int, dict[str, Any], PageRequest | None, bool]] | None = None
+        try:
+            while lanes.open():
+                reader = self._reader
+                if reader is not None and reader.ready(wait=HANDOFF_WAITS):
+                    if here is not None:
+                        here.close()  # its pages on their way are dropped: the reader asks for them again
+                        here = None
+                    yield from reader.read_from(self._root, lanes, self._headers)
+                    self.close()
+                    continue
+                if reader is not None and reader.lost:
+                    self.close()
+                if here is None:
+                    here = read_lanes(self._io, lanes.open(), lanes.at_once)
+                lane, page, following, _ = next(here)
+                yield lane, page
+                lanes.note(lane, page, following)
+                if following is not None and not self._tried and lanes.large(HANDOFF_ITEMS):
+                    self._tried = True
+                    self._reader = PageReader.start()
+        finally:
+            if here is not None:
+                here.close()
+
+    def close(self) -> None:
+        """Stop the page reader, if one runs (the search is done, failed, or no longer wanted)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
+
+
 # -- the reader's side ------------------------------------------------------------------------------------------
 
 
@@ -260,10 +309,10 @@ def checked_flags(items: list[Any], *, serialized: bool = False) -> list[bool]:
 
 def _prepare(
     page: dict[str, Any], io: Any, root: str, seen: set[str], caught: _Warnings, *, exact: bool, window: Any = None
-) -> ReaderPage:
+) -> WalkedPage:
     """``page`` walked as the ingest would walk it (keeping what its lane's ``window`` keeps), its items checked,
     ready to send."""
-    from ingest.pipeline._stac_api import walk_page
+    from ingest.pipeline.sources._api_walk import walk_page
 
     prepared = walk_page(page, io, root, seen, window)
     if exact:
@@ -317,15 +366,14 @@ def main() -> None:
 
 def _serve(out: IO[bytes]) -> None:
     from ingest._faults import fault_point
-    from ingest.pipeline._pages import PAGES_AHEAD, prefetched, read_lanes
-    from ingest.pipeline._stac_api import _reason, _session_io, with_headers
+    from ingest.pipeline.sources._api_io import failure_reason, session_io, with_headers
 
     caught = _Warnings()
     logging.getLogger("ingest").addHandler(caught)
     logging.getLogger("ingest").propagate = False
     # Made before the reader says it is ready: the first one takes 70 ms (pystac-client's and requests' lazy
     # imports), which the search would wait for at the hand-over.
-    io = _session_io()
+    io = session_io()
 
     _write(out, READY)
     stdin = sys.stdin.buffer
@@ -350,6 +398,6 @@ def _serve(out: IO[bytes]) -> None:
             _write(out, PAGE, pickle.dumps(prepared, protocol=pickle.HIGHEST_PROTOCOL))
             fault_point("reader.after_page")
     except Exception as error:  # noqa: BLE001 - sent to the ingest, which ends the search with it
-        _write(out, END, _reason(error).encode())
+        _write(out, END, failure_reason(error).encode())
         return
     _write(out, END)

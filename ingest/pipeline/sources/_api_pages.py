@@ -1,5 +1,4 @@
-"""A STAC API search's pages: each page's request, the lanes they come in, the page thread, and the hand-over to
-a page reader.
+"""A STAC API search's pages: each page's request, and the lanes they come in, read several at once.
 
 A search is paged as the STAC API item search says: each page's ``next`` link
 (its ``href``, ``method``, ``headers`` and ``body``; a POST body merged into
@@ -7,48 +6,30 @@ the first request's where the link says ``merge``) makes the next request, and
 a page without items, or without a next link, is the last. Paging is serial:
 one page's answer names the next. A search is therefore read in lanes
 (:class:`Lanes`; one search per collection, or per interval of time, as
-:func:`~ingest.pipeline._lanes.plan_lanes` says), several at once
+:func:`~._api_lanes.plan_lanes` says), several at once
 (:func:`read_lanes`): the API makes a page of each while the others travel
 and decode. Pages are read on a thread ahead of the ingest
-(:func:`prefetched`); a large search is handed to a page reader, a process of
-its own (:mod:`ingest.pipeline._page_worker`), at the page each lane has
-reached (:class:`SearchPages`).
+(:func:`~ingest.pipeline._ahead.prefetched`); a large search is handed to a page reader, a process of
+its own (``_api_reader.py``), at the page each lane has reached.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ingest._threads import on_daemon_thread
 from ingest.errors import InvalidSource
-from ingest.remote._headers import Headers
 from ingest.stac import read_json_noting_parser
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
-    from ingest.pipeline._page_worker import PageReader, SentPage
+    pass
 
 PAGES_AHEAD = 4
 """Pages fetched on a background thread while the ingest commits the ones before (network and commits overlap)."""
 
-SENT_PAGES_AHEAD = 12
-"""Pages a page reader may have sent ahead of the ingest (as bytes, a sixth of a decoded page's memory): it keeps
-reading while the ingest writes a batch."""
-
-HANDOFF_ITEMS = 20_000
-"""A search with at least this many items still to read (its ``numberMatched``, or, where the API does not say,
-this many read already) is read on by a page reader of its own (:mod:`ingest.pipeline._page_worker`)."""
-
 LANE_PAGES_AHEAD = 2
 """Pages each lane of a search read in lanes may hold ahead of the ingest (and one more in flight)."""
-
-HANDOFF_WAITS = False
-"""Wait for the page reader to start before reading the next page (tests: the hand-over happens at the page it
-is asked for); by default pages are read here until the reader is ready."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +72,7 @@ class PageRequest:
 class Lanes:
     """A search's lanes: the request of each one's next page (None once its last page is read), and how many are
     read at once. One lane is the search as it was asked; others together read what it would
-    (:func:`~ingest.pipeline._lanes.plan_lanes`)."""
+    (:func:`~._api_lanes.plan_lanes`)."""
 
     requests: list[PageRequest | None]
     at_once: int = 1
@@ -117,8 +98,8 @@ class Lanes:
             self.matched[lane] = matched
         self.requests[lane] = following
 
-    def large(self) -> bool:
-        """Whether the search has :data:`HANDOFF_ITEMS` still to read, as its lanes' ``numberMatched`` say, a lane
+    def large(self, items: int) -> bool:
+        """Whether the search has ``items`` still to read, as its lanes' ``numberMatched`` say, a lane
         not started yet taken to hold as many as those that said on average (or, where none says, whether it has
         read that many already)."""
         if self.matched:
@@ -133,8 +114,8 @@ class Lanes:
                 if request is not None and lane not in self.matched and not self.read[lane]
             )
             remaining += unstarted * sum(self.matched.values()) // len(self.matched)
-            return remaining >= HANDOFF_ITEMS
-        return sum(self.read) >= HANDOFF_ITEMS
+            return remaining >= items
+        return sum(self.read) >= items
 
 
 def _fetch(io: Any, request: PageRequest) -> str:
@@ -149,34 +130,17 @@ def _decoded(text: str, request: PageRequest) -> tuple[dict[str, Any], PageReque
     return page, request.following(page), by_orjson
 
 
-def read_pages(
-    io: Any, first: PageRequest, *, ahead: bool = True
-) -> Generator[tuple[dict[str, Any], PageRequest | None, bool]]:
+def read_pages(io: Any, first: PageRequest) -> Generator[tuple[dict[str, Any], PageRequest | None, bool]]:
     """Each page from ``first`` to the search's last, decoded, with the request for the page after it and whether
-    orjson decoded it (:func:`~ingest.stac.read_json_noting_parser`: then orjson writes it back exactly). With
-    ``ahead``, each page's successor is requested while the page decodes, so the API makes one page while this
-    process decodes the one before (lanes read at once need no such help).
+    orjson decoded it (:func:`~ingest.stac.read_json_noting_parser`: then orjson writes it back exactly).
 
-    Paging is serial (a page's next link makes the next request), and decoding a large page takes a fifth to a
-    third as long as the API takes to make it (5-9 ms against 33 for 1,000 items of ``floe serve``). So the
-    next link is read off the page's text first (:func:`guessed_following`, a few hundred bytes), and that
-    request goes out on a thread of its own. The decoded page's own next link decides: when it is another
-    request (a page laid out otherwise), the early answer is dropped and the right request made; an early
-    request that failed is made again, so its errors and retries are those of a request made in turn.
+    Paging is serial: a page's next link makes the next request. (Requesting the next page from a guess read off
+    the page's text while the page decoded gained under 5% behind an API 20 ms away, and was taken out:
+    docs/benchmarks-history.md, issue 50.)
     """
-    early: tuple[PageRequest, Future[str]] | None = None
     request: PageRequest | None = first
     while request is not None:
-        text = None
-        if early is not None and early[0] == request and early[1].exception() is None:
-            text = early[1].result()
-        early = None
-        if text is None:
-            text = _fetch(io, request)
-        guess = guessed_following(text, request) if ahead else None
-        if guess is not None:
-            early = (guess, on_daemon_thread(functools.partial(_fetch, io, guess), name="floe-next-page"))
-        page, following, by_orjson = _decoded(text, request)
+        page, following, by_orjson = _decoded(_fetch(io, request), request)
         yield page, following, by_orjson
         request = following
 
@@ -303,167 +267,3 @@ class _LaneThreads:
                 if following is not None:
                     self.free[lane] = following
                 self.changed.notify_all()
-
-
-_LINKS_KEY = '"links"'
-_BLANK = " \t\r\n"
-
-
-def guessed_following(text: str, request: PageRequest) -> PageRequest | None:
-    """The next page's request as the page's text seems to say, from its last ``"links"`` member alone (where
-    STAC APIs write a page's own links, after its features); None when that says nothing. A guess: the decoded
-    page decides."""
-    import json
-
-    at = text.rfind(_LINKS_KEY)
-    if at < 0:
-        return None
-    position = at + len(_LINKS_KEY)
-    while position < len(text) and text[position] in _BLANK:
-        position += 1
-    if not text.startswith(":", position):
-        return None
-    position += 1
-    while position < len(text) and text[position] in _BLANK:
-        position += 1
-    try:
-        links, _ = json.JSONDecoder().raw_decode(text, position)
-    except ValueError:
-        return None
-    if not isinstance(links, list):
-        return None
-    return request.following({"features": True, "links": links})
-
-
-class SearchPages:
-    """A search's pages, each with its lane, read here until the search proves large, then by a page reader of
-    its own.
-
-    Iterated on the page thread (:func:`prefetched`). Pages read here are
-    decoded pages (dicts); the reader's are :class:`~ingest.pipeline._page_worker.SentPage` objects (pages
-    already stripped and checked, loaded by the thread that ingests them). The reader starts once
-    :data:`HANDOFF_ITEMS` remain (or have been read, where the API does not count); while it starts (half a
-    second: a new Python and its imports) pages go on being read here, and it takes over at each lane's next page
-    once it is ready (pages read here and not yet taken are dropped: the reader asks for them again). A reader
-    that cannot start, or stops without saying why, is logged and the search goes on here from the page each
-    lane had reached; a page the reader could not read (after retries) fails the search as one read here would.
-    """
-
-    def __init__(self, io: Any, root: str, lanes: Lanes, headers: Headers | None = None) -> None:
-        self._io, self._root = io, root
-        self._headers = headers if headers is not None else Headers()
-        self.lanes = lanes
-        self._reader: PageReader | None = None
-        self._tried = False
-
-    def __iter__(self) -> Iterator[tuple[int, dict[str, Any] | SentPage]]:
-        from ingest.pipeline._page_worker import PageReader
-
-        lanes = self.lanes
-        here: Generator[tuple[int, dict[str, Any], PageRequest | None, bool]] | None = None
-        try:
-            while lanes.open():
-                reader = self._reader
-                if reader is not None and reader.ready(wait=HANDOFF_WAITS):
-                    if here is not None:
-                        here.close()  # its pages on their way are dropped: the reader asks for them again
-                        here = None
-                    yield from reader.read_from(self._root, lanes, self._headers)
-                    self.close()
-                    continue
-                if reader is not None and reader.lost:
-                    self.close()
-                if here is None:
-                    here = read_lanes(self._io, lanes.open(), lanes.at_once)
-                lane, page, following, _ = next(here)
-                yield lane, page
-                lanes.note(lane, page, following)
-                if following is not None and not self._tried and lanes.large():
-                    self._tried = True
-                    self._reader = PageReader.start()
-        finally:
-            if here is not None:
-                here.close()
-
-    def close(self) -> None:
-        """Stop the page reader, if one runs (the search is done, failed, or no longer wanted)."""
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.close()
-
-
-def prefetched[T](
-    source: Iterator[T], depth: int, weight: Callable[[T], int] | None = None, *, name: str = "floe-pages"
-) -> Iterator[T]:
-    """``source``'s values, produced up to ``depth`` ahead on a background thread; its exception is re-raised here.
-
-    With ``weight``, a value counts as it says toward ``depth`` (a value heavier than ``depth`` still passes,
-    alone). The thread stops when the consumer does (a closed generator): it never waits for longer than a tenth
-    of a second for room.
-    """
-    import threading
-
-    ahead = _Ahead(depth)
-    thread = threading.Thread(target=ahead.produce, args=(source, weight), name=name, daemon=True)
-    thread.start()
-    try:
-        while True:
-            value, error = ahead.take()
-            if value is _DONE:
-                if error is not None:
-                    raise error
-                return
-            yield value
-    finally:
-        ahead.stop.set()
-
-
-_DONE = object()
-
-
-class _Ahead:
-    """:func:`prefetched`'s queue: values and their weights, at most ``depth`` in weight held."""
-
-    def __init__(self, depth: int) -> None:
-        import threading
-        from collections import deque
-
-        self.depth = depth
-        self.values: deque[tuple[Any, BaseException | None, int]] = deque()
-        self.changed = threading.Condition()
-        self.held = 0
-        self.stop = threading.Event()
-
-    def produce(self, source: Iterator[Any], weight: Callable[[Any], int] | None) -> None:
-        try:
-            for value in source:
-                if not self.offer(value, None, weight(value) if weight is not None else 1):
-                    return
-            self.offer(_DONE, None, 0)
-        except BaseException as error:  # noqa: BLE001 - handed to the consumer, which raises it
-            self.offer(_DONE, error, 0)
-        finally:
-            close = getattr(source, "close", None)
-            if callable(close):
-                close()  # a generator's own cleanup runs here, on the thread that ran it
-
-    def offer(self, value: Any, error: BaseException | None, cost: int) -> bool:
-        """Queue ``value`` (or the end, with its error); False once the consumer has stopped."""
-        with self.changed:
-            while self.held and self.held + cost > self.depth and not self.stop.is_set():
-                self.changed.wait(0.1)
-            if self.stop.is_set():
-                return False
-            self.values.append((value, error, cost))
-            self.held += cost
-            self.changed.notify_all()
-        return True
-
-    def take(self) -> tuple[Any, BaseException | None]:
-        with self.changed:
-            while not self.values:
-                self.changed.wait()
-            value, error, cost = self.values.popleft()
-            self.held -= cost
-            self.changed.notify_all()
-        return value, error

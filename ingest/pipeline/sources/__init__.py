@@ -1,0 +1,113 @@
+"""Where items come from: every kind of source behind one contract, and the registry an ingest reads through.
+
+A kind of source (:class:`Source`) recognises the paths or URLs that name one of its kind and reads them into
+:class:`SourcedItem` values: an item, a STAC Collection, or the reason something could not be read, each labelled
+with where it came from, so a rejection names its input and the rest goes on. :data:`SOURCES` holds the kinds in
+the order they are asked; :func:`read_items` reads each source with the first kind that recognises it.
+
+Modules, one per kind, over shared ones that import none of them:
+
+- ``_types``: the contract and what it passes around (a leaf); ``_documents``: the items of a JSON document or of
+  NDJSON lines; ``_catalogs``: static catalogs walked through their links; ``_geoparquet``: stac-geoparquet files.
+- ``_files``: local files and folders, ``file://`` URLs and standard input (:class:`LocalFiles`).
+- ``_objects``: files and folders in object stores, ``s3://``, ``http(s)://``, Azure blobs (:class:`ObjectFiles`).
+- ``_api``: a STAC API search (:class:`StacApi`), read in lanes (``_api_lanes``) page by page (``_api_pages``).
+
+A new kind is a module with a class that meets :class:`Source`, added to :data:`SOURCES` before any kind that
+would recognise its sources too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ingest._lazy import lazy_names
+from ingest.errors import InvalidSource
+from ingest.pipeline.sources._types import (
+    FILE_SUFFIXES,
+    METADATA_SUFFIXES,
+    STDIN,
+    TIFF_SUFFIXES,
+    SearchParameters,
+    Source,
+    SourcedItem,
+    SourceOptions,
+)
+
+if TYPE_CHECKING:
+    from ingest.pipeline.sources._api import ApiSearch, StacApi, cursor_metadata, is_api_url, parse_since
+    from ingest.pipeline.sources._files import LocalFiles, expand_paths
+    from ingest.pipeline.sources._objects import ObjectFiles, RemoteReader
+
+# The kinds' modules load when first used (``ingest._lazy``): the page reader, a process of its own, imports the
+# STAC API's modules alone, not pystac's catalogs or obstore.
+_HOMES = {
+    **dict.fromkeys(
+        ("ApiSearch", "StacApi", "cursor_metadata", "is_api_url", "parse_since"), "ingest.pipeline.sources._api"
+    ),
+    **dict.fromkeys(("LocalFiles", "expand_paths"), "ingest.pipeline.sources._files"),
+    **dict.fromkeys(("ObjectFiles", "RemoteReader"), "ingest.pipeline.sources._objects"),
+}
+__getattr__ = lazy_names(__name__, globals(), _HOMES)
+
+
+def _kinds() -> tuple[Source, ...]:
+    from ingest.pipeline.sources._api import StacApi
+    from ingest.pipeline.sources._files import LocalFiles
+    from ingest.pipeline.sources._objects import ObjectFiles
+
+    return (LocalFiles(), StacApi(), ObjectFiles())
+
+
+SOURCES: list[Source] = []
+"""The kinds of source, in the order they are asked: local files, a STAC API, then files at URLs (an ``https://``
+URL without a file's suffix names an API). Filled when first asked (:func:`source_kind`)."""
+
+
+def source_kind(source: str | Path) -> Source | None:
+    """The kind of source that reads ``source`` (None: none recognises it)."""
+    if not SOURCES:
+        SOURCES.extend(_kinds())
+    return next((kind for kind in SOURCES if kind.recognises(source)), None)
+
+
+def read_items(sources: Iterable[str | Path], options: SourceOptions | None = None) -> Iterator[SourcedItem]:
+    """Every item in ``sources``, in order, each with its label (or the error that kept it out).
+
+    A source is a local path (file or folder), ``-`` (standard input), a ``file://``, ``s3://`` or ``http(s)://``
+    URL of a file (or an ``s3://`` folder, ending in ``/``), or a STAC API. ``options`` say how to reach S3
+    (settings that are set win over the ``AWS_*`` environment) and what to ask STAC APIs.
+    """
+    options = options if options is not None else SourceOptions()
+    for source in sources:
+        kind = source_kind(source)
+        if kind is None:
+            yield SourcedItem(str(source), error=InvalidSource("no kind of source floe reads recognises it"))
+            continue
+        yield from kind.read(source, options)
+
+
+__all__ = [
+    "FILE_SUFFIXES",
+    "METADATA_SUFFIXES",
+    "SOURCES",
+    "STDIN",
+    "TIFF_SUFFIXES",
+    "ApiSearch",
+    "LocalFiles",
+    "ObjectFiles",
+    "RemoteReader",
+    "SearchParameters",
+    "Source",
+    "SourceOptions",
+    "SourcedItem",
+    "StacApi",
+    "cursor_metadata",
+    "expand_paths",
+    "is_api_url",
+    "parse_since",
+    "read_items",
+    "source_kind",
+]

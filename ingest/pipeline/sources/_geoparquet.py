@@ -1,0 +1,52 @@
+"""stac-geoparquet files: items read a record batch at a time (one row group), labelled ``file#rowN``, so a file of
+millions of rows is never whole in memory, on disk or at a URL (through a seekable reader: range requests).
+
+A batch that cannot be read ends the file with the reason, after the rows before it; where the bytes stopped
+arriving (a file object that kept its ``failure``), the reason says it was the transfer, not the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ingest.errors import InvalidSource
+from ingest.pipeline._ahead import prefetched
+from ingest.pipeline.sources._documents import absolute_hrefs
+from ingest.pipeline.sources._types import SourcedItem
+from ingest.remote import describe
+from ingest.stac import geoparquet_items, row_group_batches
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def geoparquet_file_items(
+    file: Path | Any, label: str, *, path: Path | None = None, base: str | None = None
+) -> Iterator[SourcedItem]:
+    """The items of the stac-geoparquet ``file`` (a local path, or a seekable file object read from ``base``, a
+    URL: its batches are then read on a thread ahead, and the items' relative asset hrefs made absolute)."""
+    import pyarrow.parquet as pq
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        with pq.ParquetFile(file) as opened:
+            yield from row_group_batches(opened)
+
+    row = 0
+    try:
+        # From a URL: read and decoded on a thread ahead (Ctrl-C reaches a stalled transfer), while the last
+        # batch becomes items here.
+        for batch in batches() if base is None else prefetched(batches(), 2, name="floe-stream"):
+            for item in geoparquet_items(batch):
+                if base is not None:
+                    absolute_hrefs(item, base)
+                yield SourcedItem(f"{label}#row{row}", item=item, path=path)
+                row += 1
+    except Exception as error:  # noqa: BLE001 - any failure means the file is not stac-geoparquet
+        failure = getattr(file, "failure", None)
+        if failure is not None:
+            reason = f"the transfer broke off after row {row} ({describe(failure)})"
+        else:
+            reason = f"not a readable stac-geoparquet file ({error})"
+        yield SourcedItem(label, error=InvalidSource(reason))
