@@ -30,6 +30,19 @@ from ingest.config import S3Settings
 # The shared invariants assert outside test modules: let pytest explain their failures too.
 pytest.register_assert_rewrite("tests.invariants")
 
+SLOW_FIXTURES = frozenset(("moto_server", "ray_cluster", "blob_server", "signature_proxy"))
+"""Fixtures that start a real part for a test (the moto S3 server, a Ray cluster, the blob server, the signing
+proxy): a test that uses one, directly or through another fixture, is ``slow``. With the modules whose every test
+starts its own (``pytestmark = pytest.mark.slow``) and the tests marked one by one, ``pytest -m "not slow"`` is
+the quick loop of docs/development.md."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 DATA = Path(__file__).parent / "data"
 REAL_ITEMS = DATA / "real-items"
 

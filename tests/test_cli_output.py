@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -17,24 +16,11 @@ from typer.testing import CliRunner
 from ingest import Repository, Settings
 from ingest.cli import app
 from ingest.cli._app import counted
+from tests._cli import floe_child as floe
 from tests.conftest import make_item
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 LONG_MESSAGE = "hourly update of the archive " + "with a very long explanation " * 8
-
-
-def floe(*arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``floe ARGUMENTS`` in a child process whose stdout and stderr are pipes (not a terminal)."""
-    environment = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
-    return subprocess.run(
-        [sys.executable, "-m", "ingest.cli", *arguments],
-        cwd=CHECKOUT,
-        env={**environment, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")

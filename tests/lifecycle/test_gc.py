@@ -13,16 +13,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 from ingest import Repository, Settings
-from ingest.cli import app
 from ingest.errors import InvalidDuration
 from ingest.lifecycle import gc, parse_duration
 from ingest.lifecycle._store import RootFiles
 from ingest.repository import _commit as commit_module
 from ingest.stac import arrow_to_items, without_arrays_asset
 from tests import invariants
+from tests._cli import floe_here as floe
 from tests.conftest import make_item, stage_raster
 from tests.lifecycle._helpers import every_version, expected_live, exports, files_of_version, table_files
 from tests.lifecycle._writers import commit_with_arrays, killed_mid_commit
@@ -40,13 +39,6 @@ from tests.repository._writers import (
 )
 
 SPAWN = multiprocessing.get_context("spawn")
-
-
-def floe(root: str, *args: str, settings: Settings | None = None):
-    env = {}
-    if settings is not None and settings.s3.endpoint_url:
-        env = {f"FLOE_S3__{key.upper()}": str(value) for key, value in settings.s3.model_dump().items() if value}
-    return CliRunner().invoke(app, ["--root", root, *args], env=env, catch_exceptions=False)
 
 
 def kill_a_writer(root: str, settings: Settings, item_id: str, directory: Path) -> str:

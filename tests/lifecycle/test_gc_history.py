@@ -10,24 +10,16 @@ import os
 from datetime import timedelta
 
 import pytest
-from typer.testing import CliRunner
 
 from ingest import Repository, Settings
-from ingest.cli import app
 from ingest.lifecycle import arrays_footprint, gc
 from ingest.lifecycle._history import KEEP_NEWEST, OVERWRITTEN_DIR, REPO_OBJECT
 from ingest.lifecycle._store import RootFiles
+from tests._cli import floe_here as floe
 from tests.lifecycle._helpers import every_version, exports
 from tests.lifecycle._writers import commit_with_arrays
 
 HALF_HOUR = timedelta(minutes=30)
-
-
-def floe(root: str, *args: str, settings: Settings | None = None):
-    env = {}
-    if settings is not None and settings.s3.endpoint_url:
-        env = {f"FLOE_S3__{key.upper()}": str(value) for key, value in settings.s3.model_dump().items() if value}
-    return CliRunner().invoke(app, ["--root", root, *args], env=env, catch_exceptions=False)
 
 
 def overwritten(repository: Repository) -> dict[str, float]:

@@ -8,13 +8,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from ingest import Repository, Settings
-from ingest.cli import app
 from ingest.errors import RepositoryMoved
 from ingest.lifecycle import relocate
 from ingest.lifecycle._store import RootFiles
+from tests._cli import floe_here as floe
 from tests.conftest import make_item
 from tests.lifecycle._helpers import every_version, expected_live, table_files
 from tests.lifecycle._writers import commit_with_arrays
@@ -46,10 +45,6 @@ def digests(root: Path) -> dict[str, str]:
 
 def kept_files(directory: Path) -> list[Path]:
     return [path for path in directory.rglob("*") if path.is_file()]
-
-
-def floe(root: str, *args: str):
-    return CliRunner().invoke(app, ["--root", root, *args], catch_exceptions=False)
 
 
 def test_a_copy_is_refused_until_relocated_then_works_and_the_original_is_untouched(tmp_path):

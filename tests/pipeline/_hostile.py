@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ingest import Repository
+from tests._cli import floe_child
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def floe(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "--root", str(root), *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
-        timeout=600,
-        check=False,
-    )
 
 
 @dataclass
@@ -61,3 +48,8 @@ def ingest_and_read(
 
 def rejection_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("rejected ")]
+
+
+def floe(root: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``floe --root ROOT ARGS`` in a child process (``tests._cli.floe_child``)."""
+    return floe_child("--root", str(root), *args, env=env, cwd=REPO_ROOT)
