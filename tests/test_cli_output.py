@@ -37,6 +37,7 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_floe_log_piped_is_one_line_a_commit_with_its_refs_and_no_housekeeping(history):
     done = floe("--root", str(history), "log")
     assert done.returncode == 0, done.stderr

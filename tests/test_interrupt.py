@@ -84,6 +84,7 @@ def _interrupted(command: list[str], wait, within: float) -> tuple[int, str, str
     return process.returncode, out, err
 
 
+@pytest.mark.slow
 def test_an_interrupted_ingest_keeps_its_commits_and_goes_on_when_run_again(http_server, tmp_path):
     lines = [
         json.dumps(make_item(f"item-{number:05d}", "c", note="x" * 900)) for number in range(ITEMS)
@@ -181,6 +182,7 @@ def _interrupted_once_waiting(arguments: list[str], ready: str, asked) -> str:
 
 
 @pytest.mark.parametrize("how", ["all", "one"])
+@pytest.mark.slow
 def test_ctrl_c_ends_a_stalled_head_at_once(http_server, how):
     asked = lambda: "__stall__/scene.tif" in http_server.sent()  # noqa: E731
     assert _interrupted_once_waiting([_HEADS, http_server.url, how], "asking\n", asked) == "interrupted\n"
@@ -203,6 +205,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_a_pool_whose_call_stalls_and_the_process_ends():
     # With a ThreadPoolExecutor the process never exits: its thread is joined when the block ends, and at exit.
     assert _interrupted_once_waiting([_POOL], "waiting\n", lambda: True) == "interrupted\n"
@@ -262,6 +265,7 @@ STORAGE_STOPS_WITHIN = 45
 machine's Python; Icechunk itself waited more than 100 s, Ctrl-C doing nothing meanwhile."""
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_a_command_stuck_inside_an_icechunk_call(monkeypatch):
     blackhole = _Blackhole()
     settings = {

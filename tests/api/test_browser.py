@@ -141,6 +141,7 @@ class Page:
         self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
+@pytest.mark.slow
 def test_each_ref_renders_its_own_catalog_collection_and_items(server: FloeServer, browser: object) -> None:
     page = Page(browser, server)
     page.open(f"{server.url}/refs/v1/browser/")
@@ -168,6 +169,7 @@ def test_each_ref_renders_its_own_catalog_collection_and_items(server: FloeServe
     assert not page.errors, page.errors
 
 
+@pytest.mark.slow
 def test_the_version_switcher_lists_refs_and_opens_each(server: FloeServer, browser: object) -> None:
     page = Page(browser, server)
     page.open(f"{server.url}/refs/v1/browser/")
@@ -207,6 +209,7 @@ def test_each_mount_gets_its_own_config(server: FloeServer) -> None:
         assert http.post("/browser/config.js").status_code == 405
 
 
+@pytest.mark.slow
 def test_without_a_build_the_page_says_how_to_install_it_and_the_api_works(
     repository_root: Path, tmp_path: Path
 ) -> None:

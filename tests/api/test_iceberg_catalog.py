@@ -77,6 +77,7 @@ def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
         server.stop()
 
 
+@pytest.mark.slow
 def test_config_names_the_ref_and_only_read_endpoints(catalog: Catalog) -> None:
     for ref in (*REFS, catalog.repository().resolve("v1")):
         config = catalog.http.get("/v1/config", params={"warehouse": ref}).json()

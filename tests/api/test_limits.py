@@ -28,6 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FloeServer]:
         running.stop()
 
 
+@pytest.mark.slow
 def test_limit_beyond_the_configured_maximum_is_a_400_that_says_so(server: FloeServer) -> None:
     page = json.load(urllib.request.urlopen(f"{server.url}/search?limit=50"))
     assert len(page["features"]) == 50

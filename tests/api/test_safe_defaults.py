@@ -100,6 +100,7 @@ def test_serve_defaults_to_loopback_everywhere_it_is_configured() -> None:
     assert inspect.signature(serve_cli).parameters["host"].default is None
 
 
+@pytest.mark.slow
 def test_floe_serve_without_host_listens_on_loopback_only(served: Served) -> None:
     sockets = _listening(psutil.Process(served.process.pid))
     assert ("127.0.0.1", served.port) in sockets, sockets

@@ -61,6 +61,7 @@ def _when(item: dict) -> datetime | None:
     return parse_datetime(text) if text else None
 
 
+@pytest.mark.slow
 def test_bbox_intersects_datetime_collections_ids_equal_brute_force(world: dict) -> None:
     client = Client.open(world["server"].url + "/")
     items = world["items"]
@@ -287,6 +288,7 @@ def test_limit_beyond_the_maximum_is_refused_when_configured(tmp_path: Path) -> 
     assert len(SearchEngine(repository, max_limit=3).search(SearchRequest(limit=4)).items) == 3
 
 
+@pytest.mark.slow
 def test_items_point_at_their_arrays_at_the_served_snapshot(tmp_path: Path) -> None:
     import icechunk
     import numpy as np

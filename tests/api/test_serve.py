@@ -84,6 +84,7 @@ def served(tmp_path_factory):
             process.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_workers_answer_alike_on_one_socket(served):
     supervisor, url = served
     workers = wait_for(lambda: len(workers_of(supervisor)) == 2 and workers_of(supervisor), "two workers")
@@ -107,6 +108,7 @@ def test_workers_answer_alike_on_one_socket(served):
     assert seen == [f"item-{number:02d}" for number in range(30)]
 
 
+@pytest.mark.slow
 def test_a_worker_that_dies_is_replaced_and_the_server_answers_on(served):
     supervisor, url = served
     workers = wait_for(lambda: len(workers_of(supervisor)) == 2 and workers_of(supervisor), "two workers")

@@ -66,6 +66,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         server.stop()
 
 
+@pytest.mark.slow
 def test_the_extension_is_advertised_and_writes_need_the_token(served: Served) -> None:
     classes = served.http.get("/conformance").json()["conformsTo"]
     assert "https://api.stacspec.org/v1.0.0/ogcapi-features/extensions/transaction" in classes

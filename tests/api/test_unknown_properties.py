@@ -77,6 +77,7 @@ def get(url: str) -> tuple[int, dict]:
         return error.code, json.loads(error.read())
 
 
+@pytest.mark.slow
 def test_the_server_answers_by_default_and_refuses_with_the_setting(servers):
     default, strict = servers
     query = "/search?" + urllib.parse.urlencode({"filter": "mission LIKE 'sentinel%'", "filter-lang": "cql2-text"})

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
 from ingest.cli import app
 
 
+@pytest.mark.slow
 def test_export_command_writes_each_format_at_a_ref(real_repo, tmp_path):
     runner = CliRunner()
     root = str(real_repo.location.url)

@@ -85,6 +85,7 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
 # -- the 50 real items of 13 collections --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ndjson_round_trips_the_real_items(real_repo, tmp_path):
     view = real_repo.view("main")
     result = export_ndjson(view, tmp_path / "items.ndjson")
@@ -145,6 +146,7 @@ def test_geoparquet_round_trips_the_real_items_and_geopandas_and_duckdb_read_it(
     )
 
 
+@pytest.mark.slow
 def test_catalog_round_trips_the_real_items_and_each_document_is_valid_stac(real_repo, tmp_path):
     view = real_repo.view("main")
     result = export_catalog(view, tmp_path / "catalog")
@@ -199,6 +201,7 @@ def evolving_repo(tmp_path_factory) -> Repository:
     return repository
 
 
+@pytest.mark.slow
 def test_catalog_of_generated_items_passes_stac_validator_recursively_offline(evolving_repo, tmp_path):
     export_catalog(evolving_repo.view("main"), tmp_path / "catalog")
     validator = StacValidate(str(tmp_path / "catalog" / "catalog.json"), recursive=True, schema_map=schema_map())

@@ -54,6 +54,7 @@ def assert_everything_reads(root: str, versions_before, exports_before, settings
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow
 def test_gc_removes_replaced_repo_versions_older_than_the_grace_and_keeps_younger_ones(tmp_path):
     root = str(tmp_path / "repo")
     repository = Repository.create(root, Settings())
@@ -91,6 +92,7 @@ def test_gc_removes_replaced_repo_versions_older_than_the_grace_and_keeps_younge
     assert exports(Repository.open(root, Settings()))["branch:main"] != exports_before["branch:main"]
 
 
+@pytest.mark.slow
 def test_the_newest_replaced_versions_stay_whatever_their_age(tmp_path):
     root = str(tmp_path / "repo")
     repository = Repository.create(root, Settings())
@@ -114,6 +116,7 @@ def test_the_newest_replaced_versions_stay_whatever_their_age(tmp_path):
     assert_everything_reads(root, versions_before, exports_before)
 
 
+@pytest.mark.slow
 def test_default_gc_keeps_the_newest_ten_and_expiry_shrinks_repo(tmp_path):
     root = str(tmp_path / "repo")
     repository = Repository.create(root, Settings())

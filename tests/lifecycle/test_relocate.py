@@ -47,6 +47,7 @@ def kept_files(directory: Path) -> list[Path]:
     return [path for path in directory.rglob("*") if path.is_file()]
 
 
+@pytest.mark.slow
 def test_a_copy_is_refused_until_relocated_then_works_and_the_original_is_untouched(tmp_path):
     settings = Settings()
     original = tmp_path / "R"

@@ -68,6 +68,7 @@ def fifty(tmp_path_factory: pytest.TempPathFactory) -> str:
     return root
 
 
+@pytest.mark.slow
 def test_one_tag_without_history_then_a_second(fifty, tmp_path):
     source = Repository.open(fifty, SETTINGS)
     target_root, full_root = str(tmp_path / "release"), str(tmp_path / "full")
@@ -121,6 +122,7 @@ def test_one_tag_without_history_then_a_second(fifty, tmp_path):
     assert export(target, "v1") == export(source, "v1") and export(target, "v2") == export(source, "v2")
 
 
+@pytest.mark.slow
 def test_a_branch_without_history_follows_its_source_incrementally(tmp_path):
     source_root, target_root = str(tmp_path / "source"), str(tmp_path / "target")
     source = Repository.create(source_root, SETTINGS)
@@ -204,6 +206,7 @@ def test_a_branch_that_moved_back_gets_a_new_version_forward(tmp_path):
     assert check(target, all_refs=True, deep=True) == []
 
 
+@pytest.mark.slow
 def test_a_full_replica_of_chosen_refs_lists_only_them(fifty, tmp_path):
     source = Repository.open(fifty, SETTINGS)
     target_root = str(tmp_path / "target")
@@ -336,6 +339,7 @@ def test_a_gc_of_the_source_mid_run_leaves_the_target_old_or_complete(tmp_path, 
     assert exports(target) == exports(Repository.open(source_root, SETTINGS))
 
 
+@pytest.mark.slow
 def test_without_history_a_gc_mid_run_fails_cleanly_or_completes(tmp_path, monkeypatch):
     source_root, target_root = str(tmp_path / "source"), str(tmp_path / "target")
     source = Repository.create(source_root, SETTINGS)
@@ -424,6 +428,7 @@ def test_virtual_arrays_replicate_without_history_as_references(tmp_path):
         target.view().item_arrays("sample-dem", "one").load()
 
 
+@pytest.mark.slow
 def test_a_replica_without_history_is_served_at_its_tag(fifty, tmp_path):
     """`floe serve` on a replica without history: a STAC client searching the tag's root gets the source's items
     at that tag, and the branch root (main, empty at such a target) gets none."""

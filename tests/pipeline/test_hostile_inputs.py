@@ -419,6 +419,7 @@ def test_the_corpus_is_large_enough():
     assert len({case.name for case in CASES}) == len(CASES)
 
 
+@pytest.mark.slow
 def test_the_run_exits_3_without_a_traceback_and_passes_the_deep_check(corpus):
     _, _, run = corpus
     assert run.ingest.returncode == 3, run.ingest.stderr[-3000:]
@@ -455,6 +456,7 @@ def test_case(corpus, case):
     assert len(lines[0]) < 1000
 
 
+@pytest.mark.slow
 def test_accepted_cases_alone_exit_0(tmp_path, corpus):
     folder, _, _ = corpus
     accepted = [case_file(folder, case) for case in CASES if case.reason is None]

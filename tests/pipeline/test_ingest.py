@@ -102,6 +102,7 @@ def test_duplicate_across_batches_of_one_run_is_rejected(tmp_path, repo):
     assert Counter(item["id"] for item in repo.view().items()) == Counter(["a", "b"])
 
 
+@pytest.mark.slow
 def test_real_items_ingest_into_one_table_and_export_equal(repo):
     report = ingest_items(repo, [REAL_ITEMS], batch_size=7)
     real = load_real_items()

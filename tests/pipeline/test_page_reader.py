@@ -121,6 +121,7 @@ def _outcome(report, items, search) -> tuple:
     return rejected, items, (search.complete, search.items, search.without_updated, search.newest_updated)
 
 
+@pytest.mark.slow
 def test_the_page_reader_reads_a_search_with_the_outcome_of_this_process(http_server, tmp_path, reader_pages):
     url = _static_api(http_server.folder, http_server.url, "same", _features())
     alone = _outcome(*_ingest_with(tmp_path, "alone", url, handoff=False))
@@ -137,6 +138,7 @@ def test_the_page_reader_reads_a_search_with_the_outcome_of_this_process(http_se
     assert items["item-033"]["properties"]["limit"] == float("inf")
 
 
+@pytest.mark.slow
 def test_a_private_api_gets_its_headers_from_this_process_and_the_reader_alone(http_server, tmp_path, reader_pages):
     url = _static_api(http_server.folder, http_server.url, "private", _features(), private=True)
     public = _static_api(http_server.folder, http_server.url, "public", _features())
@@ -164,6 +166,7 @@ def _ingest_with(tmp_path: Path, name: str, url: str, *, handoff: bool):
     return _ingest(tmp_path, name, url)
 
 
+@pytest.mark.slow
 def test_a_reader_that_dies_leaves_the_search_to_this_process(http_server, tmp_path, reader_pages, caplog):
     url = _static_api(http_server.folder, http_server.url, "dies", _features())
     read_from = _api_reader.PageReader.read_from  # the counting one
@@ -184,6 +187,7 @@ def test_a_reader_that_dies_leaves_the_search_to_this_process(http_server, tmp_p
     assert "the page reader stopped" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_page_the_reader_cannot_read_fails_the_search_as_here(http_server, tmp_path, reader_pages):
     url = _static_api(http_server.folder, http_server.url, "broken", _features(), broken_after=3)
     read = _outcome(*_ingest_with(tmp_path, "read", url, handoff=True))

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from ingest import Repository
 from ingest.sample import make_archive
 from tests._fresh import last_json_line
@@ -36,6 +38,7 @@ CLUSTER_OWNER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_ingest_joins_an_existing_cluster(tmp_path):
     archive = tmp_path / "archive"
     make_archive(archive, granules=6, seed=3)
@@ -131,6 +134,7 @@ PRELOAD_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_local_cluster_workers_import_floe_before_actors_start_and_run_at_the_driver_priority():
     """A fresh process, so the cluster is the one start_ray makes. Ray's default worker niceness (15) starved
     ingest actors next to any other work: 16-55 s for a 0.6 s batch."""
@@ -161,5 +165,6 @@ PLAIN_WRITER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_the_actors_writer_used_outside_ray_starts_no_cluster(tmp_path):
     assert last_json_line(PLAIN_WRITER, str(tmp_path)) == {"committed": True, "ray": False, "node": None}

@@ -188,6 +188,7 @@ def test_a_stalled_raster_is_rejected_after_the_retries_the_settings_allow(
     }
 
 
+@pytest.mark.slow
 def test_the_read_that_explains_a_stalled_transfer_is_made_once(http_server):
     remote = RemoteSettings(read_timeout_s=1, retries=2)
 
@@ -209,6 +210,7 @@ def test_the_read_that_explains_a_stalled_transfer_is_made_once(http_server):
     assert explained == gdal_alone + 1
 
 
+@pytest.mark.slow
 def test_gdal_gives_up_on_a_stalled_server_after_the_read_timeout(http_server):
     url = f"{http_server.url}/__stall__/never.tif"
     with pytest.raises(InvalidRaster) as refused:

@@ -409,6 +409,7 @@ def test_ndjson_is_streamed_not_read_whole(http_server):
     assert http_server.sent()["big.ndjson"] == len(body)
 
 
+@pytest.mark.slow
 def test_a_server_that_never_answers_times_out(http_server):
     (http_server.folder / "slow.json").write_text(json.dumps(make_item("slow")))
     reader = RemoteReader(

@@ -199,6 +199,7 @@ def test_lanes_not_started_count_toward_handing_a_large_search_to_the_page_reade
     assert noted(9).large(_api_reader.HANDOFF_ITEMS)
 
 
+@pytest.mark.slow
 def test_a_search_in_lanes_ingests_what_one_search_ingests_from_floe_serve(tmp_path):
     source = Repository.create(tmp_path / "a")
     documents = [_collection(name) for name in "cde"]
@@ -241,6 +242,7 @@ def _read_here(tmp_path: Path, name: str, url: str):
         return _outcome(*_ingest(tmp_path, name, url, ("a", "b", "c"))[:3])
 
 
+@pytest.mark.slow
 def test_the_page_reader_reads_lanes_with_the_outcome_of_this_process(http_server, tmp_path, handed_over):
     url = _lanes_api(http_server, "handed", _collections_of_three())
     alone = _read_here(tmp_path, "alone", url)
@@ -256,6 +258,7 @@ def test_the_page_reader_reads_lanes_with_the_outcome_of_this_process(http_serve
     }
 
 
+@pytest.mark.slow
 def test_a_reader_that_dies_leaves_each_lane_to_this_process(http_server, tmp_path, handed_over, caplog):
     url = _lanes_api(http_server, "dies", _collections_of_three())
     with pytest.MonkeyPatch.context() as patch:
@@ -320,6 +323,7 @@ def _timed(collection: str) -> list:
     return [with_square(item, x=number % 20, y=number % 10, size=0.5) for number, item in enumerate(items)]
 
 
+@pytest.mark.slow
 def test_one_collection_is_read_in_intervals_of_time_from_floe_serve(tmp_path):
     source = Repository.create(tmp_path / "a")
     items = _timed("t")
@@ -399,6 +403,7 @@ def test_each_collection_is_read_in_intervals_of_time_so_more_lanes_read_at_once
     ]
 
 
+@pytest.mark.slow
 def test_a_search_of_the_whole_api_is_read_in_intervals_of_its_datetime(http_server, tmp_path):
     # No collection named: the search's own interval in ninths, three at once (the gate answers first pages only
     # three at a time); the static API ignores the interval, and each lane keeps its own.
@@ -457,6 +462,7 @@ def test_a_search_is_planned_as_three_lanes_for_each_read_at_once():
     assert plan(("c",), at_once=1) == [_api_lanes.Lane()]
 
 
+@pytest.mark.slow
 def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, handed_over, monkeypatch):
     url = _lanes_api(http_server, "reader-time", {"s": _timed("s")})
     flagged: list[bool] = []  # each page the reader sent: whether it held items outside its lane's interval
@@ -534,6 +540,7 @@ def test_an_api_on_this_machine_is_read_as_one_search_unless_the_settings_say(ht
     assert [lane.collections for lane in planned] == [["a"], ["b"]]
 
 
+@pytest.mark.slow
 def test_floe_ingest_reads_in_the_lanes_its_settings_say(http_server, tmp_path):
     # The CLI's default pipeline (its driver reads the search) takes remote.search_lanes from the environment, and
     # says how the search was read. The API's first pages are answered only to two requests at once.
@@ -547,6 +554,7 @@ def test_floe_ingest_reads_in_the_lanes_its_settings_say(http_server, tmp_path):
     assert len(list(Repository.open(tmp_path / "r").view("main").items())) == 12
 
 
+@pytest.mark.slow
 def test_floe_ingest_says_when_an_api_ignores_the_time_lanes_interval(http_server, tmp_path):
     # The static API answers every time lane with the whole collection: the run ingests each item once and says,
     # after its summary line, why the search cost a read of the collection per lane and what to set.

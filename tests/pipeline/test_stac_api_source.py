@@ -81,6 +81,7 @@ def _options(**parameters) -> SourceOptions:
     return SourceOptions(search=SearchParameters(page_size=PAGE, **parameters), since=since)
 
 
+@pytest.mark.slow
 def test_a_search_of_one_floe_ingests_into_another_equal(served, tmp_path):
     source, server = served
     target = Repository.create(tmp_path / "b")
@@ -98,6 +99,7 @@ def test_a_search_of_one_floe_ingests_into_another_equal(served, tmp_path):
     assert stored == original
 
 
+@pytest.mark.slow
 def test_pages_are_read_by_floes_exact_parser(served, tmp_path, monkeypatch):
     # Pages go through loads_json's parser (orjson where that is exact, twice as fast as the standard parser): an
     # integer beyond 64 bits, which orjson alone reads as a float, arrives exact.
@@ -125,6 +127,7 @@ def test_pages_are_read_by_floes_exact_parser(served, tmp_path, monkeypatch):
     assert parsed.count(False) == 1  # the page with the big integer, read by the exact parser
 
 
+@pytest.mark.slow
 def test_a_search_url_brings_its_own_parameters(served, tmp_path):
     source, server = served
     target = Repository.create(tmp_path / "b")
@@ -139,6 +142,7 @@ def test_a_search_url_brings_its_own_parameters(served, tmp_path):
     assert _items(target) == expected
 
 
+@pytest.mark.slow
 def test_since_last_takes_only_items_created_or_updated_since(served, tmp_path):
     source, server = served
     target = Repository.create(tmp_path / "b")
@@ -169,6 +173,7 @@ def test_since_last_takes_only_items_created_or_updated_since(served, tmp_path):
     assert _items(target) == {key: item for key, item in _items(source).items() if item["collection"] == "c"}
 
 
+@pytest.mark.slow
 def test_items_without_updated_make_since_last_read_the_whole_search(tmp_path):
     source = Repository.create(tmp_path / "a")
     _ingest_file(source, tmp_path / "a.ndjson", [_item(n, updated=None) for n in range(12)])
@@ -188,6 +193,7 @@ def test_items_without_updated_make_since_last_read_the_whole_search(tmp_path):
     assert report.items_read == 13 and report.rows_added == 1 and report.skipped == 12
 
 
+@pytest.mark.slow
 def test_unreachable_and_missing_apis_are_rejections_naming_the_url(served, tmp_path):
     _source, server = served
     target = Repository.create(tmp_path / "b")
@@ -204,6 +210,7 @@ def test_unreachable_and_missing_apis_are_rejections_naming_the_url(served, tmp_
     assert [search.complete for search in options.searches] == [False, False, True]
 
 
+@pytest.mark.slow
 def test_cli_ingests_a_search_and_resumes(served, tmp_path):
     _source, server = served
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -235,6 +242,7 @@ def test_cli_ingests_a_search_and_resumes(served, tmp_path):
     assert len(_items(Repository.open(tmp_path / "b"))) == 30
 
 
+@pytest.mark.slow
 def test_prune_mirrors_a_search_of_whole_collections(served, tmp_path):
     source, server = served
     target = Repository.create(tmp_path / "b")
@@ -252,6 +260,7 @@ def test_prune_mirrors_a_search_of_whole_collections(served, tmp_path):
     assert _items(target) == _items(source)
 
 
+@pytest.mark.slow
 def test_prune_is_refused_for_part_of_a_collection(served, tmp_path):
     _source, server = served
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}

@@ -223,6 +223,7 @@ def _race_worker(root: str, paths: list[str], barrier: Any, out: Any) -> None:
     out.put((outcome.commit.attempts, outcome.replans, len(outcome.rejected)))
 
 
+@pytest.mark.slow
 def test_two_runs_adding_slices_to_the_same_stacks_at_once_both_land_whole(tmp_path, grids_archive):
     """A forced race: both runs stage their slices on the same base, then both commit; the loser's slots move."""
     _, item_files = grids_archive

@@ -284,6 +284,7 @@ def node_count(repository: Repository) -> int:
     return 1 + sum(1 for _ in root.members(max_depth=None))
 
 
+@pytest.mark.slow
 def test_nodes_grow_with_grids_not_granules(tmp_path):
     """Icechunk writes every node into every snapshot: 60 granules on 3 grids must not make 60 groups."""
     repository = small_repo(tmp_path)

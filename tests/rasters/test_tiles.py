@@ -247,6 +247,7 @@ def read_in_a_fresh_process(*arguments: str) -> int:
 
 
 @pytest.mark.parametrize("virtual", [False, True], ids=["tile-copy", "virtual"])
+@pytest.mark.slow
 def test_arrays_with_the_tiff_predictor_read_in_a_process_that_parsed_no_tiff(virtual, tmp_path):
     """The predictor is virtual-tiff's own codec, which zarr knows only once virtual-tiff is imported: floe
     (``View.item_arrays``) reads it in any process, and a client without floe reads a copy's piece with icechunk,

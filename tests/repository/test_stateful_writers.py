@@ -505,6 +505,7 @@ class InterleavedWriters(RuleBasedStateMachine):
 InterleavedWriters.TestCase.settings = settings(
     max_examples=25, stateful_step_count=24, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+InterleavedWriters.TestCase.pytestmark = [pytest.mark.slow]  # 25 runs of up to 24 steps: about 80 s
 test_interleaved_writers = InterleavedWriters.TestCase
 
 

@@ -421,6 +421,7 @@ def test_pystac_items_are_accepted(repo):
     assert stored["geometry"] == item.geometry
 
 
+@pytest.mark.slow
 def test_manifest_merging_is_tiered_so_history_metadata_grows_near_linearly(tmp_path):
     """Merging every small manifest into one growing manifest rewrites the whole file list every few commits."""
     repo = Repository.create(tmp_path / "repo", Settings())

@@ -95,6 +95,7 @@ def test_booleans_beside_doubles_in_an_asset_come_back_as_booleans():
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(items(), min_size=1, max_size=8))
+@pytest.mark.slow
 def test_generated_items_keep_their_json_types(batch):
     batch = list({(item["collection"], item["id"]): item for item in batch}.values())
     back = {(item["collection"], item["id"]): item for item in arrow_to_items(items_to_arrow(batch))}
@@ -176,6 +177,7 @@ def uniform_items(draw) -> dict[str, Any]:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(uniform_items(), min_size=1, max_size=8))
+@pytest.mark.slow
 def test_batch_paths_give_the_row_by_row_table(batch):
     batch = list({(item["collection"], item["id"]): item for item in batch}.values())
     assert_both_paths_agree(batch)
@@ -331,6 +333,7 @@ def items_to_check(draw) -> dict[str, Any]:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(items_to_check(), min_size=1, max_size=6))
+@pytest.mark.slow
 def test_items_passed_a_batch_at_once_are_those_validate_item_accepts_as_they_are(batch):
     from ingest.stac import plainly_valid, validate_item
 

@@ -7,6 +7,7 @@ import string
 from collections import Counter
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -155,6 +156,7 @@ def test_integers_a_double_cannot_hold_are_not_widened_next_to_floats():
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(items(), min_size=1, max_size=8))
+@pytest.mark.slow
 def test_generated_items_round_trip_exactly(batch):
     batch = unique_by_id(batch)
     back = round_trip(batch)
@@ -163,6 +165,7 @@ def test_generated_items_round_trip_exactly(batch):
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(items(), min_size=1, max_size=5), st.sets(KEYS))
+@pytest.mark.slow
 def test_untyped_columns_still_round_trip(batch, untyped):
     batch = unique_by_id(batch)
     back = round_trip(batch, untyped=untyped | {"assets", "links"})
@@ -173,6 +176,7 @@ def test_untyped_columns_still_round_trip(batch, untyped):
     max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(st.lists(st.lists(items(), min_size=1, max_size=4), min_size=2, max_size=3))
+@pytest.mark.slow
 def test_batches_with_conflicting_types_round_trip_through_the_table(tmp_path_factory, batches):
     """Later batches meet columns typed by earlier ones; nothing is lost or coerced."""
     repo = Repository.create(tmp_path_factory.mktemp("repo") / "r")
