@@ -47,6 +47,38 @@ def open_search(
 
     >>> tree = open_search("floe-data", "v1", collections=["sentinel-2"], bbox=[5, 45, 6, 46])
     >>> tree.children  # one Dataset per grid: tree["g1a2b3c4d"].ds["data"].isel(time=-1).values
+
+    Args:
+        repository: an open repository, or the root of one (a local path or ``s3://bucket/prefix``), opened with
+            the settings :func:`~ingest.config.load_settings` returns.
+        ref: a branch, a tag or a snapshot id (default: the repository's configured branch).
+        assets: the asset keys to open (default: every asset with arrays).
+        max_items: stop after this many matching items (default: all).
+        collections: only items of these collections.
+        ids: only items with these ids.
+        bbox: only items intersecting this box: 4 numbers ``[xmin, ymin, xmax, ymax]`` (or 6, with heights), or
+            their comma-separated text.
+        intersects: only items intersecting this GeoJSON geometry or Feature (a dict or its JSON text).
+        datetime: only items at this RFC 3339 date-time or in this interval (``start/end``, ``..`` for an open end).
+        filter: a CQL2 filter, as text or JSON.
+        filter_lang: the language of ``filter``, ``cql2-text`` or ``cql2-json`` (default: ``cql2-json`` for a dict,
+            ``cql2-text`` otherwise).
+        sortby: the order of the items, e.g. ``"-datetime,id"``.
+
+    Returns:
+        A tree with one child Dataset per grid, read at the snapshot ``ref`` resolved to.
+
+    Raises:
+        RefNotFound: ``ref`` names no branch, tag or snapshot.
+        CollectionNotFound: ``collections`` names a collection the snapshot does not hold.
+        InvalidSearch: the search is malformed (its bbox, intersects, datetime, filter or sortby), or gives both
+            ``bbox`` and ``intersects``.
+        UnsupportedLayout: an earlier floe wrote a matching item's arrays, or laid out the repository's otherwise.
+        RepositoryNotFound: ``repository`` is a root where no floe repository is.
+        RepositoryMoved: ``repository`` is a root whose table metadata names the root it was copied or moved from.
+        StoreUnreachable: ``repository`` is a root whose store cannot be reached, or whose bucket does not exist.
+        InvalidRoot: ``repository`` is neither a local path nor ``s3://bucket/prefix``.
+        InvalidSettings: ``repository`` is an ``s3://`` root and the S3 settings contradict each other.
     """
     if not isinstance(repository, Repository):
         repository = Repository.open(repository, Settings())

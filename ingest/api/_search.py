@@ -28,16 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import threading
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import cql2
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import shapely
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import DataFile
 
@@ -62,28 +58,19 @@ from ingest.api._plan import (
     plan_search,
     request_filter,
     residual_matches,
-    row_tests,
     unknown_properties,
 )
 from ingest.api._request import MAX_LIMIT, PageToken, SearchPage, SearchRequest
+from ingest.api._rows import FileRows, runs_of_one_schema
 from ingest.api._sorted import sorted_page
 from ingest.api._turns import Turns
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
 from ingest.repository import READS_AT_ONCE, Repository, data_manifests
-from ingest.stac import arrow_to_items, served_arrays_asset
 from ingest.storage import ARRAYS_DIR
 
 # Items of a file with a residual are built (and matched) this many rows at a time: a page that fills early
 # converts little.
 _RESIDUAL_CHUNK = 256
-_NO_ROWS = np.empty(0, dtype=np.int64)
-_POSITION = (FILE_INDEX, ROW_NUMBER)
-"""Columns searches add to rows read (which file, which row): never part of an item."""
-_ON_POOL = threading.local()
-"""``active`` on the engine's read pool's threads: their own overlapped work runs in turn, never queued behind
-them (a pool waiting on itself)."""
-_In = TypeVar("_In")
-_Out = TypeVar("_Out")
 _IDS_CHUNK_FILES = 64
 """Files a search by ids gathers rows from before it filters them together."""
 
@@ -117,9 +104,11 @@ class SearchEngine:
         self.id_indexes = IdIndexes(repository.io, self.columns, self.manifests)
         self._snapshots = SnapshotCache(self._load_state)
         self._tags: dict[str, str] = {}
-        self.candidates = Candidates(self.columns, self._overlapped, self.reads_at_once, self._rows_of_ids_by_file)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self.rows = FileRows(self.columns, self.id_indexes, self.reads_at_once, self.arrays_url)
+        """The rows of the data files a search reads, and the items they make (``_rows.py``)."""
+        self.candidates = Candidates(
+            self.columns, self.rows.overlapped, self.reads_at_once, self.rows.rows_of_ids_by_file
+        )
 
     @classmethod
     def in_process(cls, repository: Repository) -> SearchEngine:
@@ -216,128 +205,6 @@ class SearchEngine:
         expression = request_filter(request, state.schema)
         return unknown_properties(expression, state.schema, lambda: self.candidates.snapshot_overflow_keys(state))
 
-    def _row_tests(self, state: SnapshotState, plan: SearchPlan) -> RowTests:
-        """The plan's row tests, compiled once per search at a snapshot (the next page reuses them)."""
-        if not plan.fingerprint:
-            return row_tests(plan, state.schema, state.arrow_schema)
-        compiled: RowTests = state.compiled_for(
-            plan.fingerprint, lambda: row_tests(plan, state.schema, state.arrow_schema)
-        )
-        return compiled
-
-    def _matching_rows(
-        self,
-        state: SnapshotState,
-        plan: SearchPlan,
-        test: RowTest,
-        index: int,
-        extra_columns: list[str],
-        *,
-        first_row: int = 0,
-    ) -> pa.Table:
-        """Row numbers (and ``extra_columns``) of the rows of one file that pass the Arrow filter and geometry test.
-
-        Only the row groups that may hold a match are read: those whose bbox
-        statistics reach the search area and, for a search by ids, those
-        holding a row whose id the key index names (those rows alone are tested).
-        """
-        data_file = state.files[index]
-        path = data_file.file_path
-        filter_columns = test.filter_columns
-        wanted = sorted(set(filter_columns) | set(extra_columns) | ({"geometry"} if test.geometries else set()))
-        groups, only = self._groups_to_read(state, plan, test, index, first_row)
-        table = self.columns.read(path, wanted, groups)
-        if only is not None:
-            # The named rows that the row groups read hold (a group the area rules out is not read).
-            numbers = table.column(ROW_NUMBER).to_numpy()
-            positions = np.searchsorted(numbers, only).clip(max=max(len(numbers) - 1, 0))
-            held = positions[numbers[positions] == only] if len(numbers) else positions[:0]
-            table = table.take(pa.array(held))
-        if first_row:
-            table = table.filter(pc.greater_equal(table.column(ROW_NUMBER), first_row))
-        for name in extra_columns:
-            if name not in table.column_names:
-                table = table.append_column(name, pa.nulls(table.num_rows, state.arrow_schema.field(name).type))
-        return self._passing(test, table)
-
-    def _rows_of_ids_by_file(self, state: SnapshotState, plan: SearchPlan) -> dict[int, np.ndarray]:
-        """File index -> the rows whose id hash the search names (one probe of the id index, kept per search)."""
-        assert plan.id_hashes is not None
-        hashes = plan.id_hashes
-        if not plan.fingerprint:
-            return self.id_indexes.of(state).locate(hashes)
-        named: dict[int, np.ndarray] = state.compiled_for(
-            f"{plan.fingerprint}/ids", lambda: self.id_indexes.of(state).locate(hashes)
-        )
-        return named
-
-    def _rows_of_ids_in_file(self, state: SnapshotState, plan: SearchPlan, index: int) -> np.ndarray:
-        """The rows of file ``index`` whose id hash the search names (none: an empty array)."""
-        return self._rows_of_ids_by_file(state, plan).get(index, _NO_ROWS)
-
-    def _groups_to_read(
-        self, state: SnapshotState, plan: SearchPlan, test: RowTest, index: int, first_row: int
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """The row groups of a file that may hold a match from ``first_row`` on, and the only rows to test (ids)."""
-        layout = self.columns.layout(state.files[index].file_path)
-        groups = np.arange(layout.num_row_groups)
-        only = self._rows_of_ids_in_file(state, plan, index) if plan.id_hashes is not None else None
-        if only is not None:
-            groups = layout.groups_of(only)
-        if test.geometries:
-            groups = np.intersect1d(groups, layout.groups_reaching(test.geometries), assume_unique=True)
-        if first_row:
-            groups = groups[layout.starts[groups + 1] > first_row]
-        return groups, only
-
-    def _matching_row_numbers(
-        self, state: SnapshotState, plan: SearchPlan, test: RowTest, index: int, first_row: int
-    ) -> np.ndarray:
-        """The numbers of the rows of one file, from ``first_row`` on, that the test's filters let through."""
-        data_file = state.files[index]
-        all_rows_match = test.all_rows_match is not None and test.all_rows_match(data_file)
-        if test.needs_rows_test and not all_rows_match:
-            matched = self._matching_rows(state, plan, test, index, [], first_row=first_row)
-            return matched.column(ROW_NUMBER).to_numpy()
-        return np.arange(first_row, data_file.record_count, dtype=np.int64)
-
-    def _rows(self, path: str, rows: np.ndarray) -> pa.Table:
-        """The full rows at ``rows`` (sorted row numbers) of one file: only the row groups holding them are read."""
-        return self.columns.rows(path, rows)
-
-    def _rows_of_files(
-        self, wanted: list[tuple[int, str, np.ndarray]], *, numbered: bool = True
-    ) -> list[tuple[int, pa.Table]]:
-        """(file index, its rows) for each (file index, path, sorted row numbers) of ``wanted``, in that order, the
-        files read together (rows of different files are different requests: they overlap)."""
-
-        def read(entry: tuple[int, str, np.ndarray]) -> tuple[int, pa.Table]:
-            index, path, rows = entry
-            return index, self.columns.rows(path, rows, numbered=numbered)
-
-        return self._overlapped(read, wanted)
-
-    def _overlapped(self, work: Callable[[_In], _Out], entries: list[_In]) -> list[_Out]:
-        """``work`` of each entry, in order, up to ``reads_at_once`` at once (their reads overlap; Arrow's and the
-        store's I/O leave the GIL). One pool serves every request of the engine: no threads are started per
-        search (a warm search's reads are memory reads, where starting threads would be most of its cost), and
-        the reads of all requests together stay bounded. Work already on the pool runs its entries in turn."""
-        if len(entries) <= 1 or self.reads_at_once <= 1 or getattr(_ON_POOL, "active", False):
-            return [work(entry) for entry in entries]
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.reads_at_once, thread_name_prefix="floe-reads")
-            pool = self._pool
-
-        def on_pool(entry: _In) -> _Out:
-            _ON_POOL.active = True
-            return work(entry)
-
-        return list(pool.map(on_pool, entries))
-
-    def _items(self, snapshot_id: str, table: pa.Table) -> list[dict[str, Any]]:
-        return [served_arrays_asset(item, self.arrays_url, snapshot_id) for item in arrow_to_items(table)]
-
     # -- searching ---------------------------------------------------------------------------
     def pins(self, ref: str | None) -> bool:
         """Whether ``ref`` (resolved before) always names one snapshot: a tag or a snapshot id, not a branch."""
@@ -404,7 +271,7 @@ class SearchEngine:
         """
         if plan.geometries or plan.residual is not None:
             return None
-        tests = self._row_tests(state, plan)
+        tests = self.rows.row_tests(state, plan)
         maybe = self.candidates.maybe_matching(state, plan, tests, 0)
         total = 0
         for index in maybe.indexes:
@@ -427,7 +294,7 @@ class SearchEngine:
         storage each is a round trip; one after another, a page crossing many files waits for each), then used
         in file order as one file at a time would be. A page that fills in its first file reads one more.
         """
-        tests = self._row_tests(state, plan)
+        tests = self.rows.row_tests(state, plan)
         if plan.id_hashes is not None and plan.residual is None and not plan.filtered_properties:
             return self._ids_page(state, plan, tests, position)
         found: list[dict[str, Any]] = []
@@ -442,8 +309,8 @@ class SearchEngine:
                     continue
                 path = data_file.file_path
                 if test.residual is not None:
-                    pending.extend(table for _, table in self._rows_of_files(takes, numbered=False))
-                    found.extend(self._items_of(state.snapshot_id, pending))
+                    pending.extend(table for _, table in self.rows.rows_of_files(takes, numbered=False))
+                    found.extend(self.rows.items_of(state.snapshot_id, pending))
                     takes, pending, held = [], [], 0
                     next_row = self._add_residual_matches(
                         state, test.residual, path, rows, found=found, limit=plan.limit
@@ -456,11 +323,11 @@ class SearchEngine:
                 takes.append((index, path, taken))
                 held += len(taken)
                 if len(found) + held >= plan.limit:
-                    pending.extend(table for _, table in self._rows_of_files(takes, numbered=False))
-                    found.extend(self._items_of(state.snapshot_id, pending))
+                    pending.extend(table for _, table in self.rows.rows_of_files(takes, numbered=False))
+                    found.extend(self.rows.items_of(state.snapshot_id, pending))
                     return self._finish(state, plan, tests, found, index, int(taken[-1]) + 1, len(rows) > wanted)
-            pending.extend(table for _, table in self._rows_of_files(takes, numbered=False))
-        found.extend(self._items_of(state.snapshot_id, pending))
+            pending.extend(table for _, table in self.rows.rows_of_files(takes, numbered=False))
+        found.extend(self.rows.items_of(state.snapshot_id, pending))
         return SearchPage(found, state.snapshot_id)
 
     def _matched_in(
@@ -478,9 +345,9 @@ class SearchEngine:
         def matched(candidate: tuple[int, DataFile, RowTest]) -> tuple[int, DataFile, RowTest, np.ndarray]:
             index, data_file, test = candidate
             first_row = start_row if index == start_file else 0
-            return index, data_file, test, self._matching_row_numbers(state, plan, test, index, first_row)
+            return index, data_file, test, self.rows.matching_row_numbers(state, plan, test, index, first_row)
 
-        return self._overlapped(matched, window)
+        return self.rows.overlapped(matched, window)
 
     def _ids_page(
         self, state: SnapshotState, plan: SearchPlan, tests: RowTests, position: tuple[int, int]
@@ -505,55 +372,29 @@ class SearchEngine:
                 break
             wanted: list[tuple[int, str, np.ndarray]] = []
             for index, data_file, _ in chunk:
-                rows = self._rows_of_ids_in_file(state, plan, index)
+                rows = self.rows.rows_of_ids_in_file(state, plan, index)
                 if index == start_file:
                     rows = rows[rows >= start_row]
                 if len(rows):
                     wanted.append((index, data_file.file_path, rows))
             gathered = [
                 table.append_column(FILE_INDEX, pa.array(np.full(table.num_rows, index, dtype=np.int64)))
-                for index, table in self._rows_of_files(wanted)
+                for index, table in self.rows.rows_of_files(wanted)
             ]
-            for table in _runs_of_one_schema(gathered):
-                passed = self._passing(test, table)
+            for table in runs_of_one_schema(gathered):
+                passed = self.rows.passing(test, table)
                 matched.append(passed)
                 held += passed.num_rows
         if held < plan.limit:
-            return SearchPage(self._items_of(state.snapshot_id, matched), state.snapshot_id)
+            return SearchPage(self.rows.items_of(state.snapshot_id, matched), state.snapshot_id)
         page: list[pa.Table] = []
         for table in matched:
             page.append(table.slice(0, plan.limit - sum(part.num_rows for part in page)))
         last_file = int(page[-1].column(FILE_INDEX)[-1].as_py())
         last_row = int(page[-1].column(ROW_NUMBER)[-1].as_py())
-        found = self._items_of(state.snapshot_id, page)
+        found = self.rows.items_of(state.snapshot_id, page)
         # Rows matched beyond the page go next; else later candidate files may hold some (_finish looks).
         return self._finish(state, plan, tests, found, last_file, last_row + 1, held > plan.limit or False)
-
-    def _passing(self, test: RowTest, table: pa.Table) -> pa.Table:
-        """The rows of ``table`` that pass the test's Arrow filter and geometries.
-
-        Files written before a column existed lack it: it is null there, as Iceberg reads it.
-        """
-        added = [name for name in test.filter_columns if name not in table.column_names]
-        for name in added:
-            table = table.append_column(name, pa.nulls(table.num_rows, test.filter_columns[name]))
-        if test.arrow_filter is not None and table.num_rows:
-            table = table.filter(test.arrow_filter)
-        if test.geometries and table.num_rows:
-            shapes = shapely.from_wkb(table.column("geometry").to_numpy(zero_copy_only=False))
-            mask = np.ones(table.num_rows, dtype=bool)
-            for geometry in test.geometries:
-                mask &= shapely.intersects(shapes, geometry)
-            table = table.filter(pa.array(mask))
-        return table.drop_columns(added)
-
-    def _items_of(self, snapshot_id: str, tables: list[pa.Table]) -> list[dict[str, Any]]:
-        """The items of ``tables`` in order, converting each run of tables with one schema at once."""
-        items: list[dict[str, Any]] = []
-        for table in _runs_of_one_schema(tables):
-            added = [name for name in _POSITION if name in table.column_names]
-            items.extend(self._items(snapshot_id, table.drop_columns(added)))
-        return items
 
     def _add_residual_matches(
         self,
@@ -572,7 +413,7 @@ class SearchEngine:
         # Items are built (and matched) a chunk at a time, so a page that fills early converts little.
         for start in range(0, len(rows), _RESIDUAL_CHUNK):
             chunk = rows[start : start + _RESIDUAL_CHUNK]
-            items = self._items(state.snapshot_id, self._rows(path, chunk))
+            items = self.rows.items(state.snapshot_id, self.rows.rows(path, chunk))
             for row, item in zip(chunk, items, strict=True):
                 if residual_matches(residual, item):
                     found.append(item)
@@ -612,15 +453,3 @@ class SearchEngine:
             if page.next_token is None:
                 return
             request = dataclasses.replace(request, token=page.next_token)
-
-
-def _runs_of_one_schema(tables: list[pa.Table]) -> Iterator[pa.Table]:
-    """``tables`` in order, each run of consecutive tables with the same schema concatenated into one."""
-    start = 0
-    while start < len(tables):
-        end = start + 1
-        while end < len(tables) and tables[end].schema == tables[start].schema:
-            end += 1
-        # One chunk a column: Arrow's filter pays per chunk (50 rows from 48 files took 6.7 ms as 48 chunks).
-        yield pa.concat_tables(tables[start:end]).combine_chunks() if end - start > 1 else tables[start]
-        start = end

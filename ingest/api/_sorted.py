@@ -51,7 +51,7 @@ def _sort_keys(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, nee
     keys (None: no match) and whether files were left unread.
     """
     columns = [key.column for key in plan.sortby]
-    tests = engine._row_tests(state, plan)
+    tests = engine.rows.row_tests(state, plan)
     first = plan.sortby[0]
     # Ranked by bounds alone: a file's test (whose overflow it must read) is made when the file is read.
     maybe = engine.candidates.maybe_matching(state, plan, tests, 0)
@@ -66,10 +66,10 @@ def _sort_keys(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, nee
         test = engine.candidates.test_of(state, plan, tests, maybe, index)
         if test is None:
             return _NOTHING
-        matched = engine._matching_rows(state, plan, test, index, columns)
+        matched = engine.rows.matching_rows(state, plan, test, index, columns)
         if test.residual is not None and matched.num_rows:
             rows = matched.column(ROW_NUMBER).to_numpy()
-            items = engine._items(state.snapshot_id, engine._rows(data_file.file_path, rows))
+            items = engine.rows.items(state.snapshot_id, engine.rows.rows(data_file.file_path, rows))
             mask = [residual_matches(test.residual, item) for item in items]
             matched = matched.filter(pa.array(mask, type=pa.bool_()))
         return matched
@@ -79,7 +79,7 @@ def _sort_keys(engine: SearchEngine, state: SnapshotState, plan: SearchPlan, nee
     for window in read_windows(candidates, engine.reads_at_once):
         if held >= need and bounds.cannot_improve(window[0][1], kth_best(keys, need, first.descending)):
             return pa.concat_tables(keys, promote_options="permissive"), True
-        for (index, data_file), matched in zip(window, engine._overlapped(matching, window), strict=True):
+        for (index, data_file), matched in zip(window, engine.rows.overlapped(matching, window), strict=True):
             if held >= need and bounds.cannot_improve(data_file, kth_best(keys, need, first.descending)):
                 return pa.concat_tables(keys, promote_options="permissive"), True
             if matched.num_rows:
@@ -102,7 +102,7 @@ def _items_at(engine: SearchEngine, state: SnapshotState, files: np.ndarray, row
         (int(index), state.files[int(index)].file_path, np.sort(rows[files == index])) for index in np.unique(files)
     ]
     by_position: dict[tuple[int, int], dict[str, Any]] = {}
-    for (index, _, selected), (_, table) in zip(wanted, engine._rows_of_files(wanted, numbered=False), strict=True):
-        for row, item in zip(selected, engine._items(state.snapshot_id, table), strict=True):
+    for (index, _, selected), (_, table) in zip(wanted, engine.rows.rows_of_files(wanted, numbered=False), strict=True):
+        for row, item in zip(selected, engine.rows.items(state.snapshot_id, table), strict=True):
             by_position[(index, int(row))] = item
     return [by_position[(int(index), int(row))] for index, row in zip(files, rows, strict=True)]

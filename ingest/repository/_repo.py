@@ -129,6 +129,27 @@ class Repository:
         Raises ``RepositoryMoved`` when the repository was copied or moved here
         and its table metadata still names the root it came from (``floe
         relocate`` fixes that; it opens with ``moved_ok``).
+
+        Args:
+            root: a local path or ``s3://bucket/prefix`` (default: the configured root).
+            settings: floe's settings (default: :func:`~ingest.config.load_settings`).
+            moved_ok: open a repository whose table metadata names another root, without checking it (and without
+                keeping table objects in ``api.cache_dir``).
+
+        Returns:
+            The repository, opened.
+
+        Raises:
+            RepositoryNotFound: no repository is at ``root``, or only Icechunk's is, without floe's first commit
+                (its creation is under way or stopped).
+            RepositoryMoved: the table metadata names the root the repository was copied or moved from (unless
+                ``moved_ok``).
+            UnsupportedLayout: an earlier floe laid out the repository's arrays otherwise.
+            CorruptRepository: the tip of the branch checked for the table's location carries no items-table
+                pointer (unless ``moved_ok``).
+            StoreUnreachable: the store cannot be reached, or its bucket does not exist.
+            InvalidRoot: ``root`` is neither a local path nor ``s3://bucket/prefix``.
+            InvalidSettings: the S3 settings contradict each other.
         """
         settings = settings or load_settings()
         location = Location.parse(root if root is not None else settings.root, settings)
@@ -167,6 +188,22 @@ class Repository:
 
     @classmethod
     def open_or_create(cls, root: str | os.PathLike[str] | None = None, settings: Settings | None = None) -> Repository:
+        """Open the repository at ``root``, or create it there if there is none (completing a half-made one).
+
+        Args:
+            root: a local path or ``s3://bucket/prefix`` (default: the configured root).
+            settings: floe's settings (default: :func:`~ingest.config.load_settings`).
+
+        Returns:
+            The repository, opened.
+
+        Raises:
+            RepositoryMoved: the table metadata names the root the repository was copied or moved from.
+            UnsupportedLayout: an earlier floe laid out the repository's arrays otherwise.
+            StoreUnreachable: the store cannot be reached, or its bucket does not exist.
+            InvalidRoot: ``root`` is neither a local path nor ``s3://bucket/prefix``.
+            InvalidSettings: the S3 settings contradict each other.
+        """
         try:
             return cls.open(root, settings)
         except RepositoryNotFound:
@@ -204,13 +241,27 @@ class Repository:
         """The branch whose tip tells where the table lives: ``main``, or the first branch by name.
 
         :meth:`check_rooted` reads its tip; ``floe relocate`` rewrites that tip last of all.
+
+        Returns:
+            The branch's name.
         """
         branches = sorted(self.icechunk.list_branches())
         return "main" if "main" in branches else branches[0]
 
     def recorded_table_location(self, main_tip: str | None = None) -> str:
         """The table location the metadata of the sentinel branch's tip records (see :meth:`check_rooted`);
-        ``main_tip``: the tip of ``main``, when the caller has just read it (the sentinel then)."""
+        ``main_tip``: the tip of ``main``, when the caller has just read it (the sentinel then).
+
+        Args:
+            main_tip: the snapshot id at the tip of ``main``, if the caller has just read it (default: look up the
+                sentinel branch's tip).
+
+        Returns:
+            The table location that metadata records, without a trailing ``/``.
+
+        Raises:
+            CorruptRepository: that tip carries no items-table pointer.
+        """
         tip = main_tip if main_tip is not None else self.icechunk.lookup_branch(self.sentinel_branch())
         metadata_location = self.metadata_location_of(tip)
         if self.location.is_local and "catalog" not in self.__dict__ and _PLAIN_METADATA.search(metadata_location):
@@ -221,7 +272,16 @@ class Repository:
 
     def check_layout(self) -> str | None:
         """Refuse a repository whose arrays an earlier floe laid out otherwise, and write with the tiling it was
-        created with (both read at ``main``'s tip; see ``_layout.py``). Returns that tip (None: no ``main``)."""
+        created with (both read at ``main``'s tip; see ``_layout.py``). Returns that tip (None: no ``main``).
+
+        Returns:
+            The snapshot id at the tip of ``main``, or None if there is no ``main`` branch.
+
+        Raises:
+            RepositoryNotFound: ``main`` has no root group: Icechunk's repository is there without floe's first
+                commit (its creation is under way or stopped).
+            UnsupportedLayout: an earlier floe laid out the repository's arrays otherwise.
+        """
         try:
             session = self.known.keep(self.icechunk.readonly_session(branch="main"))
         except icechunk.IcechunkError:
@@ -247,6 +307,14 @@ class Repository:
         would read there, and gc would delete this root's files as unreferenced.
         One metadata.json tells: the tip of ``main`` (or of the first branch),
         which ``floe relocate`` rewrites last of all.
+
+        Args:
+            main_tip: the snapshot id at the tip of ``main``, if the caller has just read it (default: look up the
+                sentinel branch's tip).
+
+        Raises:
+            RepositoryMoved: the table metadata names another root than this one.
+            CorruptRepository: the tip read carries no items-table pointer.
         """
         recorded = self.recorded_table_location(main_tip)
         if recorded == self.table_location:
@@ -271,6 +339,16 @@ class Repository:
         repository with access to it. Sessions opened before (writers too)
         keep the old config: call it before opening the writers that
         reference them. Returns the container prefixes added.
+
+        Args:
+            paths: local paths, ``file://``, ``s3://`` or ``http(s)://`` URLs of the files to reference.
+
+        Returns:
+            The container prefixes added (empty when containers covered every path already).
+
+        Raises:
+            ValueError: a path no container can cover (a local file not below a top-level directory, a URL that
+                names no bucket or host), or a local path with characters a ``file://`` URL would have to escape.
         """
         from ingest.remote import Buckets
 
@@ -290,15 +368,43 @@ class Repository:
 
     # -- pointers ------------------------------------------------------------------------------
     def relative_location(self, metadata_location: str) -> str:
-        """A metadata.json location relative to ``<root>/tables/`` (the pointer commits carry)."""
+        """A metadata.json location relative to ``<root>/tables/`` (the pointer commits carry).
+
+        Args:
+            metadata_location: the absolute location of a metadata.json under ``<root>/tables/``.
+
+        Returns:
+            The pointer: that location relative to ``<root>/tables/``.
+
+        Raises:
+            CorruptRepository: ``metadata_location`` is not under ``<root>/tables/``.
+        """
         return encode_pointer(self.location.tables_url, metadata_location)
 
     def absolute_location(self, relative: str) -> str:
-        """The location of the metadata.json a pointer names."""
+        """The location of the metadata.json a pointer names.
+
+        Args:
+            relative: a pointer, relative to ``<root>/tables/``.
+
+        Returns:
+            The absolute location of the metadata.json.
+        """
         return decode_pointer(self.location.tables_url, relative)
 
     def metadata_location_of(self, snapshot_id: str) -> str:
-        """The items table's metadata.json location recorded by snapshot ``snapshot_id``."""
+        """The items table's metadata.json location recorded by snapshot ``snapshot_id``.
+
+        Args:
+            snapshot_id: the snapshot to read the pointer of.
+
+        Returns:
+            The absolute location of the metadata.json.
+
+        Raises:
+            RefNotFound: no snapshot ``snapshot_id`` exists.
+            CorruptRepository: the snapshot carries no items-table pointer.
+        """
         try:
             pointer = self.known.pointer(snapshot_id)
         except icechunk.IcechunkError as error:
@@ -308,7 +414,18 @@ class Repository:
         return self.absolute_location(pointer)
 
     def table_at(self, snapshot_id: str) -> Table:
-        """The items table as snapshot ``snapshot_id`` records it."""
+        """The items table as snapshot ``snapshot_id`` records it.
+
+        Args:
+            snapshot_id: the snapshot whose table version to load.
+
+        Returns:
+            The Iceberg table at that version.
+
+        Raises:
+            RefNotFound: no snapshot ``snapshot_id`` exists.
+            CorruptRepository: the snapshot carries no items-table pointer.
+        """
         return self.catalog.load_at(self.metadata_location_of(snapshot_id))
 
     # -- refs, history, collections --------------------------------------------------------------
@@ -316,12 +433,33 @@ class Repository:
         """The snapshot id a ref names: a branch, a tag or a snapshot id (in that order).
 
         Prefix with ``branch:``, ``tag:`` or ``snapshot:`` to be explicit.
+
+        Args:
+            ref: a branch, a tag or a snapshot id, optionally prefixed ``branch:``, ``tag:`` or ``snapshot:``
+                (default: the configured branch).
+
+        Returns:
+            The snapshot id.
+
+        Raises:
+            RefNotFound: no branch, tag or snapshot of that name exists.
         """
         return self.resolve_ref(ref)[1]
 
     def resolve_ref(self, ref: str | None = None) -> tuple[str, str]:
         """What a ref names: ``("branch" | "tag" | "snapshot", snapshot id)``, looked up in :meth:`resolve`'s order
-        (one request for a branch: a caller can tell what never changes without listing the branches)."""
+        (one request for a branch: a caller can tell what never changes without listing the branches).
+
+        Args:
+            ref: a branch, a tag or a snapshot id, optionally prefixed ``branch:``, ``tag:`` or ``snapshot:``
+                (default: the configured branch).
+
+        Returns:
+            What the ref names (``"branch"``, ``"tag"`` or ``"snapshot"``) and its snapshot id.
+
+        Raises:
+            RefNotFound: no branch, tag or snapshot of that name exists.
+        """
         ref = ref or self.settings.branch
         kind, _, name = ref.partition(":") if ref.split(":", 1)[0] in ("branch", "tag", "snapshot") else ("", "", ref)
         lookups = {
@@ -340,13 +478,29 @@ class Repository:
         raise RefNotFound(f"no branch, tag or snapshot named {shown(ref)} (see `floe refs`)")
 
     def view(self, ref: str | None = None) -> View:
-        """Read the repository at ``ref`` (default: the configured branch)."""
+        """Read the repository at ``ref`` (default: the configured branch).
+
+        Args:
+            ref: a branch, a tag or a snapshot id, optionally prefixed ``branch:``, ``tag:`` or ``snapshot:``
+                (default: the configured branch).
+
+        Returns:
+            The repository at the snapshot ``ref`` resolves to now.
+
+        Raises:
+            RefNotFound: no branch, tag or snapshot of that name exists.
+            CorruptRepository: the snapshot carries no items-table pointer.
+        """
         from ingest.repository._view import View
 
         return View(self, ref or self.settings.branch, self.resolve(ref))
 
     def refs(self) -> list[Ref]:
-        """Every branch and tag with the snapshot it points at."""
+        """Every branch and tag with the snapshot it points at.
+
+        Returns:
+            The branches, then the tags, each sorted by name.
+        """
         found = [
             Ref(name, "branch", self.icechunk.lookup_branch(name)) for name in sorted(self.icechunk.list_branches())
         ]
@@ -354,7 +508,22 @@ class Repository:
         return found
 
     def tag(self, name: str, ref: str | None = None) -> str:
-        """Tag the snapshot ``ref`` resolves to; tags never move. Returns the snapshot id."""
+        """Tag the snapshot ``ref`` resolves to; tags never move. Returns the snapshot id.
+
+        Args:
+            name: the tag's name: letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit.
+            ref: a branch, a tag or a snapshot id, optionally prefixed ``branch:``, ``tag:`` or ``snapshot:``
+                (default: the configured branch).
+
+        Returns:
+            The snapshot id tagged.
+
+        Raises:
+            InvalidRefName: ``name`` is not a valid tag name.
+            RefNotFound: ``ref`` names no branch, tag or snapshot.
+            CorruptRepository: the snapshot carries no items-table pointer.
+            RefExists: a tag named ``name`` exists already.
+        """
         check_ref_name(name)
         snapshot_id = self.resolve(ref)
         self.metadata_location_of(snapshot_id)  # refuse to tag a snapshot without a table
@@ -370,7 +539,22 @@ class Repository:
         return snapshot_id
 
     def branch(self, name: str, from_ref: str | None = None) -> str:
-        """Create branch ``name`` at the snapshot ``from_ref`` resolves to. Returns the snapshot id."""
+        """Create branch ``name`` at the snapshot ``from_ref`` resolves to. Returns the snapshot id.
+
+        Args:
+            name: the branch's name: letters, digits, ``.``, ``_`` and ``-``, starting with a letter or digit.
+            from_ref: a branch, a tag or a snapshot id, optionally prefixed ``branch:``, ``tag:`` or ``snapshot:``
+                (default: the configured branch).
+
+        Returns:
+            The snapshot id the new branch points at.
+
+        Raises:
+            InvalidRefName: ``name`` is not a valid branch name.
+            RefNotFound: ``from_ref`` names no branch, tag or snapshot.
+            CorruptRepository: the snapshot carries no items-table pointer.
+            RefExists: a branch named ``name`` exists already.
+        """
         check_ref_name(name)
         snapshot_id = self.resolve(from_ref)
         self.metadata_location_of(snapshot_id)
@@ -387,15 +571,51 @@ class Repository:
 
     def log(self, ref: str | None = None, limit: int | None = None, *, housekeeping: bool = True) -> list[LogEntry]:
         """The history leading to ``ref``, newest first (floe commits only); without ``housekeeping``, floe's own
-        commits (:attr:`LogEntry.housekeeping`) are left out, and ``limit`` counts the others."""
+        commits (:attr:`LogEntry.housekeeping`) are left out, and ``limit`` counts the others.
+
+        Args:
+            ref: a branch, a tag or a snapshot id, optionally prefixed ``branch:``, ``tag:`` or ``snapshot:``
+                (default: the configured branch).
+            limit: at most this many entries (default: all).
+            housekeeping: include floe's own commits, which change no rows.
+
+        Returns:
+            The commits, newest first.
+
+        Raises:
+            RefNotFound: no branch, tag or snapshot of that name exists.
+        """
         return history(self.icechunk, self.resolve(ref), self.absolute_location, limit=limit, housekeeping=housekeeping)
 
     def source_cursors(self, ref: str | None = None) -> dict[str, str]:
-        """The newest cursor each STAC API search recorded in the history of ``ref`` (``floe ingest --since last``)."""
+        """The newest cursor each STAC API search recorded in the history of ``ref`` (``floe ingest --since last``).
+
+        Args:
+            ref: a branch, a tag or a snapshot id, optionally prefixed ``branch:``, ``tag:`` or ``snapshot:``
+                (default: the configured branch).
+
+        Returns:
+            Search -> its newest cursor (empty if no commit recorded one).
+
+        Raises:
+            RefNotFound: no branch, tag or snapshot of that name exists.
+        """
         return newest_cursors(info.metadata for info in self.icechunk.ancestry(snapshot_id=self.resolve(ref)))
 
     def store_collection(self, collection: dict[str, Any], *, branch: str | None = None) -> str | None:
-        """Keep a STAC Collection with the repository (attributes of its group), so it versions with it."""
+        """Keep a STAC Collection with the repository (attributes of its group), so it versions with it.
+
+        Args:
+            collection: the STAC Collection as a dict; its ``id`` names the group.
+            branch: the branch to commit on (default: the configured branch).
+
+        Returns:
+            The id of the snapshot committed, or None if the group held this collection already.
+
+        Raises:
+            InvalidCollection: the collection's ``id`` is missing, or unsafe as a group name.
+            ConflictRetriesExhausted: every attempt met a concurrent change of the same group.
+        """
         from ingest.stac import check_name
 
         try:
@@ -407,7 +627,19 @@ class Repository:
         )
 
     def collections(self, ref: str | None = None) -> dict[str, dict[str, Any]]:
-        """The STAC Collections stored at ``ref``, by id."""
+        """The STAC Collections stored at ``ref``, by id.
+
+        Args:
+            ref: a branch, a tag or a snapshot id, optionally prefixed ``branch:``, ``tag:`` or ``snapshot:``
+                (default: the configured branch).
+
+        Returns:
+            Collection id -> the STAC Collection stored with its group.
+
+        Raises:
+            RefNotFound: no branch, tag or snapshot of that name exists.
+            CorruptRepository: the snapshot carries no items-table pointer.
+        """
         root = self.view(ref).arrays()
         found: dict[str, dict[str, Any]] = {}
         for name, group in root.groups():
@@ -418,7 +650,17 @@ class Repository:
 
     # -- writing -----------------------------------------------------------------------------
     def writer(self, branch: str | None = None) -> Writer:
-        """A writer on ``branch``: stage arrays and items, then ``commit``."""
+        """A writer on ``branch``: stage arrays and items, then ``commit``.
+
+        Args:
+            branch: the branch to write to (default: the configured branch).
+
+        Returns:
+            A writer on a session at the branch's tip.
+
+        Raises:
+            RefNotFound: no branch of that name exists.
+        """
         from ingest.repository._writer import Writer
 
         return Writer(self, branch or self.settings.branch)
@@ -438,6 +680,20 @@ class Repository:
         without it only partitions past the thresholds of ``settings.optimize``
         are compacted (what runs after an ingest). ``collections`` limits it to
         those; ``dry_run`` reports what is due and writes nothing.
+
+        Args:
+            branch: the branch to compact (default: the configured branch).
+            full: compact every partition into one clustered run, not only those past the thresholds.
+            collections: compact only the partitions of these collections (default: all).
+            dry_run: select the partitions due and write nothing.
+            progress: called with each partition's compaction once its files are written.
+
+        Returns:
+            The partitions selected and, unless nothing was due or ``dry_run``, what was rewritten and the
+            snapshot committed.
+
+        Raises:
+            ConflictRetriesExhausted: the commit lost ``commit.max_attempts`` races in a row; nothing was committed.
         """
         from ingest.repository._optimize import CompactionPolicy, optimize
 
@@ -464,5 +720,16 @@ class Repository:
         exist. Idempotent and safe against concurrent callers: a group someone
         else created meanwhile counts as created. Returns the new snapshot id,
         or None if there was nothing to do.
+
+        Args:
+            paths: the groups' paths, e.g. collection ids.
+            branch: the branch to commit on (default: the configured branch).
+            attributes: path -> attributes to merge into that group's.
+
+        Returns:
+            The id of the snapshot committed, or None if there was nothing to do.
+
+        Raises:
+            ConflictRetriesExhausted: every attempt met a concurrent change.
         """
         return ensure_groups(self, paths, branch=branch or self.settings.branch, attributes=attributes)

@@ -117,6 +117,15 @@ class Writer:
         Two writers creating the same group can never be rebased onto each
         other, so shared parents are created in a small commit of their own
         (idempotently) before arrays are staged under them.
+
+        Args:
+            collection: the collection id, which names the group.
+
+        Raises:
+            WriterClosed: the writer has committed (or failed).
+            ValueError: ``collection`` is not usable as a group name (see :func:`~ingest.stac.check_name`).
+            ConflictRetriesExhausted: every attempt to commit the group met a concurrent change.
+            CommitConflict: this writer's staged changes collide with the new tip's; the writer is closed.
         """
         self._check_open()
         check_name(collection, "collection")
@@ -132,6 +141,15 @@ class Writer:
         commit message, or None when the nodes exist already (see
         :func:`~ingest.repository._groups.commit_alone`). This writer's staged
         changes are rebased onto the new tip.
+
+        Args:
+            stage: stages the shared nodes in the session it gets and returns the commit message, or None when
+                they exist already.
+
+        Raises:
+            WriterClosed: the writer has committed (or failed).
+            ConflictRetriesExhausted: every attempt to commit the nodes met a concurrent change.
+            CommitConflict: this writer's staged changes collide with the new tip's; the writer is closed.
         """
         self._check_open()
         commit_alone(self.repository, self.branch, stage)
@@ -152,12 +170,35 @@ class Writer:
             self._session = self.repository.icechunk.writable_session(self.branch)
 
     def take_slot(self, stack: str, collection: str, item_id: str) -> int:
-        """A slot of ``stack`` (which must exist in this writer's session) for the slice of item ``item_id``."""
+        """A slot of ``stack`` (which must exist in this writer's session) for the slice of item ``item_id``.
+
+        Args:
+            stack: the stack's path.
+            collection: the item's collection.
+            item_id: the item's id.
+
+        Returns:
+            The slot, the next free one of ``stack`` in this writer.
+
+        Raises:
+            WriterClosed: the writer has committed (or failed).
+            InvalidRaster: the stack is full.
+        """
         self._check_open()
         return self._slots.take(self._session, stack, (collection, item_id))
 
     def clear_pieces(self, pieces: Iterable[Piece]) -> int:
-        """Remove the slices ``pieces`` name from the arrays (staged: the commit removes them); returns chunks."""
+        """Remove the slices ``pieces`` name from the arrays (staged: the commit removes them); returns chunks.
+
+        Args:
+            pieces: the slices to remove; those of arrays that do not exist are skipped.
+
+        Returns:
+            The number of chunks removed.
+
+        Raises:
+            WriterClosed: the writer has committed (or failed).
+        """
         self._check_open()
         return self._clear(list(pieces))
 
@@ -209,7 +250,14 @@ class Writer:
             self._plan.moved(changed)
 
     def group_exists(self, path: str) -> bool:
-        """Whether the group at ``path`` exists in this writer's session (base or staged)."""
+        """Whether the group at ``path`` exists in this writer's session (base or staged).
+
+        Args:
+            path: the group's path.
+
+        Returns:
+            True if a group (not an array) is there.
+        """
         return group_exists(self._session, path)
 
     def add_item(
@@ -230,6 +278,18 @@ class Writer:
         on the winner's version). Without it, the item is appended as it is.
         ``validated`` says ``item`` is what ``validate_item`` returned already
         (the pipeline validates once, early, to reject bad input by name).
+
+        Args:
+            item: a STAC item, as a dict or a pystac Item.
+            source: where the item was read from, for error messages.
+            default_collection: the collection of an item that names none.
+            replace: replace the branch's row of the same item when the commit lands.
+            validated: ``item`` was returned by ``validate_item`` already: do not validate it again.
+
+        Raises:
+            WriterClosed: the writer has committed (or failed).
+            InvalidItem: the item is not a valid STAC item, this batch has an item of the same collection and
+                id already, or this batch deletes that item.
         """
         self._check_open()
         if not validated:
@@ -259,7 +319,20 @@ class Writer:
         default_collection: str | None = None,
         replace: bool = False,
     ) -> list[InvalidItem]:
-        """Stage many items; returns the rejected ones (the rest are staged)."""
+        """Stage many items; returns the rejected ones (the rest are staged).
+
+        Args:
+            items: STAC items, as dicts or pystac Items.
+            source: where the items were read from, for error messages.
+            default_collection: the collection of an item that names none.
+            replace: replace the branch's rows of the same items when the commit lands (see :meth:`add_item`).
+
+        Returns:
+            The error of each item rejected, in the order of ``items``.
+
+        Raises:
+            WriterClosed: the writer has committed (or failed), and ``items`` is not empty.
+        """
         rejected = []
         for item in items:
             try:
@@ -278,6 +351,16 @@ class Writer:
         (the one a filter chose; see :meth:`expect`). Deleting an
         item the branch does not hold deletes nothing; the commit result lists
         it in ``not_found``. Older snapshots and tags keep the item.
+
+        Args:
+            collection: the item's collection.
+            item_id: the item's id.
+            if_unchanged: delete the item only if the branch still holds the version :meth:`stored_items` read.
+
+        Raises:
+            WriterClosed: the writer has committed (or failed).
+            InvalidItem: this batch adds the same item.
+            ValueError: ``if_unchanged`` is set and :meth:`stored_items` has not read the item.
         """
         self._check_open()
         key = (collection, item_id)
@@ -298,6 +381,14 @@ class Writer:
         If a concurrent commit changed, deleted or created the item first, the
         commit raises ``CommitConflict`` and nothing is committed. It guards a
         change of the item: add it with ``replace=True``, or delete it.
+
+        Args:
+            collection: the item's collection.
+            item_id: the item's id.
+            version: the item as :meth:`stored_items` read it, or None if the item must not exist.
+
+        Raises:
+            WriterClosed: the writer has committed (or failed).
         """
         self._check_open()
         self._expected[(collection, item_id)] = version
@@ -308,7 +399,11 @@ class Writer:
         return len(self._delete)
 
     def base_table(self) -> Table:
-        """The items table at this writer's base snapshot."""
+        """The items table at this writer's base snapshot.
+
+        Returns:
+            The Iceberg table at the version the base snapshot records.
+        """
         return self.repository.table_at(self._session.snapshot_id)
 
     def stored_items(self, keys: Iterable[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -317,6 +412,12 @@ class Writer:
         Reads only the id columns of the files Iceberg cannot prune, then the
         full rows of the files that hold a key; a commit replacing these keys
         from the same base re-uses what was found.
+
+        Args:
+            keys: the (collection, id) of each item to read.
+
+        Returns:
+            (collection, id) -> the item, for the keys found; keys the base does not hold are left out.
         """
         located = find(self._manifests, self.base_table(), keys)
         self._located = located
@@ -336,6 +437,23 @@ class Writer:
         another writer's (never merged blindly) and ``ConflictRetriesExhausted``
         after the configured number of lost races. The writer is closed
         afterwards, whatever happened.
+
+        Args:
+            message: the commit message.
+            metadata: keys to add to the Icechunk commit's metadata.
+
+        Returns:
+            What the commit did: the new snapshot, the rows added, replaced and deleted, and the attempts it took.
+
+        Raises:
+            WriterClosed: the writer has committed (or failed).
+            CommitConflict: the change cannot be reconciled with a commit made meanwhile (staged arrays collide
+                with another writer's; an item :meth:`expect` guards was changed, deleted or created; a row this
+                commit replaces was changed or deleted while this change keeps that row's arrays), or ``floe gc``
+                expired the snapshot this writer opened at. Nothing was committed.
+            ConflictRetriesExhausted: the commit lost ``commit.max_attempts`` races in a row; nothing was committed.
+            ValueError: :meth:`expect` guards an item that is neither added with ``replace=True`` nor deleted
+                (raised before anything is written; the writer stays open).
         """
         self._check_open()
         plan = self._plan = ItemsPlan(
