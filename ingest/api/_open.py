@@ -71,8 +71,9 @@ def open_search(
     Raises:
         RefNotFound: ``ref`` names no branch, tag or snapshot.
         CollectionNotFound: ``collections`` names a collection the snapshot does not hold.
-        InvalidSearch: the search is malformed (its bbox, intersects, datetime, filter or sortby), or gives both
-            ``bbox`` and ``intersects``.
+        InvalidSearch: the search is malformed (its bbox, intersects, datetime, filter or sortby), gives both
+            ``bbox`` and ``intersects``, or, with ``api.refuse_unknown_properties`` set, its filter names a property
+            no item at the snapshot has.
         UnsupportedLayout: an earlier floe wrote a matching item's arrays, or laid out the repository's otherwise.
         RepositoryNotFound: ``repository`` is a root where no floe repository is.
         RepositoryMoved: ``repository`` is a root whose table metadata names the root it was copied or moved from.
