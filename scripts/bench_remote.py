@@ -12,10 +12,9 @@ Run:  .venv/bin/python scripts/bench_remote.py        (100,000 items; 64 scenes 
    repository, then again with ``ingest_with_ray`` (``floe ingest``'s default,
    ``--workers 2``: the driver commits batches of items alone itself, no Ray
    started), then in-process in 3 lanes, one search per collection at once (``remote.search_lanes`` 3, the
-   default for an API on another host; each collection split into intervals of time, about three lanes
-   planned for each read at once), and in 3 lanes as planned before (one per collection, or per third of
-   one collection's time). Alternating, ``--runs`` each; the median items/s and the ratios
-   floe/pystac-client (target: at least 0.8x), lanes/one search and lanes/lanes as planned before.
+   default for an API on another host; one collection is split into intervals of time, a lane for each
+   read at once). Alternating, ``--runs`` each; the median items/s and the ratios floe/pystac-client
+   (target: at least 0.8x) and lanes/one search.
    As the COGs of part 2, the API is reached through the latency proxy, each request held 20 ms (a cloud round
    trip: the setting of the issue's targets); then the same comparison with the API reached directly on
    127.0.0.1, where the server, floe's two processes and pystac-client share the two cores and no round trip is
@@ -192,9 +191,8 @@ def _compare(
 
     from ingest.config import RemoteSettings
     from ingest.pipeline import SearchParameters, SourceOptions, ingest_items, ingest_with_ray
-    from ingest.pipeline.sources import _api_lanes as _lanes
 
-    baseline, ours, defaults, lanes, before = [], [], [], [], []
+    baseline, ours, defaults, lanes = [], [], [], []
     for run in range(runs):
         started = time.perf_counter()
         listed = list(Client.open(url).search(collections=list(collections), limit=page_size).items_as_dicts())
@@ -215,23 +213,16 @@ def _compare(
         in_lanes = SourceOptions(search=search, remote=RemoteSettings(search_lanes=3))
         in_lanes_ingest = functools.partial(ingest_items, sources=[url], options=in_lanes)
         lanes.append(_timed_ingest(target, count, "in lanes", in_lanes_ingest))
-        # The same lanes as planned before: one per collection or per third of the time, no more than are read.
-        planned, _lanes.LANES_PER_READ = _lanes.LANES_PER_READ, 1
-        try:
-            before.append(_timed_ingest(target, count, "in lanes as planned before", in_lanes_ingest))
-        finally:
-            _lanes.LANES_PER_READ = planned
         log(
             f"run {run + 1}: pystac-client {baseline[-1]:,.0f} items/s, floe ingest {ours[-1]:,.0f} items/s "
             f"(in-process), {defaults[-1]:,.0f} items/s (Ray pipeline, the CLI's default), "
-            f"{lanes[-1]:,.0f} items/s (in-process, 3 lanes), {before[-1]:,.0f} items/s (3 lanes as planned before)"
+            f"{lanes[-1]:,.0f} items/s (in-process, 3 lanes)"
         )
     return {
         "baseline": statistics.median(baseline),
         "floe": statistics.median(ours),
         "defaults": statistics.median(defaults),
         "lanes": statistics.median(lanes),
-        "before": statistics.median(before),
         "ratios": [floe / listing for floe, listing in zip(ours, baseline, strict=True)],
     }
 
@@ -624,11 +615,6 @@ def main() -> None:
             f"| the same in-process, in 3 lanes at once (remote.search_lanes 3, the default for an API on another "
             f"host; {arguments.collections}), items/s | {api['lanes']:,.0f} | {api['floe']:,.0f} (the search read "
             f"as one, the default on 127.0.0.1) | {api['lanes'] / api['floe']:.2f}x |"
-        )
-        print(
-            f"| the same 3 lanes at once, about 3 planned for each | {api['lanes']:,.0f} | {api['before']:,.0f} "
-            f"(3 lanes as planned before: one a collection or a third of the time) | "
-            f"{api['lanes'] / api['before']:.2f}x |"
         )
         print(
             f"| the same 3 lanes at once against pystac-client ({where}) | {api['lanes']:,.0f} | "

@@ -15,7 +15,8 @@ of ``scripts/bench_remote.py --skip-rasters --api-delay-ms 20`` at a119912.
 Planning about 3 lanes a reader (``LANES_PER_READ``) against one gave 0.92x and
 0.98x there, on items spread evenly in time, and 0.98x and 0.96x on items crowded
 into the year's end (``--crowded``, three collections and one): under the 10%
-a mechanism must gain, so it is to go (docs/benchmarks-history.md).
+a mechanism must gain, so it was taken out: a lane is planned for each read at
+once (docs/benchmarks-history.md).
 """
 
 from __future__ import annotations
@@ -350,18 +351,18 @@ def test_one_collection_is_read_in_intervals_of_time_from_floe_serve(tmp_path):
     assert _outcome(*in_lanes[:3]) == _outcome(*as_one[:3])  # nothing twice: no duplicate among the rejections
     assert in_lanes[2].note is None and whole[2].note is None  # floe serve filters by datetime: nothing to say
     root = server.url.rstrip("/")
-    # Three lanes at once, three times as many planned: the day in ninths, the newest first.
-    cuts = ["02:40", "05:20", "08:00", "10:40", "13:20", "16:00", "18:40", "21:20"]
+    # Three lanes at once, as many planned: the day in thirds, the newest first.
+    cuts = ["08:00", "16:00"]
     bounds = ["2024-02-01T00:00:00Z", *(f"2024-02-01T{cut}:00Z" for cut in cuts), "2024-02-02T00:00:00Z"]
-    ninths = [f"{root}/search?datetime={a}/{b}" for a, b in itertools.pairwise(bounds)]
-    assert in_lanes[2].lanes_read == ninths[::-1]
+    thirds = [f"{root}/search?datetime={a}/{b}" for a, b in itertools.pairwise(bounds)]
+    assert in_lanes[2].lanes_read == thirds[::-1]
     assert as_one[2].lanes_read == []
-    # Without an interval, the collection's extent (the API's: 00:00 to 22:30, its items' times) in ninths, the
+    # Without an interval, the collection's extent (the API's: 00:00 to 22:30, its items' times) in thirds, the
     # first and last lanes open-ended.
-    cuts = ["02:30", "05:00", "07:30", "10:00", "12:30", "15:00", "17:30", "20:00"]
+    cuts = ["07:30", "15:00"]
     bounds = ["..", *(f"2024-02-01T{cut}:00Z" for cut in cuts), ".."]
-    ninths = [f"{root}/search?datetime={a}/{b}" for a, b in itertools.pairwise(bounds)]
-    assert whole[2].lanes_read == ninths[::-1]
+    thirds = [f"{root}/search?datetime={a}/{b}" for a, b in itertools.pairwise(bounds)]
+    assert whole[2].lanes_read == thirds[::-1]
 
 
 def test_time_lanes_keep_each_item_once_from_an_api_that_ignores_the_interval(http_server, tmp_path):
@@ -375,18 +376,18 @@ def test_time_lanes_keep_each_item_once_from_an_api_that_ignores_the_interval(ht
     assert search.complete and not report.rejected  # no duplicate id
     assert set(stored) == {("s", item["id"]) for item in items}
     assert search.items == len(items)  # the odd one counted once
-    assert len(search.lanes_read) == 9
+    assert len(search.lanes_read) == 3
     # Said once, for the operator: the API reads no datetime, so each lane read the whole collection.
     assert search.note == (
-        f"{url} does not filter by datetime: each of the 9 time lanes read its whole search and kept its own items "
+        f"{url} does not filter by datetime: each of the 3 time lanes read its whole search and kept its own items "
         "(nothing is missed or doubled, but each item was read once a lane); remote.search_lanes = 1 "
         "(FLOE_REMOTE__SEARCH_LANES=1) reads this API as one search"
     )
 
 
 def test_each_collection_is_read_in_intervals_of_time_so_more_lanes_read_at_once(http_server, tmp_path):
-    # Two collections, four lanes at once: each collection is split into six intervals of the day (about three
-    # lanes planned for each read at once). Behind a gate that answers first pages only four at a time, the two
+    # Two collections, four lanes at once: each collection is split into two intervals of the day (a lane planned
+    # for each read at once). Behind a gate that answers first pages only four at a time, the two
     # collections are read by four lanes at once; one search per collection would get a 409. The static API
     # ignores the interval, so each lane keeps its own items.
     a, b = _timed("a"), _timed("b")
@@ -397,7 +398,7 @@ def test_each_collection_is_read_in_intervals_of_time_so_more_lanes_read_at_once
     assert search.complete, report.rejected
     assert set(stored) == {("a", item["id"]) for item in a} | {("b", item["id"]) for item in b if item is not b[5]}
     assert search.items == len(a) + len(b)
-    bounds = ["2024-02-01T00:00:00Z", *(f"2024-02-01T{hour:02d}:00:00Z" for hour in range(4, 24, 4))]
+    bounds = ["2024-02-01T00:00:00Z", "2024-02-01T12:00:00Z"]
     bounds.append("2024-02-02T00:00:00Z")
     # The newest intervals first, the collections taking turns.
     assert search.lanes_read == [
@@ -405,15 +406,15 @@ def test_each_collection_is_read_in_intervals_of_time_so_more_lanes_read_at_once
         for start, end in reversed(list(itertools.pairwise(bounds)))
         for collection in "ab"
     ]
-    # b's first lane (00:00-04:00) kept b-00, b-01, b-02, then the timeless b-05: its fourth.
+    # b's first lane (00:00-12:00) kept b-00 to b-04, then the timeless b-05: its sixth.
     assert [(rejection.source, rejection.item_id) for rejection in report.rejected] == [
-        (f"{url}/search?collections=b&datetime=2024-02-01T00:00:00Z/2024-02-01T04:00:00Z#4", "b-05")
+        (f"{url}/search?collections=b&datetime=2024-02-01T00:00:00Z/2024-02-01T12:00:00Z#6", "b-05")
     ]
 
 
 @pytest.mark.slow
 def test_a_search_of_the_whole_api_is_read_in_intervals_of_its_datetime(http_server, tmp_path):
-    # No collection named: the search's own interval in ninths, three at once (the gate answers first pages only
+    # No collection named: the search's own interval in thirds, three at once (the gate answers first pages only
     # three at a time); the static API ignores the interval, and each lane keeps its own.
     a, b = _timed("a"), _timed("b")
     url = _lanes_api(http_server, "whole", {"a": a, "b": b}, together=3)
@@ -421,15 +422,15 @@ def test_a_search_of_the_whole_api_is_read_in_intervals_of_its_datetime(http_ser
     assert search.complete and not report.rejected
     assert set(stored) == {(item["collection"], item["id"]) for item in a + b}
     assert search.items == len(a) + len(b)
-    assert len(search.lanes_read) == 9
-    assert search.lanes_read[0] == f"{url}/search?datetime=2024-02-01T21:20:00Z/2024-02-02T00:00:00Z"
+    assert len(search.lanes_read) == 3
+    assert search.lanes_read[0] == f"{url}/search?datetime=2024-02-01T16:00:00Z/2024-02-02T00:00:00Z"
     # Without a start there is nothing to split (no collection's extent to ask): one search.
     ungated = _lanes_api(http_server, "whole-open", {"a": a, "b": b})
     _, stored, search, _ = _ingest(tmp_path, "open", ungated, (), when="../2024-02-02")
     assert search.lanes_read == [] and set(stored) == {(item["collection"], item["id"]) for item in a + b}
 
 
-def test_a_search_is_planned_as_three_lanes_for_each_read_at_once():
+def test_a_search_is_planned_as_a_lane_for_each_read_at_once():
     asked: list[str] = []
 
     class Extents:
@@ -448,22 +449,22 @@ def test_a_search_is_planned_as_three_lanes_for_each_read_at_once():
         return _api_lanes.plan_lanes(search, Extents(), None)
 
     one = plan(("c",))  # the newest first
-    assert len(one) == 9 and all(lane.collections is None for lane in one)
-    assert one[0].interval == "2024-02-01T21:20:00Z/.." and one[-1].interval == "../2024-02-01T02:40:00Z"
+    assert len(one) == 3 and all(lane.collections is None for lane in one)
+    assert one[0].interval == "2024-02-01T16:00:00Z/.." and one[-1].interval == "../2024-02-01T08:00:00Z"
     assert [lane.window for lane in one] == sorted((lane.window for lane in one), key=lambda w: w[0] or start)[::-1]
-    two = plan(("c", "d"))  # 9 lanes wanted, 5 intervals each, taking turns
-    assert [lane.collections for lane in two] == [["c"], ["d"]] * 5
-    assert two[6].interval == two[7].interval == "2024-02-01T04:48:00Z/2024-02-01T09:36:00Z"
+    two = plan(("c", "d"))  # 3 lanes wanted, 2 intervals each, taking turns
+    assert [lane.collections for lane in two] == [["c"], ["d"]] * 2
+    assert two[2].interval == two[3].interval == "../2024-02-01T12:00:00Z"
     # A collection without an extent is read as one lane; the others are still split.
     mixed = plan(("none", "c"))
     assert [(lane.collections, lane.interval) for lane in mixed[:2]] == [
         (["none"], None),
-        (["c"], "2024-02-01T19:12:00Z/.."),
+        (["c"], "2024-02-01T12:00:00Z/.."),
     ]
-    assert len(mixed) == 6
-    open_ended = plan(("open",), at_once=2)  # its extent runs to now: six intervals of that
+    assert len(mixed) == 3
+    open_ended = plan(("open",), at_once=2)  # its extent runs to now: two intervals of that
     first_cut = _api_lanes.parse_datetime(open_ended[-1].interval.removeprefix("../"))
-    assert len(open_ended) == 6 and abs(first_cut - start - (now - start) / 6) < timedelta(minutes=1)
+    assert len(open_ended) == 2 and abs(first_cut - start - (now - start) / 2) < timedelta(minutes=1)
     asked.clear()
     many = plan(tuple("abcdefghi"))  # nine collections: a lane each, no extent asked for
     assert [lane.collections for lane in many] == [[name] for name in "abcdefghi"] and not asked
@@ -479,7 +480,7 @@ def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, 
         patch.setattr(_api_reader, "HANDOFF_ITEMS", 10**9)
         alone = _ingest(tmp_path, "alone", url, ("s",), when=DAY)
     read = _ingest(tmp_path, "read", url, ("s",), when=DAY)
-    assert set(handed_over) == set(range(9))
+    assert set(handed_over) == set(range(3))
     assert _outcome(*read[:3]) == _outcome(*alone[:3])
     assert not read[0].rejected and len(read[1]) == 20
     # The static API ignores datetime, which the pages the reader walked say as this process's do.
@@ -575,7 +576,7 @@ def test_floe_ingest_says_when_an_api_ignores_the_time_lanes_interval(http_serve
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False, timeout=300)
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stderr.split())
-    assert f"{len(items)} items in 9 lanes, read to its end" in said
-    assert f"note {url} does not filter by datetime: each of the 9 time lanes read its whole search" in said
+    assert f"{len(items)} items in 3 lanes, read to its end" in said
+    assert f"note {url} does not filter by datetime: each of the 3 time lanes read its whole search" in said
     assert "FLOE_REMOTE__SEARCH_LANES=1" in said
     assert len(list(Repository.open(tmp_path / "r").view("main").items())) == len(items)

@@ -10,13 +10,15 @@ are open, so an item outside the collection's stated extent is not missed).
 A search of the whole API (no collection named) is read as one search per
 interval of its datetime interval where that has a start.
 
-A search is planned as about :data:`LANES_PER_READ` times as many lanes as
-are read at once: an archive's items crowd into some years (Landsat's into
-its last decade) and some collections hold most of them, so equal intervals
-hold unequal work. The lanes' readers take the longest lanes first
-(:func:`~ingest.pipeline.sources._api_pages.read_lanes`), so the lanes end together
-instead of one reading the crowded years alone; the newest intervals are
-planned first, the likeliest to be the longest where the API does not say.
+A search is planned as about as many lanes as are read at once (each
+collection's interval cut into as many pieces as give each reader one). The
+lanes' readers take the longest lanes first
+(:func:`~ingest.pipeline.sources._api_pages.read_lanes`), and the newest
+intervals are planned first, the likeliest to be the longest where the API does
+not say. (Planning three lanes a reader, so that crowded years would not leave
+one reader alone at the end, gained nothing measured behind 20 ms a request:
+0.92x-0.98x on items spread evenly or crowded into the year's end,
+docs/benchmarks-history.md, issue 50. It was taken out.)
 
 Those intervals share their bounds, and an item whose time range spans a bound
 is found by both lanes: the lane its ``datetime`` (else its
@@ -69,11 +71,6 @@ class Lane:
 SEARCH_LANES = 3
 """Lanes read at once where the settings do not say (``remote.search_lanes``), for an API on another machine."""
 
-LANES_PER_READ = 3
-"""A search in lanes is split into about this many times as many lanes as are read at once (each collection into
-intervals of time, until there are so many), so that the work a lane holds may be uneven and the lanes read at
-once still end together."""
-
 
 def lanes_for(search: ApiSearch) -> int:
     """How many lanes ``search`` is read in at once: as the settings say; else :data:`SEARCH_LANES`, or 1 for an
@@ -97,16 +94,15 @@ def _loopback(host: str) -> bool:
 def plan_lanes(search: ApiSearch, io: Any, formatted_datetime: str | None) -> list[Lane]:
     """The lanes ``search`` is read in: one a collection where it names several, each split into consecutive
     intervals of its datetime interval (where it gives no start or end, the collection's extent's; now for an open
-    one) until there are about :data:`LANES_PER_READ` times as many lanes as are read at once, the newest
-    intervals first; a search of the whole API, intervals of its datetime interval where that has a start;
-    otherwise the search as it is. ``formatted_datetime``: the search's datetime as pystac-client sends it
-    (``2024`` expanded to the year)."""
+    one) until there are about as many lanes as are read at once, the newest intervals first; a search of the
+    whole API, intervals of its datetime interval where that has a start; otherwise the search as it is.
+    ``formatted_datetime``: the search's datetime as pystac-client sends it (``2024`` expanded to the year)."""
     at_once = lanes_for(search)
     if at_once <= 1:
         return [Lane()]
     # None: the whole API, whose datetime interval is split where it has a start (there is no extent to ask).
     collections: list[str | None] = [*search.parameters.collections] or [None]
-    pieces = -(-LANES_PER_READ * at_once // len(collections))  # intervals a collection is split into
+    pieces = -(-at_once // len(collections))  # intervals a collection is split into
     several = len(collections) > 1
     if pieces > 1:
         with ThreadPoolExecutor(min(at_once, len(collections)), thread_name_prefix="floe-extent") as pool:
