@@ -1,7 +1,7 @@
 """Work done ahead of the one who asks for it: on a pool of threads, handed out in order (:class:`InOrder`: the next
 granules' rasters while one is written, the next objects of a folder while one is parsed), or a stream produced
-on a thread of its own (:func:`prefetched`: a search's pages in the page reader while it checks one, an
-object's chunks while one is parsed). One call on a daemon thread of its own: ``ingest._threads``."""
+on a thread of its own (:func:`prefetched`: a search's pages while a batch commits, an object's chunks while
+one is parsed). One call on a daemon thread of its own: ``ingest._threads``."""
 
 from __future__ import annotations
 
@@ -45,14 +45,17 @@ class InOrder[In, Out]:
 _END = object()
 
 
-def prefetched[T](source: Iterator[T], depth: int, *, name: str = "floe-ahead") -> Iterator[T]:
+def prefetched[T](
+    source: Iterator[T], depth: int, weight: Callable[[T], int] | None = None, *, name: str = "floe-pages"
+) -> Iterator[T]:
     """``source``'s values, produced up to ``depth`` ahead on a background thread; its exception is re-raised here.
 
-    The thread stops when the consumer does (a closed generator): it never waits for longer than a tenth of a
-    second for room.
+    With ``weight``, a value counts as it says toward ``depth`` (a value heavier than ``depth`` still passes,
+    alone). The thread stops when the consumer does (a closed generator): it never waits for longer than a tenth
+    of a second for room.
     """
     ahead = _Ahead(depth)
-    thread = threading.Thread(target=ahead.produce, args=(source,), name=name, daemon=True)
+    thread = threading.Thread(target=ahead.produce, args=(source, weight), name=name, daemon=True)
     thread.start()
     try:
         while True:
@@ -70,7 +73,7 @@ _DONE = object()
 
 
 class _Ahead:
-    """:func:`prefetched`'s queue: at most ``depth`` values held."""
+    """:func:`prefetched`'s queue: values and their weights, at most ``depth`` in weight held."""
 
     def __init__(self, depth: int) -> None:
         self.depth = depth
@@ -79,10 +82,10 @@ class _Ahead:
         self.held = 0
         self.stop = threading.Event()
 
-    def produce(self, source: Iterator[Any]) -> None:
+    def produce(self, source: Iterator[Any], weight: Callable[[Any], int] | None) -> None:
         try:
             for value in source:
-                if not self.offer(value, None, 1):
+                if not self.offer(value, None, weight(value) if weight is not None else 1):
                     return
             self.offer(_DONE, None, 0)
         except BaseException as error:  # noqa: BLE001 - handed to the consumer, which raises it

@@ -317,13 +317,41 @@ def test_pages_are_fetched_ahead_in_order_and_stop_with_their_reader():
             yield number
             number += 1
 
-    pages = prefetched(endless(), 2, name="floe-test-ahead")
+    pages = prefetched(endless(), 2)
     assert [next(pages), next(pages)] == [0, 1]
-    assert any(thread.name == "floe-test-ahead" for thread in threading.enumerate())  # the producer runs
     pages.close()
     for _ in range(100):  # the producer notices within a tenth of a second; bounded, not timed
-        if not any(thread.name == "floe-test-ahead" and thread.is_alive() for thread in threading.enumerate()):
+        if not any(thread.name == "floe-pages" and thread.is_alive() for thread in threading.enumerate()):
             break
         threading.Event().wait(0.1)
-    assert not any(thread.name == "floe-test-ahead" and thread.is_alive() for thread in threading.enumerate())
+    assert not any(thread.name == "floe-pages" and thread.is_alive() for thread in threading.enumerate())
     assert len(produced) <= 2 + 2 + 2  # what was read, the queue's depth, and one in hand
+
+
+def test_heavy_pages_count_as_their_weight_ahead():
+    # Decoded pages weigh more than a page reader's bytes: no more than the depth's worth is held ahead.
+    import threading
+
+    from ingest.pipeline._ahead import prefetched
+
+    produced: list[str] = []
+    more = threading.Event()
+
+    def pages():
+        for number in range(20):
+            produced.append("heavy" if number < 10 else "light")
+            yield produced[-1]
+        more.set()
+
+    weights = {"heavy": 4, "light": 1}
+    values = prefetched(pages(), 12, weights.__getitem__)
+    assert next(values) == "heavy"
+    for _ in range(100):  # until the producer waits for room: bounded, not timed
+        held = len(produced) - 1
+        threading.Event().wait(0.05)
+        if len(produced) - 1 == held:
+            break
+    # Three heavy ones fill the depth of 12 (and one more is in the producer's hand, waiting for room).
+    assert len(produced) - 1 <= 3 + 1
+    rest = list(values)
+    assert rest == ["heavy"] * 9 + ["light"] * 10 and more.is_set()

@@ -22,7 +22,7 @@ is new or changed is committed, as local re-runs do.
 A search is read in lanes, several at once (``_api_lanes.py``):
 one search per collection where it names several; one per interval of its
 datetime interval where it names one collection, each keeping the items whose
-instant falls in it. Lanes read at once are read on threads (``_api_pages.py``); a search with
+instant falls in it. Pages are read ahead on threads (``_api_pages.py``); a search with
 many items to go is handed to a page reader, a process of its own that reads,
 decodes and validates pages while this one commits (``_api_reader.py``). Each
 page is walked into what the ingest takes the same way in either process
@@ -41,10 +41,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSource
+from ingest.pipeline._ahead import prefetched
 from ingest.pipeline.sources._api_io import failure_reason, session_io
 from ingest.pipeline.sources._api_lanes import Lane, irregular, lanes_for, plan_lanes, rfc3339, timestamp
-from ingest.pipeline.sources._api_pages import Lanes, PageRequest
-from ingest.pipeline.sources._api_reader import SearchPages
+from ingest.pipeline.sources._api_pages import PAGES_AHEAD, Lanes, PageRequest
+from ingest.pipeline.sources._api_reader import SENT_PAGES_AHEAD, SearchPages
 from ingest.pipeline.sources._api_walk import UpdatedCount, WalkedPage, collection_url, walk_page
 from ingest.pipeline.sources._types import FILE_SUFFIXES, SearchParameters, SourcedItem, SourceOptions
 from ingest.remote import Headers
@@ -299,7 +300,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
         numbers = [0] * len(labels)
         seen: set[str] = set()  # collections yielded
         fetched: set[str] = set()  # collections fetched by this process
-        for number, page in pages:
+        for number, page in prefetched(iter(pages), SENT_PAGES_AHEAD, _page_weight):
             # A dict was read here; the rest the page reader read, walked and checked.
             walked = (
                 walk_page(page, io, search.root, fetched, windows.get(number))
@@ -316,6 +317,12 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
         if pages is not None:
             pages.close()
     search.complete = True
+
+
+def _page_weight(read: tuple[int, Any]) -> int:
+    """What a lane's page counts toward the pages held ahead: a decoded page (a dict, read here) weighs as much as
+    this many of the page reader's (bytes)."""
+    return SENT_PAGES_AHEAD // PAGES_AHEAD if isinstance(read[1], dict) else 1
 
 
 def _search_method(client: Any) -> str:

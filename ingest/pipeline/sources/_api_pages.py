@@ -8,8 +8,9 @@ one page's answer names the next. A search is therefore read in lanes
 (:class:`Lanes`; one search per collection, or per interval of time, as
 :func:`~._api_lanes.plan_lanes` says), several at once
 (:func:`read_lanes`): the API makes a page of each while the others travel
-and decode. A large search is handed to a page reader, a process of its own
-(``_api_reader.py``), at the page each lane has reached.
+and decode. Pages are read on a thread ahead of the ingest
+(:func:`~ingest.pipeline._ahead.prefetched`); a large search is handed to a page reader, a process of
+its own (``_api_reader.py``), at the page each lane has reached.
 """
 
 from __future__ import annotations

@@ -27,10 +27,9 @@ byte, a length, the bytes) on its standard input and output:
    :data:`END` with the reason the search failed (a page that could not be read after retries), empty when it
    read the last page of every lane.
 
-The ingest reads a page's frames when it takes the page and loads it on the
-same thread. (It once read them ahead on a thread of its own while batches
-committed: 1.01x behind 20 ms a request, taken out under issue 50's rule,
-docs/benchmarks-history.md. The reader works ahead of the pipe by itself.)
+The ingest's page thread only reads the frames (the lock-free part); a page is
+loaded by the thread that ingests it, so the two threads do not take turns
+with the interpreter's lock for it.
 
 The reader exits when its standard input closes (the ingest stopped, or died).
 Credentials and settings reach it as the environment does; nothing is written.
@@ -86,6 +85,10 @@ lanes, the reader gives 1.18x the items a second of the same search read by the 
 HANDOFF_WAITS = False
 """Wait for the page reader to start before reading the next page (tests: the hand-over happens at the page it
 is asked for); by default pages are read here until the reader is ready."""
+
+SENT_PAGES_AHEAD = 12
+"""Pages a page reader may have sent ahead of the ingest (as bytes, a sixth of a decoded page's memory): it keeps
+reading while the ingest writes a batch."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -227,7 +230,7 @@ class SearchPages:
     """A search's pages, each with its lane, read here until the search proves large, then by a page reader of
     its own.
 
-    Iterated by the ingest as it takes pages. Pages read here are
+    Iterated on the page thread (:func:`~ingest.pipeline._ahead.prefetched`). Pages read here are
     decoded pages (dicts); the reader's are :class:`SentPage` objects (pages
     already stripped and checked, loaded by the thread that ingests them). The reader starts once
     :data:`HANDOFF_ITEMS` remain (or have been read, where the API does not count); while it starts (half a
