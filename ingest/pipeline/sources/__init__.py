@@ -2,7 +2,7 @@
 
 A kind of source (:class:`Source`) recognises the paths or URLs that name one of its kind and reads them into
 :class:`SourcedItem` values: an item, a STAC Collection, or the reason something could not be read, each labelled
-with where it came from, so a rejection names its input and the rest goes on. :data:`SOURCES` holds the kinds in
+with where it came from, so a rejection names its input and the rest goes on. :func:`registered` gives the kinds in
 the order they are asked; :func:`read_items` reads each source with the first kind that recognises it.
 
 Modules, one per kind, over shared ones that import none of them:
@@ -13,12 +13,13 @@ Modules, one per kind, over shared ones that import none of them:
 - ``_objects``: files and folders in object stores, ``s3://``, ``http(s)://``, Azure blobs (:class:`ObjectFiles`).
 - ``_api``: a STAC API search (:class:`StacApi`), read in lanes (``_api_lanes``) page by page (``_api_pages``).
 
-A new kind is a module with a class that meets :class:`Source`, added to :data:`SOURCES` before any kind that
+A new kind is a module with a class that meets :class:`Source`, added to :func:`registered` before any kind that
 would recognise its sources too.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,7 +54,10 @@ _HOMES = {
 __getattr__ = lazy_names(__name__, globals(), _HOMES)
 
 
-def _kinds() -> tuple[Source, ...]:
+@functools.cache
+def registered() -> tuple[Source, ...]:
+    """The kinds of source, in the order they are asked: local files, a STAC API, then files at URLs (an
+    ``https://`` URL without a file's suffix names an API). Made on first use: each kind's module loads then."""
     from ingest.pipeline.sources._api import StacApi
     from ingest.pipeline.sources._files import LocalFiles
     from ingest.pipeline.sources._objects import ObjectFiles
@@ -61,16 +65,9 @@ def _kinds() -> tuple[Source, ...]:
     return (LocalFiles(), StacApi(), ObjectFiles())
 
 
-SOURCES: list[Source] = []
-"""The kinds of source, in the order they are asked: local files, a STAC API, then files at URLs (an ``https://``
-URL without a file's suffix names an API). Filled when first asked (:func:`source_kind`)."""
-
-
 def source_kind(source: str | Path) -> Source | None:
     """The kind of source that reads ``source`` (None: none recognises it)."""
-    if not SOURCES:
-        SOURCES.extend(_kinds())
-    return next((kind for kind in SOURCES if kind.recognises(source)), None)
+    return next((kind for kind in registered() if kind.recognises(source)), None)
 
 
 def read_items(sources: Iterable[str | Path], options: SourceOptions | None = None) -> Iterator[SourcedItem]:
@@ -92,7 +89,6 @@ def read_items(sources: Iterable[str | Path], options: SourceOptions | None = No
 __all__ = [
     "FILE_SUFFIXES",
     "METADATA_SUFFIXES",
-    "SOURCES",
     "STDIN",
     "TIFF_SUFFIXES",
     "ApiSearch",
@@ -109,5 +105,6 @@ __all__ = [
     "is_api_url",
     "parse_since",
     "read_items",
+    "registered",
     "source_kind",
 ]

@@ -102,7 +102,7 @@ class SourceOptions:
 class Source(Protocol):
     """One kind of source: it recognises the paths or URLs that name one of its kind, and reads them.
 
-    The registry (:data:`ingest.pipeline.sources.SOURCES`) asks each kind in turn; the first that recognises a
+    The registry (:func:`ingest.pipeline.sources.registered`) asks each kind in turn; the first that recognises a
     source reads it.
     """
 
