@@ -35,14 +35,18 @@ The protocol, step by step (the phases are the functions below, named so):
 5. **Compare-and-swap** (``_swap``). ``session.commit`` moves B from S to the
    new snapshot, whose metadata carries the new pointer, only if B is still
    at S. Arrays and table version land together, or neither does.
-6. **Rebase and back off** (``rebase``, ``backoff_seconds``). Another commit
-   won: the session is rebased onto B's new tip with ``ConflictDetector``
-   (staged chunks carry forward). Two writers that changed the same node
-   cannot be merged: :class:`~ingest.errors.CommitConflict` names the paths
-   and the caller re-plans from the new tip. Otherwise the new base's pointer
-   is the winner's table version, which step 3 of the next attempt applies
-   the change to (appends always reconcile; replacements re-plan against
-   what the winner changed). Wait a jittered, shrinking backoff; go to 2.
+6. **Rebase and back off** (:mod:`ingest.repository._rebase`,
+   ``backoff_seconds``). Another commit won: the session is rebased onto B's
+   new tip with ``ConflictDetector`` (staged chunks carry forward; a writer's
+   granules first move their slots past the winner's). Two writers that
+   changed the same node cannot be merged:
+   :class:`~ingest.errors.CommitConflict` names the paths and the caller
+   re-plans from the new tip. The rebase's slot moves go to the change
+   (``TableChange.rebased``), which returns the change to apply next. The new
+   base's pointer is the winner's table version, which step 3 of the next
+   attempt applies the change to (appends always reconcile; replacements
+   re-plan against what the winner changed). Wait a jittered, shrinking
+   backoff; go to 2.
    After ``commit.max_attempts`` lost races: ``ConflictRetriesExhausted``,
    and nothing was committed.
 
@@ -56,23 +60,27 @@ import logging
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import icechunk
 
 from ingest._faults import fault_point
-from ingest.errors import CommitConflict, ConflictRetriesExhausted, CorruptRepository
+from ingest.errors import ConflictRetriesExhausted, CorruptRepository
+from ingest.repository._rebase import rebase_staged
+from ingest.repository._slots import Moves, Slots, clear_pieces
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from ingest.repository._repo import Repository
+    from ingest.stac import Piece
 
 log = logging.getLogger(__name__)
 
 FLOE_KEY = "floe"
+"""The key of floe's record in an Icechunk commit's metadata (beside any metadata of the caller's)."""
 SOURCE_CURSORS = "floe:source-cursors"
 """Commit metadata key beside floe's record: search -> cursor of each STAC API search an ingest read to its end.
 
@@ -80,7 +88,6 @@ Cursors ride in the metadata of a run's last commit: a branch's history says
 how far each search was read on that branch (``floe ingest --since last``), and
 a tag keeps what it was when tagged.
 """
-"""The key of floe's record in an Icechunk commit's metadata (beside any metadata of the caller's)."""
 
 _ITEMS = "items"
 _ROWS_ADDED = "rows_added"
@@ -184,12 +191,21 @@ class Base:
 
 @dataclass(frozen=True)
 class AppliedChange:
-    """What applying a change to one base wrote: the next table version, and the rows it adds, replaces, deletes."""
+    """What applying a change to one base wrote: the next table version, and the rows it adds, replaces, deletes.
+
+    ``clear`` and ``clear_deleted`` name the array slices of the rows it
+    replaces and deletes (which no row of the new version names): the commit
+    loop clears them in the session, so they leave in the same commit.
+    """
 
     metadata_location: str
     rows_added: int = 0
     rows_replaced: int = 0
     rows_deleted: int = 0
+    clear: tuple[Piece, ...] = ()
+    """Slices of the rows this change replaces that the new rows do not keep."""
+    clear_deleted: tuple[Piece, ...] = ()
+    """Slices of the rows this change deletes (a concurrent commit that clears or re-stages them is no conflict)."""
 
 
 class TableChange(ABC):
@@ -207,6 +223,17 @@ class TableChange(ABC):
         follow (the caller then re-plans).
         """
 
+    def rebased(self, moves: Sequence[Moves]) -> Self:
+        """Phase 6: the change to apply next, after a rebase moved the session's slices to other slots.
+
+        Args:
+            moves: (stack, old slot) -> new slot, one set per look at the tip, in order (never empty sets).
+
+        Returns:
+            The change whose rows name the new slots (this one when none of its rows has slices).
+        """
+        return self
+
 
 class KeepTable(TableChange):
     """No table change: the commit carries its base's pointer forward (arrays or groups only)."""
@@ -218,12 +245,14 @@ class KeepTable(TableChange):
 
 
 @dataclass(frozen=True)
-class Landed:
+class Landed[Change: TableChange]:
     """A change that landed: the new snapshot, what the table change wrote, and how many attempts it took."""
 
     snapshot_id: str
     applied: AppliedChange
     attempts: int
+    change: Change
+    """The change as it landed (after the rebases of the attempts it lost)."""
 
 
 class _TipMoved(Exception):
@@ -242,23 +271,37 @@ def backoff_seconds(attempt: int, initial_ms: float, max_ms: float) -> float:
     return random.uniform(0, ceiling) / 1000.0
 
 
-def commit_change(
+def commit_change[Change: TableChange](
     repository: Repository,
     session: icechunk.Session,
     branch: str,
     message: str,
-    change: TableChange,
+    change: Change,
     *,
     caller_metadata: Mapping[str, Any] | None = None,
-    rebaser: Callable[[icechunk.Session, str], None] | None = None,
-) -> Landed:
+    slots: Slots | None = None,
+) -> Landed[Change]:
     """Commit the arrays staged in ``session`` and ``change`` to the table, together, on ``branch``.
 
-    Runs the protocol of this module's docstring. Raises ``CommitConflict``
-    when the staged arrays collide with a concurrent commit (re-plan from the
-    new tip) and ``ConflictRetriesExhausted`` after ``commit.max_attempts``
-    lost races. ``rebaser`` replaces phase 6's :func:`rebase` (a writer whose
-    granules took slots in stacks moves them past the winner's first).
+    Runs the protocol of this module's docstring.
+
+    Args:
+        repository: the repository.
+        session: the writable session the arrays are staged in, on ``branch``.
+        branch: the branch to commit to.
+        message: the commit message.
+        change: the change to the items table.
+        caller_metadata: keys to add to the Icechunk commit's metadata beside floe's record.
+        slots: the slots in stacks the session's granules took (None when it stages none): a lost race moves
+            them past the winner's, and the change hears the moves.
+
+    Returns:
+        The new snapshot, what the table change wrote, the attempts, and the change as it landed.
+
+    Raises:
+        CommitConflict: the staged arrays collide with a concurrent commit, or the change depends on rows it
+            changed (re-plan from the new tip).
+        ConflictRetriesExhausted: ``commit.max_attempts`` lost races in a row; nothing was committed.
     """
     settings = repository.settings.commit
     base = Base.at(repository, session.snapshot_id)
@@ -273,6 +316,7 @@ def commit_change(
             if base.snapshot_id != session.snapshot_id:
                 base = Base.at(repository, session.snapshot_id)
             applied = change.apply(base)
+            _clear_slices(session, slots, applied)
             fault_point("commit.after_metadata")
             record = CommitMetadata(
                 items=encode_pointer(repository.location.tables_url, applied.metadata_location),
@@ -290,10 +334,22 @@ def commit_change(
                     "committed. Retry later, or raise commit.max_attempts (FLOE_COMMIT__MAX_ATTEMPTS)"
                 ) from error
             log.debug("commit attempt %d on %s lost the race; rebasing", attempt, branch)
-            (rebaser or rebase)(session, branch)
+            moves = rebase_staged(repository, session, branch, slots)
+            if moves:
+                change = change.rebased(moves)
             time.sleep(backoff_seconds(attempt, settings.backoff_initial_ms, settings.backoff_max_ms))
             continue
-        return Landed(snapshot_id, applied, attempt)
+        return Landed(snapshot_id, applied, attempt, change)
+
+
+def _clear_slices(session: icechunk.Session, slots: Slots | None, applied: AppliedChange) -> None:
+    """Stage the removal of the slices the applied change's replaced and deleted rows leave behind."""
+    if applied.clear:
+        clear_pieces(session, applied.clear)
+    if applied.clear_deleted:
+        if slots is not None:
+            slots.cleared(applied.clear_deleted)
+        clear_pieces(session, applied.clear_deleted)
 
 
 def _tip_moved(repository: Repository, session: icechunk.Session, branch: str) -> bool:
@@ -315,23 +371,6 @@ def _swap(
         snapshot_id = session.commit(message, metadata=metadata, allow_empty=True)
     fault_point("commit.after_swap")
     return snapshot_id
-
-
-def rebase(session: icechunk.Session, branch: str, solver: icechunk.ConflictSolver | None = None) -> None:
-    """Phase 6: carry the staged changes onto the branch's new tip, or name the nodes that collide.
-
-    Also used by a writer whose branch moved while it staged (``Writer.ensure_collection``). ``solver``
-    replaces Icechunk's ``ConflictDetector`` (slots that moved keep the winner's chunks, ``_slots.py``).
-    """
-    try:
-        session.rebase(solver or icechunk.ConflictDetector())
-    except icechunk.RebaseFailedError as error:
-        paths = sorted({conflict.path for conflict in error.conflicts})
-        raise CommitConflict(
-            f"changes staged on {branch!r} conflict with a commit made meanwhile at {', '.join(paths)}: "
-            "another writer changed the same nodes; re-plan these items from the new tip",
-            paths=paths,
-        ) from error
 
 
 def newest_cursors(history: Iterable[Mapping[str, Any] | None]) -> dict[str, str]:

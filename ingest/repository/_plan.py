@@ -15,14 +15,23 @@ on the attempt's base:
 - on a later base (another writer won), files whose columns the winner typed
   differently are rewritten with those columns untyped (nothing else is), the
   replacement is re-planned against the winner's files, and the manifest of
-  the added files is reused when nothing it records changed.
+  the added files is reused when nothing it records changed;
+- ``apply`` returns the slices of the replaced and deleted rows, which the
+  commit loop clears in the session;
+- a rebase that moved the writer's slices gives the loop a new plan
+  (:meth:`ItemsPlan.rebased`), whose rows name the new slots.
+
+The plan is a value: it calls nothing of the writer's. What it has written
+(the files, the replacement's rewrites) is in its :class:`PlanWork`, which
+the plans of one commit share.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table.update import AssertTableUUID, TableUpdate
@@ -42,7 +51,8 @@ from ingest.repository._files import (
     write_group,
 )
 from ingest.repository._replace import Located, ReplacementPlan, read_rows
-from ingest.stac import Piece, arrow_to_items, read_arrays_asset
+from ingest.repository._slots import Moves
+from ingest.stac import Piece, arrow_to_items, moved_slots, read_arrays_asset
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -55,62 +65,135 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]
 
 
-class ItemsPlan(TableChange):
-    """Items to add to the table (and the keys among them whose stored rows they replace), as one table change."""
+@dataclass
+class PlanWork:
+    """What a commit's plans wrote so far: each attempt re-uses it, and a plan's rebased successors share it."""
 
-    def __init__(
-        self,
+    replacement: ReplacementPlan
+    files: list[StagedFile] | None = None
+    """The batch's data files (None until the first attempt writes them)."""
+    files_base: str | None = None
+    """The metadata.json the files were last reconciled with."""
+    cleared_from: set[str] = field(default_factory=set)
+    """Replaced files whose rows' slices were handed to the commit loop to clear already."""
+    deleted_slices: dict[str, int] = field(default_factory=dict)
+    added_manifest: AddedManifest | None = None
+    files_written: int = 0
+    files_rewritten: int = 0
+
+
+@dataclass(frozen=True)
+class ItemsPlan(TableChange):
+    """Items to add to the table (and the keys among them whose stored rows they replace), as one table change.
+
+    A value: the commit loop applies it to each attempt's base, and after a
+    rebase that moved slices it gets a new plan from :meth:`rebased`. Make one
+    with :meth:`of`.
+    """
+
+    io: FileIO
+    catalog: PointerCatalog
+    manifests: ManifestCache
+    items: tuple[dict[str, Any], ...]
+    message: str
+    work: PlanWork
+    delete: frozenset[Key] = frozenset()
+    expected: Mapping[Key, dict[str, Any] | None] = field(default_factory=dict)
+    """Key -> the version of the item the change is made for (None: the item must not exist)."""
+    known_rows: Mapping[Key, dict[str, Any]] = field(default_factory=dict)
+    """Rows read at the writer's base (``Writer.stored_items``): they need not be read again."""
+    staged: frozenset[tuple[str, int]] = frozenset()
+    """(stack, slot) of every slice the writer staged."""
+    moved: frozenset[Key] = frozenset()
+    """Items whose slices moved to other slots since the plan was made (their rows change)."""
+
+    @classmethod
+    def of(
+        cls,
         io: FileIO,
         catalog: PointerCatalog,
         manifests: ManifestCache,
-        items: list[dict[str, Any]],
+        items: Iterable[dict[str, Any]],
         *,
-        replace: set[Key],
-        delete: set[Key] | None = None,
-        expected: dict[Key, dict[str, Any] | None] | None = None,
         message: str,
+        replace: Iterable[Key] = (),
+        delete: Iterable[Key] = (),
+        expected: Mapping[Key, dict[str, Any] | None] | None = None,
         located: Located | None = None,
-        known_rows: dict[Key, dict[str, Any]] | None = None,
-        clear_pieces: Callable[[list[Piece], bool], object] | None = None,
-        staged_slots: Callable[[], set[tuple[str, int]]] | None = None,
-    ) -> None:
-        self._io = io
-        self._catalog = catalog
-        self._manifests = manifests
-        self._items = items
-        self._message = message
-        self._delete = set(delete or ())
-        self._expected = dict(expected or {})
-        self._replacement = ReplacementPlan(set(replace) | self._delete, primed=located)
-        unguarded = set(self._expected) - self._replacement.keys
+        known_rows: Mapping[Key, dict[str, Any]] | None = None,
+        staged: Iterable[tuple[str, int]] = (),
+    ) -> ItemsPlan:
+        """The plan of a batch.
+
+        Args:
+            io: the FileIO data files and metadata are written with.
+            catalog: the pointer catalog that writes the next metadata.json.
+            manifests: the repository's manifest cache.
+            items: the items to add.
+            message: the commit message (recorded in the snapshot's summary).
+            replace: keys among ``items`` whose stored rows they replace.
+            delete: keys whose stored rows leave (with their slices).
+            expected: key -> the version of the item the change is made for (None: it must not exist).
+            located: where the writer found keys at its base (``Writer.stored_items``).
+            known_rows: the rows it read there.
+            staged: (stack, slot) of every slice the writer staged.
+
+        Returns:
+            The plan; nothing is written until the commit loop prepares it.
+
+        Raises:
+            ValueError: an expectation guards a key that is neither replaced nor deleted.
+        """
+        deleting = frozenset(delete)
+        expectations = dict(expected or {})
+        replacement = ReplacementPlan(set(replace) | deleting, primed=located)
+        unguarded = set(expectations) - replacement.keys
         if unguarded:
             raise ValueError(f"an expectation guards no change of {sorted(unguarded)[:3]}: replace or delete them")
-        self._files: list[StagedFile] | None = None
-        self._files_base: str | None = None
-        self._moved: dict[Key, dict[str, Any]] = {}
-        self._known_rows = known_rows or {}
-        self._clear_pieces = clear_pieces
-        self._staged_slots = staged_slots or set
-        self._cleared_from: set[str] = set()
-        self._deleted_slices: dict[str, int] = {}
-        self._added_manifest: AddedManifest | None = None
-        self.files_written = 0
-        """Data files written so far (the batch's files, their rewrites, and the copies replacement made)."""
-        self.files_rewritten = 0
-        """Data files written again because a concurrent commit typed one of their columns differently."""
+        return cls(
+            io,
+            catalog,
+            manifests,
+            tuple(items),
+            message,
+            PlanWork(replacement),
+            delete=deleting,
+            expected=expectations,
+            known_rows=dict(known_rows or {}),
+            staged=frozenset(staged),
+        )
 
     @property
     def rows(self) -> int:
-        return len(self._items)
+        return len(self.items)
 
-    def moved(self, items: dict[Key, dict[str, Any]]) -> None:
-        """These items' slices moved to other slots (the writer lost a race): their rows change.
+    @property
+    def files_written(self) -> int:
+        """Data files written so far (the batch's files, their rewrites, and the copies replacement made)."""
+        return self.work.files_written
 
-        Only the data files that hold them are written again, at the next
-        attempt (the others are re-used as they are).
+    @property
+    def files_rewritten(self) -> int:
+        """Data files written again because a concurrent commit typed one of their columns differently."""
+        return self.work.files_rewritten
+
+    def rebased(self, moves: Sequence[Moves]) -> ItemsPlan:
+        """The plan after a rebase moved this writer's slices: the items that own them name their new slots.
+
+        Only the data files that hold those items are written again, at the
+        next attempt (the others are re-used as they are).
         """
-        self._moved.update(items)
-        self._items = [items.get((item["collection"], item["id"]), item) for item in self._items]
+        items = list(self.items)
+        moved = set(self.moved)
+        staged = set(self.staged)
+        for step in moves:
+            for index, item in enumerate(items):
+                arrays = read_arrays_asset(item)
+                if arrays is not None and any((piece.stack, piece.slot) in step for piece in arrays.pieces()):
+                    items[index] = moved_slots(item, step)
+                    moved.add((item["collection"], item["id"]))
+            staged = {(stack, step.get((stack, slot), slot)) for stack, slot in staged}
+        return replace(self, items=tuple(items), moved=frozenset(moved), staged=frozenset(staged))
 
     def prepare(self, base: Base) -> None:
         """Write the data files, typed by the table at the writer's base."""
@@ -120,111 +203,119 @@ class ItemsPlan(TableChange):
         """Bring the plan to ``base`` and write the next metadata.json (requirements checked, updates applied)."""
         table = base.table()
         files = self._files_for(table)
-        if self._replacement.keys:
-            self.files_written += self._replacement.plan(self._manifests, table)
+        replacement = self.work.replacement
+        clear: list[Piece] = []
+        clear_deleted: list[Piece] = []
+        if replacement.keys:
+            self.work.files_written += replacement.plan(self.manifests, table)
             self._check_expected()
             self._refuse_vanished_arrays()
-            self._clear_replaced_slices()
+            clear, clear_deleted = self._replaced_slices()
         location = self._write_metadata(table, files)
         deleted = self.rows_deleted
-        return AppliedChange(location, self.rows, self._replacement.rows_removed - deleted, deleted)
+        return AppliedChange(
+            location,
+            self.rows,
+            replacement.rows_removed - deleted,
+            deleted,
+            clear=tuple(clear),
+            clear_deleted=tuple(clear_deleted),
+        )
 
     @property
     def rows_deleted(self) -> int:
         """Rows the deletions remove (as of the version last planned)."""
-        return sum(len(hits & self._delete) for _, hits in self._replacement.found_files.values())
+        return sum(len(hits & self.delete) for _, hits in self.work.replacement.found_files.values())
 
     @property
     def slices_deleted(self) -> int:
         """Slices (pieces of arrays) of the deleted rows, cleared with them (as of the version last planned)."""
-        return sum(self._deleted_slices.get(path, 0) for path in self._replacement.found_files)
+        return sum(self.work.deleted_slices.get(path, 0) for path in self.work.replacement.found_files)
 
     @property
-    def not_found(self) -> set[Key]:
+    def not_found(self) -> frozenset[Key]:
         """Keys to delete that no live row holds (as of the version last planned)."""
-        found = {key for _, hits in self._replacement.found_files.values() for key in hits}
-        return self._delete - found
+        found = {key for _, hits in self.work.replacement.found_files.values() for key in hits}
+        return self.delete - found
 
     def _refuse_vanished_arrays(self) -> None:
         """A row this change replaces was deleted by a commit made meanwhile; if our row keeps that row's
         slices (a metadata change, no rasters of its own), they are gone with it: re-plan it."""
-        vanished = self._replacement.vanished - self._delete
+        vanished = self.work.replacement.vanished - self.delete
         if not vanished:
             return
-        staged = self._staged_slots()
-        for item in self._items:
+        for item in self.items:
             key = (item["collection"], item["id"])
             arrays = read_arrays_asset(item) if key in vanished else None
-            if arrays is not None and not all((piece.stack, piece.slot) in staged for piece in arrays.pieces()):
+            if arrays is not None and not all((piece.stack, piece.slot) in self.staged for piece in arrays.pieces()):
                 raise CommitConflict(
                     f"item {key[1]!r} ({key[0]}) was deleted by a commit made meanwhile, and this change keeps "
                     "the arrays of the version that commit deleted; re-plan it from the new tip",
                     paths=[f"{key[0]}/{key[1]}"],
                 )
 
-    def _clear_replaced_slices(self) -> None:
-        """The slices of the rows this change replaces or deletes leave with them (in the same commit).
+    def _replaced_slices(self) -> tuple[list[Piece], list[Piece]]:
+        """The slices of the rows this change replaces, and of those it deletes: they leave with them (in the
+        same commit).
 
         On the first base these are the rows the writer planned against (the
         pipeline clears them itself already: clearing again does nothing); on a
         later one, rows a concurrent writer added for the same items: the
         outcome is the two commits in order, the winner's item then ours, so
         the winner's slices go with its row and no slice is left without one.
+        Each file's rows are handed over once (the session keeps them cleared).
         """
         # A row replaced with the same slices (its metadata changed, not its rasters) keeps them.
         kept = {
             (piece.stack, piece.array, piece.slot)
-            for item in self._items
+            for item in self.items
             if (arrays := read_arrays_asset(item)) is not None
             for piece in arrays.pieces()
         }
+        replacement = self.work.replacement
         pieces: list[Piece] = []
         deleted: list[Piece] = []
-        for path, (data_file, hits) in self._replacement.found_files.items():
-            if path in self._cleared_from:
+        for path, (data_file, hits) in replacement.found_files.items():
+            if path in self.work.cleared_from:
                 continue
-            self._cleared_from.add(path)
-            planned = path in self._replacement.primed_paths and path not in self._replacement.found_later
-            rows = [self._known_rows[key] for key in hits if key in self._known_rows] if planned else []
+            self.work.cleared_from.add(path)
+            planned = path in replacement.primed_paths and path not in replacement.found_later
+            rows = [self.known_rows[key] for key in hits if key in self.known_rows] if planned else []
             if len(rows) < len(hits):
-                rows = list(arrow_to_items(read_rows(self._io, data_file, hits)))
+                rows = list(arrow_to_items(read_rows(self.io, data_file, hits)))
             if not planned:
                 # Rows this writer did not plan against (a concurrent writer's, or never looked up).
                 self._refuse_kept_arrays(rows)
             for row in rows:
                 arrays = read_arrays_asset(row)
                 if arrays is not None:
-                    gone = deleted if (row["collection"], row["id"]) in self._delete else pieces
+                    gone = deleted if (row["collection"], row["id"]) in self.delete else pieces
                     before = len(deleted)
                     gone.extend(
                         piece for piece in arrays.pieces() if (piece.stack, piece.array, piece.slot) not in kept
                     )
-                    self._deleted_slices[path] = self._deleted_slices.get(path, 0) + len(deleted) - before
-        if self._clear_pieces is not None:
-            if pieces:
-                self._clear_pieces(pieces, False)
-            if deleted:
-                # A concurrent commit that cleared (or re-staged) the same slices is no conflict for a deletion.
-                self._clear_pieces(deleted, True)
+                    self.work.deleted_slices[path] = self.work.deleted_slices.get(path, 0) + len(deleted) - before
+        return pieces, deleted
 
     def _check_expected(self) -> None:
         """Changes made on a condition (``Writer.expect``) hold only for the version of the item they expect:
         the row read at the writer's base, or none. Another one (a concurrent commit's) refuses the commit."""
-        if not self._expected:
+        if not self.expected:
             return
+        replacement = self.work.replacement
         found: dict[Key, list[dict[str, Any]]] = {}
-        for path, (data_file, hits) in self._replacement.found_files.items():
-            wanted = hits & self._expected.keys()
+        for path, (data_file, hits) in replacement.found_files.items():
+            wanted = hits & self.expected.keys()
             if not wanted:
                 continue
-            planned = path in self._replacement.primed_paths and path not in self._replacement.found_later
-            if planned and wanted <= self._known_rows.keys():
-                rows = [self._known_rows[key] for key in wanted]  # read at the base already (files never change)
+            planned = path in replacement.primed_paths and path not in replacement.found_later
+            if planned and wanted <= self.known_rows.keys():
+                rows = [self.known_rows[key] for key in wanted]  # read at the base already (files never change)
             else:
-                rows = list(arrow_to_items(read_rows(self._io, data_file, wanted)))
+                rows = list(arrow_to_items(read_rows(self.io, data_file, wanted)))
             for row in rows:
                 found.setdefault((row["collection"], row["id"]), []).append(row)
-        for key, version in self._expected.items():
+        for key, version in self.expected.items():
             rows = found.get(key, [])
             if rows != ([] if version is None else [version]):
                 state = "created" if version is None else ("deleted" if not rows else "changed")
@@ -238,12 +329,11 @@ class ItemsPlan(TableChange):
         """Rows this writer did not plan against are being replaced: a row of ours that keeps arrays it did not
         write, and names other slices than the row it replaces, depends on a version whose slices may be gone
         (a concurrent writer re-staged the item), so it is planned again."""
-        staged = self._staged_slots()
-        ours = {(item["collection"], item["id"]): item for item in self._items}
+        ours = {(item["collection"], item["id"]): item for item in self.items}
         for row in rows:
             key = (row["collection"], row["id"])
             mine = read_arrays_asset(ours[key]) if key in ours else None
-            if mine is None or all((piece.stack, piece.slot) in staged for piece in mine.pieces()):
+            if mine is None or all((piece.stack, piece.slot) in self.staged for piece in mine.pieces()):
                 continue
             theirs = read_arrays_asset(row)
             named = {(piece.stack, piece.array, piece.slot) for piece in (theirs.pieces() if theirs else [])}
@@ -256,43 +346,45 @@ class ItemsPlan(TableChange):
 
     def _files_for(self, table: Table) -> list[StagedFile]:
         """The data files, written on the first base and reconciled with each later one."""
-        if self._files is None:
-            self._files = self._write_files(table)
-            self.files_written += len(self._files)
-        elif self._files_base != table.metadata_location:
-            self._files, rewritten = self._reconcile_files(self._files, table)
-            self.files_written += rewritten
-            self.files_rewritten += rewritten
-        if self._moved:
-            self._files = self._rewrite_moved(self._files, table)
-        self._files_base = table.metadata_location
-        for staged in self._files:  # the next batch's re-run check need not read back what was just written
+        work = self.work
+        if work.files is None:
+            work.files = self._write_files(table)
+            work.files_written += len(work.files)
+        elif work.files_base != table.metadata_location:
+            work.files, rewritten = self._reconcile_files(work.files, table)
+            work.files_written += rewritten
+            work.files_rewritten += rewritten
+        if self.moved:
+            work.files = self._rewrite_moved(work.files, table)
+        work.files_base = table.metadata_location
+        for staged in work.files:  # the next batch's re-run check need not read back what was just written
             if staged.rows == len(staged.items):  # rows made from these items (not copied from other files)
-                self._manifests.keys.learn(staged.path, staged.fingerprints)
-        return self._files
+                self.manifests.keys.learn(staged.path, staged.fingerprints)
+        return work.files
 
     def _rewrite_moved(self, files: list[StagedFile], table: Table) -> list[StagedFile]:
-        """Write again the files holding items whose slices moved, with their new ``floe:arrays`` assets."""
-        moved, self._moved = self._moved, {}
+        """Write again the files holding items whose slices moved since they were written (their new
+        ``floe:arrays`` assets); a file already written with this plan's items is kept."""
+        current = {key: item for item in self.items if (key := (item["collection"], item["id"])) in self.moved}
         column_types = table_column_types(table.schema())
         out = []
         for staged in files:
-            if not any((item["collection"], item["id"]) in moved for item in staged.items):
+            items = [current.get((item["collection"], item["id"]), item) for item in staged.items]
+            if all(new is old for new, old in zip(items, staged.items, strict=True)):
                 out.append(staged)
                 continue
-            items = [moved.get((item["collection"], item["id"]), item) for item in staged.items]
-            out.append(write_group(self._io, table.location(), items, column_types, untyped=staged.untyped))
-            self.files_written += 1
+            out.append(write_group(self.io, table.location(), items, column_types, untyped=staged.untyped))
+            self.work.files_written += 1
         return out
 
     def _write_files(self, table: Table) -> list[StagedFile]:
         groups: dict[tuple[str, int | None], list[dict[str, Any]]] = defaultdict(list)
-        for item in self._items:
+        for item in self.items:
             groups[(item["collection"], month_of(item))].append(item)
         column_types = table_column_types(table.schema())
-        with writes_together(self._io):  # on object storage the batch's files are sent together, not in turn
+        with writes_together(self.io):  # on object storage the batch's files are sent together, not in turn
             return [
-                write_group(self._io, table.location(), items, column_types)
+                write_group(self.io, table.location(), items, column_types)
                 for _, items in sorted(groups.items(), key=lambda pair: (pair[0][0], pair[0][1] or 0))
             ]
 
@@ -308,14 +400,14 @@ class ItemsPlan(TableChange):
                 continue
             log.info("re-planning %s: a concurrent commit typed one of its columns differently", staged.path)
             reconciled.append(
-                write_group(self._io, table.location(), staged.items, column_types, untyped=staged.untyped)
+                write_group(self.io, table.location(), staged.items, column_types, untyped=staged.untyped)
             )
             rewritten += 1
         return reconciled, rewritten
 
     def _write_metadata(self, table: Table, files: list[StagedFile]) -> str:
         """The updates (schema union, new snapshot) and requirements (same table, same head) -> next metadata.json."""
-        replacement = self._replacement
+        replacement = self.work.replacement
         if not files and not replacement.rewrites:
             return table.metadata_location
         updates: tuple[TableUpdate, ...] = ()
@@ -323,7 +415,7 @@ class ItemsPlan(TableChange):
         schema = union_schema(files, table_column_types(table.schema()))
         if schema is not None:
             updates, metadata = schema_union_updates(table, schema)
-        properties = {"floe.rows-added": str(self.rows), "floe.message": self._message[:200]}
+        properties = {"floe.rows-added": str(self.rows), "floe.message": self.message[:200]}
         deleted = self.rows_deleted
         if replacement.rows_removed - deleted:
             properties["floe.rows-replaced"] = str(replacement.rows_removed - deleted)
@@ -332,15 +424,15 @@ class ItemsPlan(TableChange):
         staged_files = [*files, *replacement.rewritten_files]
         # The manifests, their sketches and the manifest list name each other, but nothing names them until the
         # metadata.json written after them: on object storage they are sent together, one round trip for all.
-        with writes_together(self._io):
-            append_updates, head, self._added_manifest = plan_commit(
+        with writes_together(self.io):
+            append_updates, head, self.work.added_manifest = plan_commit(
                 metadata,
                 [to_data_file(staged, metadata) for staged in staged_files],
-                self._manifests,
+                self.manifests,
                 properties,
-                previous=self._added_manifest,
+                previous=self.work.added_manifest,
                 removed=replacement.removed_paths,
                 fingerprints={staged.path: staged.fingerprints for staged in staged_files},
             )
         requirements = (AssertTableUUID(uuid=table.metadata.table_uuid), head)
-        return self._catalog.commit_table(table, requirements, updates + append_updates).metadata_location
+        return self.catalog.commit_table(table, requirements, updates + append_updates).metadata_location

@@ -8,7 +8,8 @@ the stack axis, in every stack it writes to. Writers never coordinate, so:
    (the highest chunk of the stack's ``item`` coordinate, plus one), one
    after another. Another writer on the same base takes the same ones.
 2. **Lose a race.** The commit protocol (:mod:`ingest.repository._commit`)
-   rebases the loser's session onto the winner's tip. Two writers that wrote
+   rebases the loser's session onto the winner's tip
+   (:func:`~ingest.repository._rebase.rebase_following`). Two writers that wrote
    the same slot wrote the same chunks, which Icechunk cannot merge
    (``ChunkDoubleUpdate``). So first (:meth:`Slots.follow`) every slot the
    loser took in a stack the winner appended to moves past the winner's last
@@ -24,10 +25,12 @@ the stack axis, in every stack it writes to. Writers never coordinate, so:
    replaced the same item's slices, say) is a real conflict and the caller
    re-plans (``CommitConflict``). Otherwise the rebase keeps the winner's
    chunks at the vacated slots (``BasicConflictSolver`` with ``UseTheirs``).
-4. **Tell the rows.** The items whose pieces moved get their new slots in
-   their ``floe:arrays`` asset (:func:`~ingest.stac.moved_slots`); the table
-   change rewrites just the data files that hold them
-   (:meth:`ItemsPlan.moved <ingest.repository._plan.ItemsPlan.moved>`).
+4. **Tell the rows.** The rebase returns the moves; the commit loop hands
+   them to the table change (:meth:`ItemsPlan.rebased
+   <ingest.repository._plan.ItemsPlan.rebased>`): the items whose pieces
+   moved get their new slots in their ``floe:arrays`` asset
+   (:func:`~ingest.stac.moved_slots`), and just the data files that hold
+   them are written again.
 
 Slots a commit cleared (an item replaced or withdrawn) are not reused unless
 they were the stack's last; a free slot reads as ``item == ""``.
@@ -36,7 +39,7 @@ they were the stack's last; a free slot reads as ``item == ""``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import icechunk
@@ -44,8 +47,7 @@ import zarr
 import zarr.errors
 from zarr.core.sync import sync
 
-from ingest.errors import CommitConflict, InvalidRaster
-from ingest.repository._commit import rebase
+from ingest.errors import InvalidRaster
 from ingest.stac import DATETIME, ITEM, SLOT, Piece
 
 log = logging.getLogger(__name__)
@@ -180,105 +182,6 @@ def _backward(new: dict[int, int]) -> Any:
         return index
 
     return backward
-
-
-#: How often a writer looks at the tip again when commits keep landing while it rebases.
-FOLLOW_ROUNDS = 8
-
-
-def rebase_following(
-    repository_icechunk: icechunk.Repository,
-    session: icechunk.Session,
-    branch: str,
-    slots: Slots | None,
-    on_moves: Callable[[Moves], None] | None = None,
-) -> None:
-    """Steps 2 and 3: move this writer's slots past the tip's, then rebase onto the tip.
-
-    ``on_moves`` hears each set of moves as it happens (the writer's rows
-    follow their slots). Icechunk rebases onto the branch's tip *when the
-    rebase runs*, which may be newer than the tip the slots were moved past:
-
-    * without moves, a rebase that fails because the tip moved meanwhile
-      looks again (the newer commit may have appended to this writer's stacks);
-    * with moves, the rebase keeps the other side's chunks at vacated slots,
-      so the tip is looked at once more right before it; should a commit
-      still land in between and write one of this writer's new slots, its
-      staged slices are gone: that is a ``CommitConflict`` (the batch is
-      planned again), never a silent loss. On local storage the writer holds
-      the root's mutation lock through all this (commits take it to swap),
-      so that cannot happen there; object stores have no such lock.
-
-    Raises ``CommitConflict`` when the staged changes collide with the tip's
-    anywhere but at the slots this writer vacated.
-    """
-    for _ in range(FOLLOW_ROUNDS):
-        tip = repository_icechunk.lookup_branch(branch)
-        base = session.snapshot_id
-        changes = slots is not None and (bool(slots) or bool(slots.vacated))
-        theirs = repository_icechunk.diff(from_snapshot_id=base, to_snapshot_id=tip).updated_chunks if changes else {}
-        moves = slots.follow(repository_icechunk, session, tip, theirs) if slots else {}
-        if moves and on_moves is not None:
-            on_moves(moves)
-        if not moves and not (slots is not None and slots.vacated):
-            try:
-                rebase(session, branch)
-                return
-            except CommitConflict:
-                if repository_icechunk.lookup_branch(branch) != tip:
-                    continue  # a commit landed since the look: it may have taken slots this writer holds
-                raise
-        assert slots is not None
-        ours = {path: {tuple(index) for index in chunks} for path, chunks in session.status().updated_chunks.items()}
-        _refuse_real_conflicts(branch, ours, theirs, slots)
-        if repository_icechunk.lookup_branch(branch) != tip:
-            continue  # a commit landed while the moves were checked: look again before the rebase keeps theirs
-        solver = icechunk.BasicConflictSolver(
-            on_chunk_conflict=icechunk.VersionSelection.UseTheirs,
-            fail_on_delete_of_updated_array=True,
-            fail_on_delete_of_updated_group=True,
-        )
-        rebase(session, branch, solver)
-        if session.snapshot_id != tip:
-            # Commits landed between the look and the rebase; where they wrote a chunk this writer staged, the
-            # solver kept theirs and this writer's slice is gone.
-            newer = repository_icechunk.diff(from_snapshot_id=tip, to_snapshot_id=session.snapshot_id).updated_chunks
-            lost = sorted(
-                path
-                for path, chunks in ours.items()
-                if any(
-                    tuple(index) in chunks and (_stack_of(path), index[0]) not in slots.vacated
-                    for index in newer.get(path, [])
-                )
-            )
-            if lost:
-                raise CommitConflict(
-                    f"a commit landed on {branch!r} while this writer rebased and wrote the slots it had just "
-                    f"moved to ({', '.join(lost[:3])}): its staged slices are gone; re-plan these items",
-                    paths=lost,
-                )
-        return
-    raise CommitConflict(f"commits kept landing on {branch!r} while this writer rebased; re-plan these items")
-
-
-def _stack_of(path: str) -> str:
-    return path.strip("/").rsplit("/", 1)[0]
-
-
-def _refuse_real_conflicts(
-    branch: str, ours: dict[str, set[tuple[int, ...]]], theirs: dict[str, list[list[int]]], slots: Slots
-) -> None:
-    """Chunks both sides changed are fine only at slots this writer moved away from (it never wanted them)."""
-    for path, chunks in ours.items():
-        stack = _stack_of(path)
-        both = chunks & {tuple(index) for index in theirs.get(path, [])}
-        real = sorted(index for index in both if (stack, index[0]) not in slots.vacated)
-        if real:
-            raise CommitConflict(
-                f"changes staged on {branch!r} conflict with a commit made meanwhile at {path} (chunks {real[:5]}): "
-                "another writer changed the same slices; re-plan these items from the new tip",
-                paths=[path],
-            )
 
 
 def clear_pieces(session: icechunk.Session, pieces: Iterable[Piece]) -> int:

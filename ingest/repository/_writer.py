@@ -20,8 +20,9 @@ from ingest.errors import CommitConflict, InvalidItem, RefNotFound, WriterClosed
 from ingest.repository._commit import commit_change
 from ingest.repository._groups import commit_alone, group_exists
 from ingest.repository._plan import ItemsPlan
+from ingest.repository._rebase import rebase_staged
 from ingest.repository._replace import Located, find, read_rows
-from ingest.repository._slots import Moves, Slots, clear_pieces, rebase_following
+from ingest.repository._slots import Moves, Slots, clear_pieces
 from ingest.stac import Piece, arrow_to_items, check_name, item_as_dict, moved_slots, shown, validate_item
 
 if TYPE_CHECKING:
@@ -78,7 +79,6 @@ class Writer:
         self._manifests = repository.manifests
         self._located: Located | None = None
         self._slots = Slots()
-        self._plan: ItemsPlan | None = None
         self._stored: dict[tuple[str, str], dict[str, Any]] = {}
         self.stack_arrays: dict[str, dict[str, Any]] = {}
         """Stack path -> array name -> what is known of it (``ingest.rasters.StoredArray``), as this writer's plans
@@ -162,7 +162,7 @@ class Writer:
         if self._session.has_uncommitted_changes:
             # A collision is a CommitConflict, as at commit time.
             try:
-                self._rebase(self._session, self.branch)
+                self._rebase()
             except CommitConflict:
                 self._closed = True
                 raise
@@ -200,13 +200,6 @@ class Writer:
             WriterClosed: the writer has committed (or failed).
         """
         self._check_open()
-        return self._clear(list(pieces))
-
-    def _clear(self, pieces: list[Piece], deleting: bool = False) -> int:
-        if deleting:
-            # A commit landing meanwhile may clear (or re-stage) the same slices: what the tip holds there wins,
-            # and the deletion, re-planned on it, removes the tip's version of the item.
-            self._slots.cleared(pieces)
         return clear_pieces(self._session, pieces)
 
     def _base_on_branch(self, snapshot_id: str) -> bool:
@@ -218,18 +211,11 @@ class Writer:
         except icechunk.SnapshotNotFoundError:
             return False
 
-    def _rebase(self, session: icechunk.Session, branch: str) -> None:
-        """The commit protocol's phase 6 for this writer: slots follow the tip's, and rows follow their slots.
-
-        Commits swap under the root's mutation lock on local storage; holding
-        it from the look at the tip to the rebase means no commit lands in
-        between (see :func:`~ingest.repository._slots.rebase_following`).
-        """
-        if not self._slots:
-            rebase_following(self.repository.icechunk, session, branch, self._slots, self._follow_moves)
-            return
-        with self.repository.location.mutation_lock():
-            rebase_following(self.repository.icechunk, session, branch, self._slots, self._follow_moves)
+    def _rebase(self) -> None:
+        """Rebase the session onto the branch's tip: slots follow the tip's, and the staged items follow their
+        slots (see :func:`~ingest.repository._rebase.rebase_staged`)."""
+        for moves in rebase_staged(self.repository, self._session, self.branch, self._slots):
+            self._follow_moves(moves)
 
     def _follow_moves(self, moves: Moves) -> None:
         added: set[tuple[str, str]] = set()
@@ -244,10 +230,7 @@ class Writer:
             early = self._early_moves.setdefault(key, {})
             given = next((start for start, now in early.items() if start[0] == stack and now == old), (stack, old))
             early[given] = slot
-        changed = {key: moved_slots(self._items[key], moves) for key in added}
-        self._items.update(changed)
-        if self._plan is not None:
-            self._plan.moved(changed)
+        self._items.update({key: moved_slots(self._items[key], moves) for key in added})
 
     def group_exists(self, path: str) -> bool:
         """Whether the group at ``path`` exists in this writer's session (base or staged).
@@ -456,19 +439,18 @@ class Writer:
                 (raised before anything is written; the writer stays open).
         """
         self._check_open()
-        plan = self._plan = ItemsPlan(
+        plan = ItemsPlan.of(
             self.repository.io,
             self.repository.catalog,
             self._manifests,
-            list(self._items.values()),
-            replace=self._replace & set(self._items),
-            delete=set(self._delete),
-            expected=dict(self._expected),
+            self._items.values(),
             message=message,
+            replace=self._replace & set(self._items),
+            delete=self._delete,
+            expected=self._expected,
             located=self._located,
             known_rows=self._stored,
-            clear_pieces=self._clear,
-            staged_slots=lambda: set(self._slots.owners),
+            staged=self._slots.owners,
         )
         base = self._session.snapshot_id
         try:
@@ -479,7 +461,7 @@ class Writer:
                 message,
                 plan,
                 caller_metadata=metadata,
-                rebaser=self._rebase,
+                slots=self._slots,
             )
         except icechunk.IcechunkError as error:
             # `floe gc --expire-older-than` removed the snapshot this writer opened at from the branch's history
@@ -494,10 +476,7 @@ class Writer:
             ) from error
         finally:
             self._closed = True
-            # The plan holds this writer's methods (and the writer the plan): dropped here, the cycle goes, and
-            # the batch's items are freed at once instead of waiting for Python's cyclic collector, which an
-            # ingest pauses (at ten million items, 50 batches of garbage made every allocation slower).
-            self._plan = None
+        plan = landed.change
         return CommitResult(
             snapshot_id=landed.snapshot_id,
             branch=self.branch,
