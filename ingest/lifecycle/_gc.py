@@ -1,32 +1,8 @@
 """Garbage collection with Icechunk as the source of truth.
 
-Iceberg's own cleanup must never run on a floe table: Iceberg does not know
-which table versions Icechunk's branches and tags still pin. floe's gc
-
-1. optionally expires Icechunk snapshots older than a cutoff (branch tips and
-   tags stay) and runs Icechunk's own garbage collection on ``arrays/``;
-2. deletes the replaced versions of Icechunk's ``repo`` object in
-   ``arrays/overwritten/`` last modified before ``now - grace``, except the
-   newest few (Icechunk's GC never does; what they are: :mod:`._history`);
-3. computes the live set of ``tables/`` from the pointers of every snapshot
-   left in the history of every branch and tag (see :mod:`._live`);
-4. deletes every file under ``tables/`` that is not live *and* was last
-   modified before ``now - grace``.
-
-Why the grace period makes gc safe next to writers: a writer writes its data
-files, manifest, manifest list and metadata.json first and only then commits
-the pointer to Icechunk. Until that commit lands its files are unreferenced, so
-gc must not judge them by reachability alone. The listing of ``tables/`` is
-taken before the live set is computed; a commit that lands before the live set
-is computed makes its files live, and a commit that lands after it (the race
-gc cannot see) has files no older than the time its writer started. So gc never
-deletes a file a writer needs as long as no writer takes longer than the grace
-period from writing its first file to its commit landing (retries included).
-The default, 24 hours, is far beyond any commit floe makes; ``--grace 0``
-is for a repository with no writers. Expiring snapshots has the same rule: a
-writer whose base snapshot expires can still commit (its files are new, and
-the files it shares with its base are shared with the branch tip too), but
-keep the expiry cutoff well beyond the grace.
+:func:`gc` expires (optionally) and collects Icechunk's garbage, trims ``arrays/overwritten/`` (:mod:`._history`)
+and sweeps ``tables/`` of what the live set (:mod:`._live`) does not hold. The steps, and why the grace period makes
+gc safe next to writers: docs/lifecycle.md#garbage-collection-floe-gc and docs/design.md §7.
 """
 
 from __future__ import annotations
@@ -41,7 +17,7 @@ from ingest.errors import InvalidDuration, RepositoryMoved, UnreadableTableFile
 from ingest.lifecycle._history import KEEP_NEWEST, REPO_OBJECT, HistorySweep, sweep_overwritten
 from ingest.lifecycle._live import history_pointers, live_table_files
 from ingest.lifecycle._store import RootFiles
-from ingest.repository import Repository
+from ingest.repository import Repository, check_rooted
 from ingest.storage import TABLES_DIR
 
 log = logging.getLogger(__name__)
@@ -96,7 +72,7 @@ def gc(
     """Expire (optionally), collect Icechunk garbage, drop old replaced versions of ``arrays/repo``, then sweep
     ``tables/`` of files no version needs. ``keep_newest`` replaced versions of ``repo`` stay whatever their age."""
     # A copy whose metadata names another root would make every file here look unreferenced: touch nothing.
-    repository.check_rooted()
+    check_rooted(repository)
     now = datetime.now(UTC)
     cutoff = now - grace
     report = GcReport(dry_run=dry_run, cutoff=cutoff)

@@ -1,30 +1,8 @@
 """Relocate a repository that was copied or moved: rewrite its table metadata for the root it is at now.
 
-Icechunk addresses its objects relative to ``arrays/`` and floe's pointers are
-relative to ``tables/``, so both work wherever the repository is. Iceberg's
-metadata.json files, manifest lists and manifests hold absolute locations
-(the format requires them), and after ``cp -a``, ``mv`` or a bucket sync they
-still name the old root. Until they are rewritten every command refuses the
-repository (``Repository.open`` raises ``RepositoryMoved``): reads would read
-the old root's files, writes would write there, and gc would delete this
-root's files as unreferenced. Relocation, step by step:
-
-1. **The old root** is what the table metadata records as its location.
-2. **What to rewrite**: the live set of every snapshot in the history of every
-   branch and tag, walked from this root's own files (each location the
-   metadata names is read at the same path under this root, so it works
-   whether the old root still exists or not).
-3. **Manifests**, then **manifest lists** (which record their manifests'
-   new lengths), then **metadata.json** files are rewritten in place, each
-   with one atomic write; data files and Icechunk objects are not touched.
-4. **Tips last**: the metadata.json of each branch tip is written after every
-   other file, and the one ``Repository.open`` checks (the tip of ``main``,
-   or of the first branch) last of all. A relocation that stops half-way
-   leaves the repository refused, and running it again completes it: a
-   location already under this root is left as it is.
-5. **Verify**: every ref's files are read back (``check --all``).
-
-Only the copy is changed; the root it came from is never written.
+:func:`relocate` runs the steps of docs/lifecycle.md#copies-and-moves-floe-relocate, one :class:`_Relocation`
+method each; only the copy is changed, never the root it came from. Why a copy needs it: docs/design.md §2
+(relative pointers).
 """
 
 from __future__ import annotations
@@ -39,7 +17,7 @@ from ingest.lifecycle._check import check
 from ingest.lifecycle._live import MANIFEST, MANIFEST_LIST, METADATA, history_pointers, live_table_files
 from ingest.lifecycle._rewrite import rebase_location, rewrite_manifest, rewrite_manifest_list, rewrite_metadata_json
 from ingest.lifecycle._store import RootFiles
-from ingest.repository import Repository
+from ingest.repository import Repository, check_rooted, recorded_table_location, sentinel_branch
 from ingest.storage import TABLES_DIR
 
 log = logging.getLogger(__name__)
@@ -75,11 +53,11 @@ class _ReadHere(FileIO):
 
 
 def relocate(repository: Repository, *, dry_run: bool = False) -> RelocateReport:
-    """Rewrite the table metadata of a copied or moved repository for its root (see the module docstring)."""
-    recorded = repository.recorded_table_location()
+    """Rewrite the table metadata of a copied or moved repository for its root (docs/lifecycle.md, floe relocate)."""
+    recorded = recorded_table_location(repository)
     if recorded == repository.table_location:
         return RelocateReport(repository.location.url, None, dry_run)
-    run = _Relocation(repository, recorded.rsplit("/", 1)[0], dry_run)  # step 1: <old root>/tables
+    run = _Relocation(repository, recorded.rsplit("/", 1)[0], dry_run)  # step 1: the recorded <old root>/tables
     run.find_live()
     if dry_run:
         run.list_only()
@@ -92,7 +70,7 @@ def relocate(repository: Repository, *, dry_run: bool = False) -> RelocateReport
 
 
 class _Relocation:
-    """One relocation; each method is a step of the module docstring."""
+    """One relocation; each method is a step of docs/lifecycle.md#copies-and-moves-floe-relocate."""
 
     def __init__(self, repository: Repository, old_tables: str, dry_run: bool) -> None:
         self.repository = repository
@@ -164,7 +142,7 @@ class _Relocation:
         if problems:
             shown = "; ".join(str(problem) for problem in problems[:10])
             raise ReplicationFailed(f"relocated {self.repository.location.url}, but it does not check: {shown}")
-        self.repository.check_rooted()
+        check_rooted(self.repository)
         log.info(
             "relocated %s from %s: %d files rewritten",
             self.report.root,
@@ -175,7 +153,7 @@ class _Relocation:
 
 def _tips_last(repository: Repository, files: RootFiles, paths: list[str]) -> list[str]:
     """``paths`` with the branch tips' metadata.json at the end, the sentinel tip's (main, or the first) last."""
-    sentinel = repository.sentinel_branch()
+    sentinel = sentinel_branch(repository)
     order = [name for name in sorted(repository.icechunk.list_branches()) if name != sentinel] + [sentinel]
     tips = [files.relative(repository.metadata_location_of(repository.icechunk.lookup_branch(name))) for name in order]
     # Each tip once, at its last place in ``order`` (so the sentinel's stays last even if another branch shares it).

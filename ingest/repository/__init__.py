@@ -2,7 +2,8 @@
 
 Modules, in the order a commit flows through them:
 
-- ``_repo``: :class:`Repository`: open or create, refs, log, collections, writers.
+- ``_repo``: :class:`Repository`: open or create, refs, log, collections, writers;
+  ``_rooted``: the check that refuses a copy not yet relocated; ``_layout``: the arrays' layout and tiling.
 - ``_view``: :class:`View`: the table and the arrays at one snapshot.
 - ``_writer``: :class:`Writer`: stages arrays and items, then commits them.
 - ``_commit``: the commit protocol (look at the tip, apply on the base,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from ingest.repository._optimize import OptimizeResult
     from ingest.repository._read import READS_AT_ONCE, data_fragment, read_column
     from ingest.repository._repo import Repository
+    from ingest.repository._rooted import check_rooted, recorded_table_location, sentinel_branch
     from ingest.repository._sketch import (
         SKETCHED,
         by_file,
@@ -65,6 +67,7 @@ _HOMES = {
     **dict.fromkeys(("OptimizeResult",), "ingest.repository._optimize"),
     **dict.fromkeys(("READS_AT_ONCE", "data_fragment", "read_column"), "ingest.repository._read"),
     **dict.fromkeys(("Repository",), "ingest.repository._repo"),
+    **dict.fromkeys(("check_rooted", "recorded_table_location", "sentinel_branch"), "ingest.repository._rooted"),
     **dict.fromkeys(
         (
             "SKETCHED",
@@ -101,6 +104,7 @@ __all__ = [
     "Writer",
     "by_file",
     "check_ref_name",
+    "check_rooted",
     "commit_change",
     "data_fragment",
     "data_manifests",
@@ -109,7 +113,9 @@ __all__ = [
     "is_sketched",
     "read_column",
     "read_sketch",
+    "recorded_table_location",
     "relative_to",
+    "sentinel_branch",
     "sketch_location",
 ]
 

@@ -1,4 +1,4 @@
-"""Refs and history: the names branches and tags may have, and the commits that lead to a ref (``floe log``).
+"""Refs and history: what a ref names, the names branches and tags may have, and the commits that lead to a ref.
 
 A ref's history is Icechunk's ancestry of its snapshot, each commit read back
 through floe's record in its metadata (``CommitMetadata``): the rows it
@@ -16,14 +16,21 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import icechunk
 
-from ingest.errors import InvalidRefName
+from ingest._faults import fault_point
+from ingest.errors import InvalidRefName, RefExists, RefNotFound
 from ingest.repository._commit import CommitMetadata
+from ingest.stac import shown
+
+if TYPE_CHECKING:
+    from ingest.repository._repo import Repository
 
 _REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SNAPSHOT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{20}$")
+_KINDS = ("branch", "tag", "snapshot")
 
 
 def check_ref_name(name: str) -> str:
@@ -34,6 +41,64 @@ def check_ref_name(name: str) -> str:
             "starting with a letter or digit (at most 128 characters)"
         )
     return name
+
+
+def resolve_ref(repository: Repository, ref: str) -> tuple[str, str]:
+    """What ``ref`` names: ``("branch" | "tag" | "snapshot", snapshot id)``, looked up in that order.
+
+    A ``branch:``, ``tag:`` or ``snapshot:`` prefix looks up that kind only.
+    A branch costs one request, and a snapshot read in this process none, so
+    a caller can tell what never changes without listing the branches.
+
+    Raises:
+        RefNotFound: no branch, tag or snapshot of that name exists.
+    """
+    kind, _, name = ref.partition(":") if ref.split(":", 1)[0] in _KINDS else ("", "", ref)
+    repo = repository.icechunk
+    lookups: dict[str, Callable[[str], str]] = {
+        "branch": repo.lookup_branch,
+        "tag": repo.lookup_tag,
+        "snapshot": lambda snapshot_id: repo.lookup_snapshot(snapshot_id).id,
+    }
+    if kind == "snapshot" and repository.known.knows(name):
+        return kind, name  # read in this process: it exists, and names itself
+    order = [kind] if kind else ["branch", "tag"] + (["snapshot"] if _SNAPSHOT_ID.match(name) else [])
+    for candidate in order:
+        try:
+            return candidate, lookups[candidate](name)
+        except (icechunk.IcechunkError, KeyError, ValueError):
+            continue
+    raise RefNotFound(f"no branch, tag or snapshot named {shown(ref)} (see `floe refs`)")
+
+
+def create_ref(repository: Repository, kind: Literal["branch", "tag"], name: str, at: str | None) -> str:
+    """Create branch or tag ``name`` at the snapshot ``at`` resolves to (which must carry a table).
+
+    Returns:
+        The snapshot id the new ref points at.
+
+    Raises:
+        InvalidRefName: ``name`` is not a valid branch or tag name.
+        RefNotFound: ``at`` names no branch, tag or snapshot.
+        CorruptRepository: the snapshot carries no items-table pointer.
+        RefExists: a ref of that kind and name exists already.
+    """
+    check_ref_name(name)
+    snapshot_id = repository.resolve(at)
+    repository.metadata_location_of(snapshot_id)  # refuse a ref to a snapshot without a table
+    repo = repository.icechunk
+    taken = f"tag {name!r} exists already (tags never move)" if kind == "tag" else f"branch {name!r} exists already"
+    if name in (repo.list_tags() if kind == "tag" else repo.list_branches()):
+        raise RefExists(taken)
+    create = repo.create_tag if kind == "tag" else repo.create_branch
+    with repository.location.mutation_lock():
+        try:
+            fault_point("ref.before_create")
+            create(name, snapshot_id)
+            fault_point("ref.after_create")
+        except icechunk.AlreadyExistsError as error:
+            raise RefExists(taken) from error
+    return snapshot_id
 
 
 @dataclass(frozen=True)

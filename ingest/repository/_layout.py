@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import icechunk
 import zarr
+import zarr.errors
 
 from ingest.config import Settings
-from ingest.errors import UnsupportedLayout
+from ingest.errors import RepositoryNotFound, UnsupportedLayout
 from ingest.stac import ARRAYS_LAYOUT, LAYOUT_ATTR, STACKS, TILING_ATTR
+
+if TYPE_CHECKING:
+    from ingest.repository._repo import Repository
 
 log = logging.getLogger(__name__)
 
@@ -76,3 +81,35 @@ def _item_groups(root: zarr.Group) -> list[str]:
         for name, _child in group.groups()
         if name != STACKS
     ][:5]
+
+
+def check_repository_layout(repository: Repository) -> str | None:
+    """Refuse a repository whose arrays an earlier floe laid out otherwise, and write with the tiling it was
+    created with (both read at ``main``'s tip; the repository's settings take that tiling).
+
+    Args:
+        repository: the repository being opened.
+
+    Returns:
+        The snapshot id at the tip of ``main``, or None if there is no ``main`` branch.
+
+    Raises:
+        RepositoryNotFound: ``main`` has no root group: Icechunk's repository is there without floe's first
+            commit (its creation is under way or stopped).
+        UnsupportedLayout: an earlier floe laid out the repository's arrays otherwise.
+    """
+    try:
+        session = repository.known.keep(repository.icechunk.readonly_session(branch="main"))
+    except icechunk.IcechunkError:
+        return None  # no main branch: nothing written by floe's first commit to look at
+    url = repository.location.url
+    try:
+        root = zarr.open_group(session.store, mode="r")
+    except zarr.errors.GroupNotFoundError:
+        raise RepositoryNotFound(
+            f"no floe repository at {url} yet: Icechunk's is there without floe's first commit (being created "
+            "now, or its creation stopped: `floe init` completes it, `floe init --force` starts it anew)"
+        ) from None
+    repository.settings = kept_tiling(root, repository.settings, url)
+    check_layout(root, url)
+    return session.snapshot_id

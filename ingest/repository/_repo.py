@@ -6,27 +6,21 @@ writer it opens goes through the protocol of :mod:`ingest.repository._commit`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 from collections.abc import Mapping, Sequence
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import icechunk
-import zarr
 
 from ingest._faults import fault_point
 from ingest.config import Settings, load_settings
 from ingest.errors import (
     CorruptRepository,
     InvalidCollection,
-    RefExists,
     RefNotFound,
     RepositoryExists,
-    RepositoryMoved,
     RepositoryNotFound,
 )
 from ingest.repository._commit import (
@@ -42,10 +36,10 @@ from ingest.repository._create import (
     stack_config,
 )
 from ingest.repository._groups import ensure_groups
-from ingest.repository._history import LogEntry, Ref, check_ref_name, history
-from ingest.repository._layout import check_layout, kept_tiling, root_attributes
+from ingest.repository._history import LogEntry, Ref, check_ref_name, create_ref, history, resolve_ref
+from ingest.repository._layout import check_repository_layout, root_attributes
+from ingest.repository._rooted import ITEMS_TABLE_DIR, check_rooted
 from ingest.repository._snapshots import KnownSnapshots
-from ingest.stac import shown
 from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
 
 if TYPE_CHECKING:
@@ -63,11 +57,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COLLECTION_ATTR = "stac:collection"
-ITEMS_TABLE_DIR = "items"
-"""The items table's folder under ``<root>/tables/``."""
-_SNAPSHOT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{20}$")
-_PLAIN_METADATA = re.compile(r"(?<!\.gz)\.metadata\.json$")
-"""A table metadata file written without compression (PyIceberg names a gzipped one ``*.gz.metadata.json``)."""
 
 
 class Repository:
@@ -168,16 +157,20 @@ class Repository:
             # Virtual references read only through authorized containers.
             repo = repo.reopen(authorize_virtual_chunk_access=access)
         repository = cls(location, settings, repo)
-        main_tip = repository.check_layout()
+        main_tip = check_repository_layout(repository)
         if not moved_ok:
-            repository.check_rooted(main_tip)  # the tip check_layout read: no second look-up
+            check_rooted(repository, main_tip)  # the tip the layout check read: no second look-up
             repository.keep_objects_on_disk()
         return repository
 
     def keep_objects_on_disk(self) -> None:
         """On object storage with ``api.cache_dir`` set, keep the table objects read and written in that directory
-        (:class:`ingest.remote.DiskCache`). Only once :meth:`check_rooted` passed: a copy not yet relocated holds
-        metadata that ``floe relocate`` rewrites in place, which must never be kept."""
+        (:class:`ingest.remote.DiskCache`).
+
+        Only once :func:`~ingest.repository.check_rooted` passed: a copy not yet
+        relocated holds metadata that ``floe relocate`` rewrites in place, which
+        must never be kept.
+        """
         api = self.settings.api
         if not api.cache_dir or self.location.is_local:
             return
@@ -236,98 +229,6 @@ class Repository:
     def table_location(self) -> str:
         """Where this root's items table lives: what its metadata records as ``location``."""
         return self.location.join(TABLES_DIR, ITEMS_TABLE_DIR)
-
-    def sentinel_branch(self) -> str:
-        """The branch whose tip tells where the table lives: ``main``, or the first branch by name.
-
-        :meth:`check_rooted` reads its tip; ``floe relocate`` rewrites that tip last of all.
-
-        Returns:
-            The branch's name.
-        """
-        branches = sorted(self.icechunk.list_branches())
-        return "main" if "main" in branches else branches[0]
-
-    def recorded_table_location(self, main_tip: str | None = None) -> str:
-        """The table location the metadata of the sentinel branch's tip records (see :meth:`check_rooted`);
-        ``main_tip``: the tip of ``main``, when the caller has just read it (the sentinel then).
-
-        Args:
-            main_tip: the snapshot id at the tip of ``main``, if the caller has just read it (default: look up the
-                sentinel branch's tip).
-
-        Returns:
-            The table location that metadata records, without a trailing ``/``.
-
-        Raises:
-            CorruptRepository: that tip carries no items-table pointer.
-        """
-        tip = main_tip if main_tip is not None else self.icechunk.lookup_branch(self.sentinel_branch())
-        metadata_location = self.metadata_location_of(tip)
-        if self.location.is_local and "catalog" not in self.__dict__ and _PLAIN_METADATA.search(metadata_location):
-            # One field of a local JSON file: opening a repository to list its refs or history does not import
-            # PyIceberg for it (the catalog, once made, has the file parsed already).
-            return str(json.loads(Path(metadata_location).read_bytes())["location"]).rstrip("/")
-        return self.table_at(tip).location().rstrip("/")
-
-    def check_layout(self) -> str | None:
-        """Refuse a repository whose arrays an earlier floe laid out otherwise, and write with the tiling it was
-        created with (both read at ``main``'s tip; see ``_layout.py``). Returns that tip (None: no ``main``).
-
-        Returns:
-            The snapshot id at the tip of ``main``, or None if there is no ``main`` branch.
-
-        Raises:
-            RepositoryNotFound: ``main`` has no root group: Icechunk's repository is there without floe's first
-                commit (its creation is under way or stopped).
-            UnsupportedLayout: an earlier floe laid out the repository's arrays otherwise.
-        """
-        try:
-            session = self.known.keep(self.icechunk.readonly_session(branch="main"))
-        except icechunk.IcechunkError:
-            return None  # no main branch: nothing written by floe's first commit to look at
-        try:
-            root = zarr.open_group(session.store, mode="r")
-        except zarr.errors.GroupNotFoundError:
-            raise RepositoryNotFound(
-                f"no floe repository at {self.location.url} yet: Icechunk's is there without floe's first commit "
-                "(being created now, or its creation stopped: `floe init` completes it, `floe init --force` "
-                "starts it anew)"
-            ) from None
-        self.settings = kept_tiling(root, self.settings, self.location.url)
-        check_layout(root, self.location.url)
-        return session.snapshot_id
-
-    def check_rooted(self, main_tip: str | None = None) -> None:
-        """Raise ``RepositoryMoved`` if the table metadata names another root than this one.
-
-        Iceberg metadata holds absolute locations; Icechunk's objects and floe's
-        pointers do not. So after ``cp -a``, ``mv`` or a bucket sync the
-        repository opens fine but its table metadata names the old root: reads
-        would read there, and gc would delete this root's files as unreferenced.
-        One metadata.json tells: the tip of ``main`` (or of the first branch),
-        which ``floe relocate`` rewrites last of all.
-
-        Args:
-            main_tip: the snapshot id at the tip of ``main``, if the caller has just read it (default: look up the
-                sentinel branch's tip).
-
-        Raises:
-            RepositoryMoved: the table metadata names another root than this one.
-            CorruptRepository: the tip read carries no items-table pointer.
-        """
-        recorded = self.recorded_table_location(main_tip)
-        if recorded == self.table_location:
-            return
-        suffix = f"/{TABLES_DIR}/{ITEMS_TABLE_DIR}"
-        old_root = recorded[: -len(suffix)] if recorded.endswith(suffix) else recorded
-        raise RepositoryMoved(
-            f"the repository at {self.location.url} was copied or moved from {old_root}: its table metadata "
-            f"still names that root. Run `floe --root {self.location.url} relocate` to rewrite it for this root; "
-            "until then floe neither reads nor writes it here",
-            recorded_root=old_root,
-            root=self.location.url,
-        )
 
     # -- virtual references -------------------------------------------------------------------
     def allow_virtual_sources(self, paths: Sequence[str | os.PathLike[str]]) -> list[str]:
@@ -460,22 +361,7 @@ class Repository:
         Raises:
             RefNotFound: no branch, tag or snapshot of that name exists.
         """
-        ref = ref or self.settings.branch
-        kind, _, name = ref.partition(":") if ref.split(":", 1)[0] in ("branch", "tag", "snapshot") else ("", "", ref)
-        lookups = {
-            "branch": self.icechunk.lookup_branch,
-            "tag": self.icechunk.lookup_tag,
-            "snapshot": lambda sid: self.icechunk.lookup_snapshot(sid).id,
-        }
-        if kind == "snapshot" and self.known.knows(name):
-            return kind, name  # read in this process: it exists, and names itself
-        order = [kind] if kind else ["branch", "tag"] + (["snapshot"] if _SNAPSHOT_ID.match(name) else [])
-        for candidate in order:
-            try:
-                return candidate, lookups[candidate](name)
-            except (icechunk.IcechunkError, KeyError, ValueError):
-                continue
-        raise RefNotFound(f"no branch, tag or snapshot named {shown(ref)} (see `floe refs`)")
+        return resolve_ref(self, ref or self.settings.branch)
 
     def view(self, ref: str | None = None) -> View:
         """Read the repository at ``ref`` (default: the configured branch).
@@ -524,19 +410,7 @@ class Repository:
             CorruptRepository: the snapshot carries no items-table pointer.
             RefExists: a tag named ``name`` exists already.
         """
-        check_ref_name(name)
-        snapshot_id = self.resolve(ref)
-        self.metadata_location_of(snapshot_id)  # refuse to tag a snapshot without a table
-        if name in self.icechunk.list_tags():
-            raise RefExists(f"tag {name!r} exists already (tags never move)")
-        with self.location.mutation_lock():
-            try:
-                fault_point("ref.before_create")
-                self.icechunk.create_tag(name, snapshot_id)
-                fault_point("ref.after_create")
-            except icechunk.AlreadyExistsError as error:
-                raise RefExists(f"tag {name!r} exists already (tags never move)") from error
-        return snapshot_id
+        return create_ref(self, "tag", name, ref)
 
     def branch(self, name: str, from_ref: str | None = None) -> str:
         """Create branch ``name`` at the snapshot ``from_ref`` resolves to. Returns the snapshot id.
@@ -555,19 +429,7 @@ class Repository:
             CorruptRepository: the snapshot carries no items-table pointer.
             RefExists: a branch named ``name`` exists already.
         """
-        check_ref_name(name)
-        snapshot_id = self.resolve(from_ref)
-        self.metadata_location_of(snapshot_id)
-        if name in self.icechunk.list_branches():
-            raise RefExists(f"branch {name!r} exists already")
-        with self.location.mutation_lock():
-            try:
-                fault_point("ref.before_create")
-                self.icechunk.create_branch(name, snapshot_id)
-                fault_point("ref.after_create")
-            except icechunk.AlreadyExistsError as error:
-                raise RefExists(f"branch {name!r} exists already") from error
-        return snapshot_id
+        return create_ref(self, "branch", name, from_ref)
 
     def log(self, ref: str | None = None, limit: int | None = None, *, housekeeping: bool = True) -> list[LogEntry]:
         """The history leading to ``ref``, newest first (floe commits only); without ``housekeeping``, floe's own
