@@ -1,40 +1,9 @@
 """One S3 configuration for a repository: floe's ``s3`` settings over the ``AWS_*`` environment over a profile.
 
-Three clients touch a repository on S3: Icechunk (its arrays and refs),
-PyArrow through PyIceberg's FileIO (the items table) and obstore (sources and
-virtual references). Each reads the environment its own way: Icechunk follows
-``AWS_ENDPOINT_URL`` and ``AWS_ALLOW_HTTP``, PyIceberg's FileIO follows
-neither and, without a region, asks AWS itself where the bucket is. Left to
-themselves they reach different servers (issue 48: the arrays went to the
-endpoint, the table to ``archive.s3.us-east-1.amazonaws.com``).
-
-So the settings are read once, here, into one :class:`~ingest.config.S3Settings`
-that every client is then given explicitly:
-
-======================  ==========================================================
-setting                 from (first that is set)
-======================  ==========================================================
-endpoint                ``FLOE_S3__ENDPOINT_URL``, ``AWS_ENDPOINT_URL_S3``,
-                        ``AWS_ENDPOINT_URL``, the profile's ``endpoint_url``
-region                  ``FLOE_S3__REGION``, ``AWS_REGION``,
-                        ``AWS_DEFAULT_REGION``, the profile's ``region``; with
-                        a custom endpoint, else ``us-east-1`` (what S3-compatible
-                        servers accept, and what keeps PyIceberg from asking AWS)
-plain HTTP allowed      ``FLOE_S3__ALLOW_HTTP``, ``AWS_ALLOW_HTTP``
-keys                    ``FLOE_S3__*`` keys, ``AWS_ACCESS_KEY_ID`` with
-                        ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``),
-                        the keys of ``AWS_PROFILE`` (through botocore: SSO and
-                        ``credential_process`` profiles too)
-unsigned requests       ``FLOE_S3__ANONYMOUS``, ``AWS_SKIP_SIGNATURE``
-======================  ==========================================================
-
-Without keys from any of these, each client falls back on its SDK's own chain
-(an instance role, a container's credentials). A custom endpoint is addressed
-path-style (MinIO, moto, Ceph and most S3-compatible servers need it) unless
-``AWS_VIRTUAL_HOSTED_STYLE_REQUEST=true``.
-
-A combination some client would read differently from the others is refused
-by :func:`repository_s3` in one line, before anything is written.
+Icechunk, PyIceberg's FileIO and obstore each read the environment their own way; :func:`repository_s3` reads it
+once into one :class:`~ingest.config.S3Settings` that every client is given explicitly, and refuses in one line a
+combination some client would read differently. Why: docs/design.md §8 (one S3 configuration); where each setting
+comes from: docs/configuration.md#object-storage.
 """
 
 from __future__ import annotations
@@ -47,7 +16,8 @@ from ingest.config import REGION_NAME, S3Settings
 from ingest.errors import InvalidSettings
 
 ENDPOINT_REGION = "us-east-1"
-"""The region requests to a custom endpoint are signed for when no setting names one (as the AWS SDKs do)."""
+"""The region requests to a custom endpoint are signed for when no setting names one (as the AWS SDKs do): what
+S3-compatible servers accept, and what keeps PyIceberg from asking AWS where the bucket is."""
 _TRUE = frozenset(("1", "true", "yes", "on"))
 
 
@@ -66,7 +36,8 @@ def _first(environ: Mapping[str, str], *names: str) -> tuple[str, str] | None:
 
 
 def repository_s3(s3: S3Settings, environ: Mapping[str, str] | None = None) -> S3Settings:
-    """The S3 settings every client of an ``s3://`` repository is given (see the module's table).
+    """The S3 settings every client of an ``s3://`` repository is given (docs/configuration.md#object-storage says
+    where each comes from).
 
     Args:
         s3: floe's ``s3`` settings (``FLOE_S3__*``, a config file); what they set wins.

@@ -1,13 +1,8 @@
-"""The floe exception tree.
+"""The floe exception tree: every error floe raises on purpose, grouped by what a handler does about it.
 
-Every error floe raises on purpose derives from :class:`FloeError`, grouped by
-what a handler does about it (retry, fix the input, look elsewhere, repair the
-store), and carries ``kind``: a stable code to branch on without parsing
-messages. The CLI prints the message; the STAC API answers with the status of
-the group and the ``kind`` as its ``code``. Kinds are append-only: never rename
-one, callers match on them.
-
-The tree::
+Each carries ``kind``, a stable code to branch on without parsing messages (how the CLI and the STAC API use it:
+docs/development.md#writing-code). The tree, with the status the STAC API answers (``tests/test_errors.py`` checks
+that every error is in it)::
 
     FloeError
     ├── NotFound                      (also a KeyError)     404
@@ -58,6 +53,7 @@ class FloeError(Exception):
     """Base class of every error floe raises on purpose."""
 
     kind: str = "floe-error"
+    """A stable code callers match on: kinds are append-only, never renamed."""
 
     # KeyError quotes its message in str(); floe's messages are sentences, shown as they are.
     __str__ = Exception.__str__

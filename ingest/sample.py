@@ -1,40 +1,8 @@
 """Generate a small, seeded, deterministic sample Earth-observation archive.
 
-The archive holds N Cloud-Optimized GeoTIFF granules spread round-robin over three
-collections, each with a STAC 1.0.0 item, plus one STAC Collection per collection and
-a root STAC Catalog. It feeds the Ray ingestion pipeline, its tests and benchmarks.
-
-Collections (granule ``i`` goes to collection ``i % 3``):
-
-* ``sample-optical``   EPSG:32633 (UTM 33N), uint16, 3 bands, 256x256 px, 10 m pixels;
-* ``sample-dem``       EPSG:4326, float32, 1 band, 128 cols x 96 rows, 0.001 deg pixels,
-                       nodata -9999 with a few nodata pixels;
-* ``sample-landcover`` EPSG:3857, uint8, 1 band, 200x200 px, 30 m pixels, class codes.
-
-Layout::
-
-    OUT_DIR/catalog.json
-    OUT_DIR/<collection>/collection.json
-    OUT_DIR/<collection>/<item_id>/<item_id>.json   (STAC item, asset href "./<item_id>.tif")
-    OUT_DIR/<collection>/<item_id>/<item_id>.tif    (COG, deflate, 128x128 tiles)
-
-With ``places`` (``floe demo`` uses 4), a collection's granules take that many grid
-positions in turn, so later granules revisit a grid on another date: stacks with a real
-time series. Without it each granule has a position of its own.
-
-Item ids look like ``sample-optical-0007`` (the global granule index). Pixel values come
-from ``numpy.random.default_rng(seed + index)`` (smooth gradients plus noise), footprints
-and datetimes from the index only, so the same seed gives byte-identical JSON and
-identical pixels; nothing depends on the current time.
-
-Run::
-
-    .venv/bin/python scripts/make_sample_archive.py OUT_DIR [--granules 40] [--seed 0] [--places 4]
-
-(``floe demo`` uses it too), or, from Python::
-
-    from ingest.sample import make_archive
-    item_paths = make_archive(Path("out"), granules=12, seed=0)
+:func:`make_archive` writes N Cloud-Optimized GeoTIFF granules over three collections (:data:`COLLECTIONS`), each
+with a STAC item, plus one STAC Collection per collection and a root catalog, for ``floe demo``, the tests and the
+benchmarks. What it writes, and how to run it: docs/development.md#the-sample-archive.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """The STAC API: stac-fastapi's ``StacApi`` with floe's core client, the standard extensions, and ref routing.
 
-``/`` serves the default branch; ``/refs/{ref}/`` is a complete STAC API root
-for every branch, tag and snapshot id. One application serves them all: an
-ASGI layer in front moves ``/refs/{ref}`` into the request's ``root_path``
-(so every link the framework and the client build points under the prefix)
-and resolves the ref to a snapshot once per request, which the client reads
-from the request scope. Unknown refs answer 404 before any route runs.
-
-Every page of items names the snapshot it was read at in the
-``Floe-Snapshot`` header; a next-page token pins that snapshot (a token of
-another snapshot is refused at a tag or snapshot id, followed on a branch).
-
-Searching is the engine's (``_search``); how floe's errors answer is
-``_errors``'s, the request models ``_models``'s, and the fields extension's
-trimming of items ``_fields``'s.
+``/`` serves the default branch and ``/refs/{ref}/`` every branch, tag and snapshot id, from one application (the
+ref routing is ``_router``'s). Searching is the engine's (``_search``); how floe's errors answer is ``_errors``'s,
+the request models ``_models``'s, and the fields extension's trimming of items ``_fields``'s. The design:
+docs/design.md §6 (every ref is an API root); what clients see: docs/stac-api.md#refs-in-urls and #paging.
 """
 
 import json
@@ -82,6 +72,7 @@ class _GeoJSON(_JSON):
 
 
 def _snapshot(request: Request) -> str:
+    """The snapshot the ref router resolved this request's ref to (once per request), from the request's scope."""
     return request.scope[SCOPE_SNAPSHOT]
 
 

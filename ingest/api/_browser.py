@@ -1,25 +1,8 @@
 """STAC Browser on every ref of `floe serve`: one build, mounted at ``/browser/`` and ``/refs/{ref}/browser/``.
 
-STAC Browser (radiantearth/stac-browser, Vue) is a third-party web page:
-``floe browser install`` (:func:`install_browser`) fetches its npm package,
-builds it once, and keeps the build outside the repository
-(``api.browser_dir``, default ``~/.cache/floe/stac-browser/<version>``).
-It is never committed and never downloaded while serving.
-
-One build serves every mount because it is made with hash history and
-relative paths (``SB_historyMode=hash``, ``SB_pathPrefix=./``) and with the
-runtime ``config.js`` script enabled in ``public/index.html``. Each mount's
-``config.js`` (:func:`config_script`) is written per request: the catalog
-URL is the mount's API root (the root's ``self`` link, same origin), the
-basemaps are ``api.basemaps`` (floe's ``basemaps.config.js`` reads them at
-run time; ``[]`` shows maps without a basemap, for machines without internet
-access), and a version switcher lists the branches and tags, each linking
-to its own ``/refs/{ref}/browser/``.
-
-Facts the build depends on (STAC Browser 4.0.1, checked here): ``ol-stac``
-must be exactly 1.1.0 (1.6.0 imports names ``ol`` 10.6 lacks); vue-cli reads
-``SB_*`` environment variables as options; ``src/config.js`` merges
-``window.STAC_BROWSER_CONFIG`` over the built-in options.
+:func:`install_browser` (``floe browser install``) builds STAC Browser once, outside the repository;
+:class:`BrowserMount` serves that build at every mount, with the mount's own ``config.js`` (:func:`config_script`)
+written per request. How it is built and served: docs/stac-api.md#stac-browser-on-every-ref.
 """
 
 from __future__ import annotations
@@ -48,7 +31,8 @@ VERSION = "4.0.1"
 """The STAC Browser release ``floe browser install`` builds."""
 PACKAGE = f"@radiantearth/stac-browser@{VERSION}"
 PINNED = {"ol-stac": "1.1.0"}
-"""Dependencies the release's own ranges resolve to versions that do not build together."""
+"""Dependencies the release's own ranges resolve to versions that do not build together: ``ol-stac`` must be exactly
+1.1.0 (1.6.0 imports names ``ol`` 10.6 lacks)."""
 STAMP = "floe-browser.json"
 """Written into the build last: a build without it is unfinished."""
 SCOPE_SERVER_ROOT = "floe.server_root"
@@ -126,6 +110,8 @@ def install_browser(home: Path, *, force: bool = False, say: Callable[[str], Non
     source = work / "package"
     _patch(source)
     step("installing its dependencies (npm install)", [npm, "install", "--no-audit", "--no-fund"], source)
+    # vue-cli reads SB_* environment variables as STAC Browser's options. Hash history and relative paths (with the
+    # runtime config.js that _patch enables) make one build serve every mount.
     env = {
         **os.environ,
         "SB_historyMode": "hash",
@@ -162,7 +148,13 @@ def _patch(source: Path) -> None:
 def config_script(
     catalog_url: str, refs: list[dict[str, str]], current: str, basemaps: list[dict[str, Any]], title: str
 ) -> str:
-    """One mount's ``config.js``: STAC Browser's options, then the version switcher."""
+    """One mount's ``config.js``: STAC Browser's options, then the version switcher.
+
+    STAC Browser's ``src/config.js`` merges ``window.STAC_BROWSER_CONFIG`` over its built-in options. The catalog
+    URL is the mount's API root (the root's ``self`` link, same origin); the basemaps (``floeBasemaps``) are read at
+    run time by floe's ``basemaps.config.js``, ``[]`` showing maps without a basemap. The switcher lists the
+    branches and tags, each linking to its own ``/refs/{ref}/browser/``.
+    """
     options = {
         "catalogUrl": catalog_url,
         "catalogTitle": title,

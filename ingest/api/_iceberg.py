@@ -1,27 +1,8 @@
 """A read-only Iceberg REST catalog of the items table at every ref, under ``/iceberg/`` of ``floe serve``.
 
-SQL engines and Iceberg libraries find tables through a catalog; floe keeps
-the table's current ``metadata.json`` inside each Icechunk commit instead
-(docs/design.md §2), so this catalog reads it from there. It answers the read half
-of the Iceberg REST catalog protocol (apache/iceberg
-``open-api/rest-catalog-open-api.yaml``):
-
-* ``GET /v1/config?warehouse=<ref>``: a branch, a tag or a snapshot id (the
-  default branch when none is given). The answer's ``overrides.prefix``
-  names that ref in every later path, and its ``endpoints`` list only the
-  read routes, so clients know there is nothing to write to.
-* ``GET /v1/{prefix}/namespaces`` (one namespace, ``floe``), ``GET``/``HEAD``
-  of the namespace, ``GET .../tables`` (one table, ``items``).
-* ``GET``/``HEAD .../tables/items`` (loadTable): the ``metadata.json``
-  location and content the ref's Icechunk commit records. The ``ETag`` is
-  the snapshot id, so ``If-None-Match`` answers 304 until a branch moves.
-
-Every write (creating, committing, dropping, renaming) answers 405 with an
-Iceberg error body saying the catalog is read only: floe's table changes
-only with Icechunk commits (``floe ingest``, the Transactions extension).
-
-A prefix is the ref itself (floe's ref names and snapshot ids are one path
-segment each).
+:class:`IcebergCatalog` answers the read half of the Iceberg REST catalog protocol (apache/iceberg
+``open-api/rest-catalog-open-api.yaml``), reading each ref's table from the pointer its Icechunk commit carries
+(docs/design.md §2). Its routes and answers: docs/sql.md#the-iceberg-rest-catalog-of-floe-serve.
 """
 
 from __future__ import annotations
@@ -107,6 +88,7 @@ class IcebergCatalog:
             return self._config(request)
         if len(parts) < 2 or parts[1] != "namespaces":
             raise CatalogError(404, "NotFoundException", f"no route {relative} (see GET /v1/config for endpoints)")
+        # The prefix is the ref itself (floe's ref names and snapshot ids are one path segment each).
         snapshot_id = self._snapshot(parts[0])
         rest = parts[2:]
         if not rest:

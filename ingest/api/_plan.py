@@ -1,21 +1,8 @@
 """Search planning: a request and a table schema in, the Iceberg expressions and row tests of the search out.
 
-:func:`plan_search` is a pure function of the table's schema, the collections
-known at the snapshot and the request; it reads no file. What it returns, a
-:class:`SearchPlan`, says
-
-- what Iceberg prunes data files with (partition values and column bounds),
-- what decides rows exactly on typed columns (the same expression as an Arrow filter),
-- which geometries rows must intersect (tested with shapely),
-- what is left for cql2 to match item by item (the *residual*), and
-- how results are sorted.
-
-A filtered property may also sit in ``floe:overflow`` in some rows (its value
-had a type conflicting with the column when it was written); the typed column
-is null there, so files holding such rows are tested without the translated
-filter, matching every row against the whole filter instead. The plan carries
-both forms; :func:`row_tests` compiles them into the two tests
-(:class:`RowTest`) a search applies file by file.
+:func:`plan_search` makes a :class:`SearchPlan` without reading a file, and :func:`row_tests` compiles it into the
+:class:`RowTests` a search applies file by file. What a plan holds, and why files that keep a filtered property in
+``floe:overflow`` are tested apart: docs/design.md §6 (planning is pure).
 """
 
 from __future__ import annotations
@@ -116,7 +103,7 @@ def plan_search(
     refuse_unknown_properties: bool = False,
     overflow_properties: Callable[[], Collection[str]] | None = None,
 ) -> SearchPlan:
-    """Check ``request`` against ``schema`` and the collections at the snapshot, and plan it.
+    """Check ``request`` against ``schema`` and the collections at the snapshot, and plan it (reading no file).
 
     ``known_collections`` only needs to hold the collections the request
     names; an unknown one raises CollectionNotFound. With
@@ -368,7 +355,9 @@ def _needs_rows_test(prune: BooleanExpression, residual: cql2.Expr | None, geome
 
 @dataclass(frozen=True)
 class RowTests:
-    """The two ways a plan tests a file's rows (see the module docstring)."""
+    """The two ways a plan tests a file's rows: a filtered property may sit in ``floe:overflow`` in some rows (its
+    value had a type conflicting with the column when it was written), where the typed column is null, so files
+    holding such rows are tested ``without_filter``."""
 
     translated: RowTest
     """The usual test: the translated filter prunes files and decides rows."""

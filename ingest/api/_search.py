@@ -1,27 +1,9 @@
 """The search engine: plan through Iceberg (partition and column-bound pruning), then filter exactly, file by file.
 
-One :class:`SearchEngine` serves a repository. What a snapshot resolves to
-(table metadata, its data files, collections and their extents) never changes,
-so it is cached per snapshot id; only branch names are resolved per request.
-
-A search runs in three steps, each in its own module: the request is checked
-and planned (``_request``, ``_plan``: a pure function of the table schema),
-the plan's row tests are applied to the snapshot's data files one at a time
-(here), reading decoded columns through a byte-bounded cache (``_cache``).
-
-Results stream: files are read one at a time (filter columns first, the full
-rows only of files that match) and reading stops once ``limit`` items are
-found. Within a file only the row groups that may hold a match are read: those
-whose bbox statistics reach the search area, and for a search by ids those the
-key index names. A next-page token records the snapshot, the file and the row
-to resume from (or, for sorted searches, the offset into the sorted order), so
-paging a branch while writers commit returns one consistent result.
-
-Which files a search reads, and with which row test, is ``_candidates``'s;
-where the rows of a search by ids are, ``_ids``'s. Pages come in file order,
-by ids (here), or sorted (``_sorted``, with the engine's row tests, caches and
-readers). This module is longer than 500 lines: the two page strategies here
-share the engine's row tests and readers with each other.
+:class:`SearchEngine` checks and plans a request (``_request``, ``_plan``), takes candidate files (``_candidates``),
+reads their decoded columns through a byte-bounded cache (``_cache``) and makes pages in file order or by ids (here:
+the two share the engine's row tests and readers; the rows of ids are ``_ids``'s) or sorted (``_sorted``). How a
+search reads, caches and pages: docs/design.md §6.
 """
 
 from __future__ import annotations
@@ -76,7 +58,11 @@ _IDS_CHUNK_FILES = 64
 
 
 class SearchEngine:
-    """STAC search over a floe repository at any ref."""
+    """STAC search over a floe repository at any ref; one serves a repository.
+
+    What a snapshot resolves to (table metadata, its data files, collections and their extents) never changes, so it
+    is cached per snapshot id; only branch names are resolved per request.
+    """
 
     def __init__(
         self,

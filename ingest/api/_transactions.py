@@ -1,23 +1,8 @@
 """The STAC Transactions extension (``floe serve --transactions``): items changed over HTTP, one commit each.
 
-``POST /collections/{c}/items`` (an Item, or a FeatureCollection of them: all
-or none), ``PUT`` and ``PATCH`` (JSON merge patch) and ``DELETE`` on
-``/collections/{c}/items/{id}``, at the default branch (``/``) and at every
-branch (``/refs/{branch}/``); a tag or a snapshot answers 405. Every write
-carries ``Authorization: Bearer <api.write_token>`` (401 without it).
-
-Each request is one writer's commit, landed by the commit protocol next to
-any other writer. Item answers carry an ``ETag`` (a digest of the item as
-stored); a write with ``If-Match`` holds only for that version: if the item
-changed meanwhile, before the request or while it committed, the answer is
-412 and nothing is committed (``Writer.expect``). A write without it replaces
-or deletes the version the branch holds, read again if a concurrent commit
-changed it. A ``POST`` of an item that exists (or is created meanwhile) is
-409. ``PUT`` and ``PATCH`` answer 204 with the new ETag (200 with the item
-for ``Prefer: return=representation``); ``DELETE`` answers 204, also for an
-item that is not there (deleting is idempotent; with ``If-Match`` it is 412).
-The ``floe:arrays`` asset is floe's: a body cannot set it, a ``PUT`` or
-``PATCH`` keeps the item's arrays as they are, a ``DELETE`` takes them.
+:class:`TransactionsExtension` adds ``POST``, ``PUT``, ``PATCH`` and ``DELETE`` of items at the root of every
+branch, each request one writer's commit; :func:`item_etag` is the ``ETag`` an ``If-Match`` names. The requests,
+answers and rules: docs/stac-api.md#writing-through-the-api-transactions.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
 """Long searches take turns, so a crowd of them cannot starve the short ones.
 
-A worker answers requests on a pool of threads that share one interpreter:
-every search gets a share of the CPU, however long it is. When many long
-searches arrive together (a client paging through a whole collection, a
-filter no statistic prunes), each short search behind them gets a thin slice
-and waits seconds for what alone takes milliseconds.
-
-So each search is *short* until it has read :data:`LONG_AFTER_FILES` data
-files or run :data:`LONG_AFTER_SECONDS`, whichever comes first; from then on
-it is *long*, and it goes on reading only while it holds one of
-``api.long_searches`` places of its worker (:class:`Turns`). The others wait
-at that point for a place (a search waits between two windows of reads,
-never while it holds a lock or a file), and the short searches go on beside
-the one or few long ones that run. A long search is not slower on a quiet
-server, and under load the long ones finish one after another rather than
-all late together.
-
-Searches learn how far they are by :func:`pace`, which the reading loop
-(``read_windows``) calls after each window of files: a search's ticket is
-kept for its thread while :meth:`Turns.search` is open, so the loop needs no
-argument to pass it along, and a read outside a search (an export, the CLI's
-iteration of items) paces nothing.
+A search counts as long after :data:`LONG_AFTER_FILES` data files or :data:`LONG_AFTER_SECONDS`; from then on it
+reads only while it holds one of its worker's places (:class:`Turns`), which :func:`pace` takes between two windows
+of reads. Why and how: docs/stac-api.md#serving-many-clients.
 """
 
 from __future__ import annotations
@@ -48,7 +30,10 @@ class _Ticket:
 
 
 class Turns:
-    """The places long searches run in, ``at_once`` of them (0: no limit; see the module)."""
+    """The places long searches run in, ``at_once`` of them (0: no limit).
+
+    Why they take turns: docs/stac-api.md#serving-many-clients.
+    """
 
     def __init__(
         self, at_once: int, *, after_files: int = LONG_AFTER_FILES, after_seconds: float = LONG_AFTER_SECONDS
@@ -95,7 +80,12 @@ class Turns:
 
 def pace(files: int) -> None:
     """The search on this thread has read ``files`` more data files: once it counts as long, it holds a place (and
-    waits for one here if none is free). Outside a search, nothing happens."""
+    waits for one here if none is free). Outside a search, nothing happens.
+
+    The reading loop (``read_windows``) calls it after each window of files. A search's ticket is kept for its thread
+    while :meth:`Turns.search` is open, so the loop needs no argument to pass it along, and a read outside a search
+    (an export, the CLI's iteration of items) paces nothing.
+    """
     ticket: _Ticket | None = getattr(_local, "ticket", None)
     if ticket is None or ticket.holding:
         return

@@ -1,20 +1,7 @@
 """The ``floe`` command: parse arguments, call the library, render the result.
 
-Exit status: 0 success, 1 error, 2 usage error, 3 some input was rejected
-(the rest was committed), 4 ``check`` found problems, 130 interrupted (Ctrl-C).
-
-Modules (each command is a thin shell over library calls):
-
-- ``_app``: the Typer application, global options, shared error rendering and consoles;
-- ``_demo``: ``demo``;
-- ``_ingest``: ``ingest`` (``_ingest_report``: its progress bar and summary);
-- ``_read``: ``export``, ``log``, ``tag``, ``branch``, ``refs``;
-- ``_changes``: ``delete``;
-- ``_lifecycle``: ``init``, ``check``, ``gc``, ``replicate``, ``relocate``, ``optimize``;
-- ``_api``: ``serve``, ``search``, ``browser install``;
-- ``_interrupt``: Ctrl-C acts within seconds even inside a storage call (:func:`run` arms it).
-
-Importing them registers their commands, in the order ``floe --help`` lists them.
+One module per group of commands, each a thin shell over library calls; importing them registers their commands.
+The modules: docs/lifecycle.md#where-the-code-lives; exit statuses: docs/ingest.md#exit-status-and-ctrl-c.
 """
 
 import importlib

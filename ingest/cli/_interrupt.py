@@ -1,25 +1,9 @@
 """Ctrl-C acts within seconds, even while the main thread is inside a call Python cannot interrupt.
 
-Python runs its SIGINT handler (KeyboardInterrupt) only between bytecodes of
-the main thread. A call into Rust that waits on the network runs none: on a
-repository whose S3 endpoint accepts connections and never answers,
-Icechunk's open waits out its own timeouts and retries (more than 100 s
-measured) and Ctrl-C does nothing meanwhile. Reads floe makes itself wait on
-daemon threads (:func:`ingest._threads.interruptible`), but Icechunk's calls
-are made in many places.
-
-So the ``floe`` command arms a watchdog (:func:`arm`): the operating system
-writes each signal's number to a pipe as it arrives (``signal.set_wakeup_fd``),
-whatever the main thread is doing, and a daemon thread reads it. After a
-Ctrl-C, Python's own handling gets :data:`GRACE_SECONDS`; when Python has not
-run its handler by then (floe's, which notes that it ran and raises
-KeyboardInterrupt as Python's own does: the main thread is still inside that
-call), or at a second Ctrl-C, the process says so and ends with exit code 130.
-Whoever installs another SIGINT handler afterwards (``floe serve``'s uvicorn)
-takes Ctrl-C over, and the watchdog stands aside. That is a crash as far as the repository is concerned, which
-its protocol is built for: a commit either moved the branch or did not, and
-files written for one that did not are never referenced (``floe gc`` removes
-them).
+The ``floe`` command arms a watchdog (:func:`arm`): after a Ctrl-C, Python's own handling gets
+:data:`GRACE_SECONDS` to start; when it has not, or at a second Ctrl-C, the process says so and ends with exit code
+130. Why, and what that means for the repository: docs/design.md §8 (Ctrl-C) and
+docs/ingest.md#exit-status-and-ctrl-c.
 """
 
 from __future__ import annotations
@@ -48,13 +32,16 @@ _HANDLED = [0]
 
 
 def _on_interrupt(signum: int, frame: object) -> None:
-    """Python's own SIGINT handling (KeyboardInterrupt), noting that it ran."""
+    """Python's own SIGINT handling (KeyboardInterrupt, raised as Python's own handler does), noting that it ran: a
+    Ctrl-C it has not run for within the grace means the main thread is still inside the call."""
     _HANDLED[0] += 1
     raise KeyboardInterrupt
 
 
 def arm(grace_seconds: float = GRACE_SECONDS) -> bool:
-    """Arm the watchdog for this process (once; from the main thread). Not armed (False) when SIGINT is not
+    """Arm the watchdog for this process (once; from the main thread): the operating system writes each signal's
+    number to a pipe as it arrives (``signal.set_wakeup_fd``), whatever the main thread is doing, and a daemon
+    thread (:func:`_watch`) reads it. Not armed (False) when SIGINT is not
     Python's default handler (ignored, as in a background job, or handled by someone else) or the wake-up pipe is
     taken (an asyncio loop's)."""
     if _ARMED.is_set():

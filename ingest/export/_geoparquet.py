@@ -1,19 +1,8 @@
 """Export as one stac-geoparquet file, streamed batch by batch with a Parquet writer.
 
-The rows are floe's own rows, which already follow the stac-geoparquet layout
-(``geometry`` as WKB, ``bbox`` struct, timestamps, properties as top-level
-columns, ``assets``/``links`` structs). Data files written at different times
-carry different columns (a newer file may add properties, an older one lacks
-them, an integer column may have been widened to double), so every batch is
-conformed to the table's schema at the exported snapshot: absent columns and
-struct fields become nulls, widened types are cast. The file carries the
-``geo`` (GeoParquet 1.1, bbox covering) and ``stac-geoparquet`` footers, with
-the repository's stored collections.
-
-``floe:overflow`` is kept: per row, the JSON of the members a columnar layout
-cannot hold as they came in (explicit nulls, 3-D bboxes, values whose types
-conflict across items). Readers that do not know it see one more string
-property; :func:`read_geoparquet_items` merges it back for an exact round trip.
+:func:`export_geoparquet` conforms each batch of floe's rows to the table's schema at the exported snapshot
+(:func:`conform_batch`) and writes the ``geo`` and ``stac-geoparquet`` footers (:func:`geoparquet_footer`);
+:func:`read_geoparquet_items` reads the file back exactly. What the file holds: docs/sql.md#a-stac-geoparquet-export.
 """
 
 from __future__ import annotations
@@ -177,7 +166,8 @@ def export_geoparquet(view: View, out: str | os.PathLike[str]) -> ExportResult:
 
 
 def read_geoparquet_items(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
-    """The STAC items of a file written by :func:`export_geoparquet`, exactly as exported, streamed."""
+    """The STAC items of a file written by :func:`export_geoparquet`, exactly as exported (``floe:overflow`` merged
+    back), streamed."""
     parquet = pq.ParquetFile(path)
     for raw in parquet.iter_batches():
         batch = raw

@@ -1,37 +1,8 @@
 """The replaced versions of Icechunk's ``repo`` object in ``arrays/overwritten/``: what they are, and which gc removes.
 
-What Icechunk 2 does (read in earth-mover/icechunk's main branch of 2026-08-20,
-``icechunk/src/asset_manager.rs`` ``write_repo_info`` and ``backup_destination``,
-as no 2.3.0 tag was available; the behaviour checked with the installed 2.3.0 and
-pinned by ``tests/lifecycle/test_gc_history.py``): every change of a ref or of the history (a commit, a tag, a branch, a
-reset, an expiry, a GC run) first copies the current ``arrays/repo`` to
-``arrays/overwritten/repo.<inverted time>.<random>`` and then writes the new
-``repo`` conditionally on the one it copied. ``repo`` holds every ref and the
-whole ancestry, so each copy is as large as the repository's history was at that
-moment, and ``overwritten/`` grows with the square of the number of commits.
-
-Who reads them: only ``Repository.ops_log()`` (``icechunk/src/repository.rs``,
-``ops_log``). ``repo`` keeps its newest updates itself (at most
-``num_updates_per_repo_info_file``, 1,000 by default) and points at the backup
-holding the updates before those; the log follows that chain and stops, without
-an error, where a backup is missing. No read of an array, a snapshot, a ref or
-the ancestry uses them, nor does a commit, expiry or Icechunk's GC (which never
-deletes them). Removing one therefore shortens the operations log (to at least
-its newest 1,000 entries) and removes a copy of an old ``repo`` that someone
-could restore by hand; nothing a floe version needs.
-
-So gc treats them as it treats table files: an object last modified before
-``now - grace`` goes. Two details:
-
-- The newest ``keep_newest`` copies stay whatever their age: on a repository
-  nobody wrote to for longer than the grace, they are the only earlier states of
-  the refs left (to undo a mistaken reset or tag deletion by hand). They cost
-  ``keep_newest`` times the size of ``repo``.
-- On local storage Icechunk *moves* ``repo`` into ``overwritten/``, so a copy's
-  modification time is when that version of ``repo`` was written, not when it
-  was replaced; on S3 it is the time of the copy. Either way a copy is never
-  younger than the version it preserves, and ``arrays/repo`` itself is never
-  touched.
+:func:`sweep_overwritten` deletes those last modified before the grace, except the newest :data:`KEEP_NEWEST`;
+:func:`arrays_footprint` counts what ``arrays/`` holds. What Icechunk keeps there, who reads it and why removing it
+is safe: docs/lifecycle.md#garbage-collection-floe-gc (Icechunk's history objects).
 """
 
 from __future__ import annotations
@@ -53,7 +24,8 @@ REPO_OBJECT = f"{ARRAYS_DIR}/repo"
 """Icechunk's refs and history: never deleted."""
 
 KEEP_NEWEST = 10
-"""Replaced versions of ``repo`` kept whatever their age (see the module docstring)."""
+"""Replaced versions of ``repo`` kept whatever their age: on a repository nobody wrote to for longer than the grace,
+the only earlier states of the refs left (docs/lifecycle.md#garbage-collection-floe-gc)."""
 
 # What `arrays_footprint` reports, in this order: Icechunk's object kinds by the folder they live in.
 _KINDS = ("repo", "overwritten", "snapshots", "manifests", "transactions", "chunks")
@@ -78,7 +50,12 @@ class HistorySweep:
 def sweep_overwritten(
     files: RootFiles, cutoff: datetime, *, dry_run: bool = False, keep_newest: int = KEEP_NEWEST
 ) -> HistorySweep:
-    """Delete the replaced versions of ``repo`` last modified before ``cutoff``, except the newest ``keep_newest``."""
+    """Delete the replaced versions of ``repo`` last modified before ``cutoff``, except the newest ``keep_newest``.
+
+    On local storage Icechunk *moves* ``repo`` into ``overwritten/``, so a copy's modification time is when that
+    version of ``repo`` was written, not when it was replaced; on S3 it is the time of the copy. Either way a copy
+    is never younger than the version it preserves.
+    """
     if keep_newest < 0:
         raise ValueError(f"keep_newest must be 0 or more, not {keep_newest}")
     listed = files.list(OVERWRITTEN_DIR)

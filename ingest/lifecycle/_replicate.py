@@ -1,56 +1,8 @@
 """Replicate a floe repository to another root (local or S3, either direction), incrementally.
 
-What moves, and in which order:
-
-1. **The ref set is captured first**: Icechunk 2 keeps every branch, tag and the
-   snapshot history (with commit metadata, hence floe's pointers) in one object,
-   ``arrays/repo``. Its bytes are read once; everything below is computed from
-   that copy (opened as a throw-away local Icechunk repository), so a source
-   being written meanwhile is copied at one consistent set of refs.
-2. **Icechunk objects** (``chunks/``, ``manifests/``, ``snapshots/``,
-   ``transactions/``, ...) are immutable and content-addressed: those the target
-   lacks (by name and size) are copied byte for byte. They are listed *after*
-   the ref set was captured, and Icechunk writes a commit's objects before it
-   moves a ref, so the listing holds every object the captured refs need.
-   ``arrays/overwritten/`` (Icechunk's backups of old ``repo`` objects) is not
-   copied.
-3. **Iceberg files** reachable from the captured history: data files are copied
-   as they are; manifests, manifest lists and metadata.json files hold absolute
-   locations and are rewritten for the target root (manifests first, so the
-   manifest lists can record the rewritten manifests' lengths; metadata.json
-   last, after step 4 verified what it needs). A metadata.json the target
-   already has was written after everything it needs had verified, in an
-   earlier run, so its files are not walked again: later runs cost what the
-   new commits wrote. floe's pointers are relative to
-   ``<root>/tables/``, so the Icechunk objects stay byte-identical.
-4. **Verify** the target: every Icechunk object with the source's size, every
-   table file the captured history needs present, data files with their
-   recorded sizes, the manifest lists written in this run recording the target
-   manifests' real lengths. Only then are the metadata.json files written (and
-   checked). On any problem, stop: no ref moves.
-5. **Refs move last**: the captured ``repo`` object is written to the target in
-   one atomic write (an S3 PUT, or a rename locally, under the target's lock).
-   A reader of the target sees the old version or the new one, never a half-copied one.
-
-The target is a replica: commits made to it are overwritten by the next run.
-The two roots may be two S3 services, each with its own settings; objects
-stream through memory one at a time, never through a local copy.
-
-**Choosing refs** (``refs``): the target's ``repo`` object is the captured one
-with the refs not chosen deleted (in a throw-away copy), so the target lists
-only the chosen refs (and ``main``, which Icechunk never deletes). Icechunk's
-``repo`` object also lists every snapshot of the source, so every Icechunk
-object is still copied: a snapshot it lists must be readable at the target.
-A ref the target has that the source deleted is reported; a branch is kept
-(pointing where it did) unless ``prune``; a tag cannot be (Icechunk keeps a
-deleted tag's name deleted), so it goes and the report says so.
-
-**Expiry on the source mid-run**: before refs move, the source's ``repo``
-object is read again, and every snapshot the captured refs reach must still be
-listed in it. A snapshot expired meanwhile (and its files maybe collected
-before they were listed) fails the run: the target keeps its old refs.
-
-``history="none"`` is another protocol (``_replicate_heads.py``).
+:func:`replicate` runs a mirror's protocol (every ref's whole history), one :class:`_Replication` method a step,
+with the table half in ``_replicate_tables.py``; ``history="none"`` is another protocol (``_replicate_heads.py``).
+The steps, their order and why: docs/lifecycle.md#replication-floe-replicate.
 """
 
 from __future__ import annotations
@@ -129,7 +81,7 @@ def replicate(
 
 
 class _Replication:
-    """One run of the protocol in this module's docstring; each method is one of its steps."""
+    """One run of a mirror's protocol; each method is a step of docs/lifecycle.md#replication-floe-replicate."""
 
     def __init__(self, source_location: Location, target_location: Location, dry_run: bool) -> None:
         self.source_location, self.target_location = source_location, target_location

@@ -1,42 +1,8 @@
 """Replicas without history (``floe replicate --history none``): each chosen ref's current version only.
 
-Readers of a published release need its current state, not how it got there.
-A replica without history holds, for each chosen branch and tag, one snapshot
-whose arrays and table version equal the source ref's, in a history of its
-own that only moves forward:
-
-- **Arrays** go through Icechunk, not as objects: the target is its own
-  Icechunk repository (created by the first run, marked ``floe:replica`` in
-  its repository metadata, with the source's virtual chunk containers). A
-  ref's new state is one commit on the target branch: the zarr metadata of
-  every group and array, and every chunk, read from the source snapshot and
-  written as it is stored (encoded bytes; a virtual chunk as a reference to
-  the same location, offset and length). Later runs write only what changed:
-  the target snapshot records the source snapshot it reproduces
-  (``floe:replica-of`` in its commit metadata), and Icechunk's ``diff`` between
-  that one and the source's new tip lists the changed nodes and chunks.
-  Where no diff exists (the branch moved to a version that does not descend
-  from it, a node was moved, the old version was expired), the whole version
-  is compared and written.
-- **Tables**: each replicated version's metadata.json keeps only its current
-  Iceberg snapshot, and only that snapshot's files are copied
-  (``_replicate_tables.TableCopy`` with ``current_only``); a metadata.json
-  keeps its path, so the target commit carries the source's pointer.
-- **Tags**: a tag points at the target snapshot that reproduces the source
-  tag's snapshot (made for a branch in the same run, or earlier); otherwise
-  the snapshot is committed on a throw-away branch, tagged, and the branch
-  deleted.
-- **Order**: table files are written and verified first, then each ref moves
-  in its own Icechunk commit (atomic), so a reader of the target sees a ref's
-  old version or its new one. A failure before a commit leaves table files
-  nothing points at (the target's ``floe gc`` collects them) and no ref
-  moved. Every byte written was read from the source in this run, so a source
-  file collected meanwhile fails the read, and the run, cleanly.
-
-A virtual chunk's reference keeps the source object's location, offset and
-length; Icechunk does not expose the checksum the source recorded, so the
-replica records the source snapshot's time instead: a source object modified
-after the replicated version was written is refused on read.
+:func:`replicate_heads` makes each chosen ref's new state one Icechunk commit (or a tag) of the target's own
+history, its arrays copied key by key as stored (:class:`_Copier`) and its table through ``_replicate_tables`` with
+``current_only``. How such a replica is made and what it holds: docs/lifecycle.md#replicas-without-history.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """The table half of a replication: copy the Iceberg files some metadata.json files need, rewritten for the target.
 
-Both replication modes use it (``_replicate.py`` with history, ``_replicate_heads.py``
-without). Given the metadata.json files the replicated versions point at:
-
-- data files are copied byte for byte (those the target lacks, or holds with
-  another size);
-- manifests, manifest lists and metadata.json files hold absolute locations
-  and are rewritten for the target root: manifests first, so the manifest
-  lists can record the rewritten manifests' lengths; metadata.json files last,
-  after ``verify`` found everything they need. A metadata.json the target
-  already has was written after its files verified, in an earlier run, so its
-  files are not walked again: later runs cost what the new versions wrote.
-- ``current_only`` (replicas without history): each metadata.json keeps only
-  its current Iceberg snapshot, and only that snapshot's files are copied.
-
-floe's pointers are relative to ``<root>/tables/``, so a metadata.json keeps its
-path (and the pointers that name it stay valid) at the target.
+Both replication modes use :class:`TableCopy` (``_replicate.py`` with history, ``_replicate_heads.py`` without,
+there with ``current_only``). What it copies, rewrites and verifies, in which order:
+docs/lifecycle.md#replication-floe-replicate (step 3) and #replicas-without-history.
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Ingest with Ray: actors copy granules into arrays and commit their batches, each through its own writer.
 
-The driver reads and validates items, rejects bad input by name, makes sure
-every collection group exists (one small commit, before writers need it), and
-hands the batches that carry rasters to the actors. Each actor stages a
-batch's arrays and rows in one Icechunk session and commits it with the
-rebase-and-reconcile loop: actors never wait for each other, and a granule's
-arrays and row land in the same commit or not at all.
-
-A batch of items without rasters (metadata only: a STAC API search without
-``--remote-assets``, items whose assets are elsewhere) is committed by the
-driver itself, beside the actors' commits: sending its items to an actor
-cost more than committing them (the driver pickled each for Ray). A local
-Ray is started only when the first batch with rasters arrives; a cluster
-named with ``--ray-address`` is joined at once, so a wrong address fails
-before anything is committed. A 100,000-item search through ``floe
-ingest``'s defaults took 20.3 s with every batch sent to an actor and 8.9 s
-with ``--workers 0`` (docs/benchmarks-history.md).
+:func:`ingest_with_ray` reads and checks items on the driver (the granule stream), commits the batches without
+rasters itself and hands the others to :class:`GranuleWriter` actors, starting a local Ray (:func:`start_ray`)
+only when the first of those arrives. The design: docs/design.md §5 (Ray actors) and
+docs/remote-sources.md#ray-actors-that-copy-and-commit.
 """
 
 from __future__ import annotations
@@ -216,7 +204,8 @@ def ingest_with_ray(
                     if changed:
                         pool.submit(changed, f"{message} (batch {number})", virtual, lane=lane)
                 else:
-                    # Items alone: committed here, beside whatever the actors are committing (see the module's notes).
+                    # Items alone: committed here, beside whatever the actors are committing (sending them to an actor
+                    # costs more: docs/remote-sources.md#ray-actors-that-copy-and-commit).
                     pool.collect(commit_batch(repository, branch, batch, f"{message} (batch {number})"))
             pool.drain()
             if prune and number == 0 and (delete := prune_keys(repository, branch, scope, report)):

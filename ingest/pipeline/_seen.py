@@ -1,21 +1,8 @@
 """The keys a run has read, kept outside Python's object heap: de-duplication and ``--prune`` at any size.
 
-An ingest remembers every ``(collection, id)`` it has read, to reject an id
-read twice (naming where it was first seen) and, with ``--prune``, to tell
-which stored items the sources no longer hold. A dict of tuples did that at
-about 450 bytes a key: 4.6 GB of Python objects at ten million items, which
-the cyclic collector walked on every collection (0.3 s at 250,000 keys,
-growing with every batch) and which scattered the batches' own objects over
-a growing heap.
-
-Here a key is two 64-bit hashes (Python's SipHash of two spellings of it,
-keyed at random per process, so ids cannot be chosen to collide), and its
-source label a prefix number and a line number (``items.ndjson:`` and
-``17``): about 28 bytes a key, in numpy arrays. Keys are kept in sorted runs, merged
-when a run grows as large as the one before it (a log-structured set): a
-lookup is a binary search per run, a key is merged about log2(keys / chunk)
-times. Two different keys share both hashes with probability about 2^-128
-per pair: never, in practice.
+:class:`SeenKeys` remembers every ``(collection, id)`` an ingest read, with where it was first seen, to reject an id
+read twice and to tell which stored items the sources no longer hold. Its place in the granule stream:
+docs/design.md §5 (one granule stream).
 """
 
 from __future__ import annotations
@@ -29,7 +16,9 @@ _NO_LINE = -1
 
 
 def _digests(keys: Sequence[tuple[str, str]]) -> tuple[np.ndarray, np.ndarray]:
-    """Two 64-bit halves per key: Python's string hash (SipHash, keyed per process) of two spellings of it."""
+    """Two 64-bit halves per key: Python's string hash (SipHash, keyed at random per process, so ids cannot be chosen
+    to collide) of two spellings of it. Two different keys share both with probability about 2^-128 per pair: never,
+    in practice."""
     joined = [f"{collection}\x00{item_id}" for collection, item_id in keys]
     first = np.fromiter((hash(text) for text in joined), dtype=np.int64, count=len(joined))
     second = np.fromiter((hash(text + "\x01") for text in joined), dtype=np.int64, count=len(joined))
@@ -76,7 +65,15 @@ class _Run:
 
 
 class SeenKeys:
-    """A set of ``(collection, id)`` keys, each with the source label it was first read from."""
+    """A set of ``(collection, id)`` keys, each with the source label it was first read from.
+
+    A key is two 64-bit hashes (:func:`_digests`) and its label a prefix number and a line number (``items.ndjson:``
+    and ``17``): about 28 bytes a key, in numpy arrays. A dict of tuples took about 450 bytes a key: 4.6 GB of Python
+    objects at ten million items, which the cyclic collector walked on every collection (0.3 s at 250,000 keys,
+    growing with every batch) and which scattered the batches' own objects over a growing heap. Keys are kept in
+    sorted runs (:class:`_Run`), merged when a run grows as large as the one before it (a log-structured set): a
+    lookup is a binary search per run, and a key is merged about log2(keys / chunk) times.
+    """
 
     def __init__(self) -> None:
         self._runs: list[_Run] = []

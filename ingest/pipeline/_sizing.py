@@ -1,21 +1,8 @@
 """How many items a commit takes: on object storage, more as long as commits spend their time waiting on the store.
 
-A commit's cost is mostly round trips, not work: on S3 a commit of metadata
-makes about a dozen requests one after another (the tip look, the table's
-manifests and metadata.json, Icechunk's snapshot and ref), 20-50 ms each in a
-cloud region, whether it carries 500 items or 50,000. At the local-disk
-batch size (``batch_size``, 5,000 items, about a third of a second of work)
-those waits were more than half of an ingest onto S3. So an ingest in one
-process starts at ``batch_size`` and doubles the batch, up to
-``batch_max_size``, after each commit that spent more than
-:data:`WAITING_SHARE` of its batch's time waiting (wall time the process's
-main thread was not computing). Batches never shrink: the wait of a commit
-only grows with the archive (more manifests to merge), the work of an item
-does not.
-
-On a local disk a commit waits for nothing worth the name, and a batch keeps
-its size; so does a batch size given explicitly (``--batch-size``,
-``ingest_items(batch_size=...)``): the caller chose it.
+:class:`BatchSizer` doubles an in-process ingest's batch, up to ``batch_max_size``, after each commit that waited
+more than :data:`WAITING_SHARE` of its batch's time (measured with :class:`Stopwatch`). Why, and when a batch keeps
+its size: docs/remote-sources.md#batches-and-commits.
 """
 
 from __future__ import annotations
@@ -30,7 +17,8 @@ doubles the next batch."""
 
 @dataclass
 class BatchSizer:
-    """The size of the next batch (:attr:`items`), grown from ``first`` towards ``most`` (see the module)."""
+    """The size of the next batch (:attr:`items`), grown from ``first`` towards ``most``, never shrunk
+    (docs/remote-sources.md#batches-and-commits)."""
 
     first: int
     most: int

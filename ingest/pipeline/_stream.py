@@ -1,25 +1,8 @@
 """The granule stream: every source read, checked and de-duplicated the same way, whichever driver ingests it.
 
-Both drivers (in-process, :func:`~ingest.pipeline.ingest_items`, and Ray,
-:func:`~ingest.pipeline.ingest_with_ray`) consume :func:`granule_stream`, so
-the same input is accepted or rejected, for the same reason, with or without
-Ray. In order:
-
-1. **Read** (:func:`~ingest.pipeline.sources.read_items`): a source that
-   cannot be read or parsed is a rejection naming the file (and line).
-2. **Collections** found in the sources are stored with the repository at
-   once (a small commit of their own, before any writer needs their group);
-   one floe refuses is a rejection.
-3. **Validate** items in chunks: everything but the geometry item by item,
-   then the chunk's geometries in one vectorized parse and range/bbox check;
-   a suspect is validated again alone so its rejection says why.
-4. **De-duplicate**: an id seen before in this run (same collection) is a
-   rejection naming where it was first seen.
-5. **Assets**: the local rasters of each item that the selection asks for;
-   a selected asset whose file is missing is a rejection naming the file.
-
-Rejections go to the run's report as they happen; granules are yielded in
-input order.
+Both drivers (in-process, :func:`~ingest.pipeline.ingest_items`, and Ray, :func:`~ingest.pipeline.ingest_with_ray`)
+consume :func:`granule_stream` and cut it into batches (:func:`batched`, :func:`routed_batches`). Its steps, in
+order: docs/design.md §5 (one granule stream).
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Writing stacks: the zarr nodes of a stack group and its arrays, and a granule's slices in them.
 
-The layout these nodes follow (stack groups, their coordinates, one
-``(slot, <name>_band, y, x)`` array per kind) is ``_stack.py``; this module
-writes it. Nodes and chunks are written as raw zarr v3 documents and
-gathered, so Icechunk overlaps them: zarr's group and array API costs
-milliseconds a node, and an array's document is known without reading it.
-
-Two kinds of write, done by different commits (``ingest/pipeline/_arrays.py``):
-
-1. :func:`stage_nodes`: the stacks and arrays a granule needs and that do
-   not exist yet. Every writer of a grid shares them, so they are committed
-   alone (``Writer.commit_alone``).
-2. :func:`write_slices`: a granule's pixels at its slots (and the slots'
-   ``item`` and ``datetime``), staged with the granule's row. Only the
-   chunks a piece overlaps are written, and of those only the ones holding
-   something besides the fill value.
+Nodes and chunks are written as raw zarr v3 documents, gathered so Icechunk overlaps them (zarr's group and array
+API costs milliseconds a node, and an array's document is known without reading it). :func:`stage_nodes` creates
+what a granule needs, committed alone; :func:`write_slices` writes its pixels at its slots, staged with its row.
+The layout is ``_stack.py``'s; why two commits: docs/design.md §4 (shared parents) and §5 (rasters into stacks).
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """One file to reference, planned: what GDAL reads of it, its references, and the probe of its layout.
 
-:func:`plan_source` checks one asset of a granule before anything is
-written: that the repository may reference it (a virtual chunk container
-covers it), its georeferencing (GDAL's, the copy's coordinates and
-attributes), its references (``_tiff.py``) and that they decode: the first
-tile of each decoding layout is decoded through the references and compared
-with GDAL's reading of it, once per process (plans of a new layout made at
-once wait for one probe).
-
-A remote file (``s3://``, ``http(s)://``) is found with one HEAD (size and
-ETag) and its header read once through obstore: floe's tile index comes from
-those bytes. The first file of each layout is also opened by GDAL over
-``/vsis3/`` or ``/vsicurl/`` (georeferencing and the probe), and GDAL's
-reading of the header bytes alone, in memory, is compared with it; when
-they agree (a COG keeps every IFD at its start), later files of the layout
-are described from their header bytes: one request besides the HEAD instead
-of GDAL's own round trips.
+:func:`plan_source` checks one asset of a granule before anything is written: that a virtual chunk container covers
+it, its georeferencing, its references (``_tiff.py``) and that they decode. How a remote file's header is read once
+and a layout probed once: docs/pixels.md#how-a-reference-or-a-tile-copy-is-planned.
 """
 
 from __future__ import annotations

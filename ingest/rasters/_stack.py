@@ -1,51 +1,9 @@
 """Granules as slices of shared arrays: the array layout whose node count grows with grids, not granules.
 
-Icechunk writes the whole list of nodes into every snapshot, so a group per
-granule makes every commit cost more than the one before (docs/design.md §2). In
-this layout (array layout 2) granules that share a pixel grid are slices of
-one array, a *stack*:
-
-* **Tiled stacks** (the default for copies). A granule's grid is a window of
-  an infinite *lattice*: its CRS, its pixel size and its alignment (the
-  origin modulo the pixel size). The lattice is cut into square tiles of
-  ``tile`` pixels; a tile is a stack group
-  ``<collection>/stacks/<lattice>/<row>_<col>``. A granule writes, into
-  each tile it overlaps, the window it covers, at a *slot* of its own on the
-  stack axis. Chunks outside its window, and chunks holding only the fill
-  value (nodata), are not written. Fixed grids (Sentinel-2 MGRS tiles, DEM
-  tiles) and snapped grids (Landsat scenes whose extents vary a little) both
-  stack this way: only the CRS, the pixel size and the alignment must match.
-* **Fixed stacks**: the stack is the granule's own grid (CRS, transform and
-  shape), ``<collection>/stacks/g<hash of the grid>``, and a granule is one
-  whole slice.
-  Virtual references need it (a reference is a whole tile of the source file,
-  so the stack's chunks must be the file's tiles), and it suits collections
-  whose grids repeat exactly. A granule whose grid matches no other stacks
-  alone.
-
-A stack group is an ``xarray`` Dataset: ``x``/``y`` coordinates and
-``spatial_ref`` (``crs_wkt``, ``GeoTransform``) of the tile or grid, and on
-the ``slot`` axis the coordinates ``item`` (the item id, ``""`` for a free
-slot) and ``datetime`` (microseconds since 1970, CF-encoded), beside one
-``(slot, <name>_band, y, x)`` array per asset kind. Arrays are created with
-room for ``capacity`` slots (unwritten chunks cost nothing), chunked one
-slot by one band by ``chunk`` x ``chunk`` pixels, so two writers appending to
-one stack never write the same chunk unless they pick the same slot, which
-the writer's commit resolves (:mod:`ingest.repository._slots`).
-
-An array's name is the asset key; an asset whose pixels do not fit the
-array of that name (another dtype, band count, fill value or scale) gets an
-array of its own, ``<key>.<hash>`` (:func:`array_name`).
-
-Where an item's pixels are is recorded in its row (the ``floe:arrays``
-asset, :mod:`ingest.stac._assets`): for each asset, its grid and its
-*pieces* (stack, array, slot, window in the stack, offset in the granule),
-so any zarr client can put the granule back together;
-``View.item_arrays`` (``ingest/repository/_arrays.py``) does, exactly.
-
-This module is the layout itself: grids, lattices, kinds, and where a
-granule's pixels go (:func:`plan_granule`), computed without a store. The
-zarr nodes of stacks and the writing of slices are ``_slices.py``.
+This module is the layout itself (array layout 2): grids, lattices, kinds, array names (:func:`array_name`) and
+where a granule's pixels go (:func:`plan_granule`), computed without a store; ``_slices.py`` writes the zarr nodes
+of stacks and the slices. Tiled and fixed stacks, and what a stack holds: docs/pixels.md#arrays-granules-stacked-by-grid
+and docs/design.md §2 (rasters are stacked by grid).
 """
 
 from __future__ import annotations

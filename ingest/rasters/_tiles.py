@@ -1,24 +1,9 @@
 """Copy a COG's compressed tiles into a fixed stack as they are: no decode and re-encode of the pixels.
 
-With ``arrays.layout = "fixed"`` a granule is one whole slice of the stack of
-its exact grid, the layout ``--virtual`` references use (``_virtual.py``).
-There the stack array's chunks are the file's tiles and its codecs are the
-ones virtual-tiff registers with zarr for the file's compression and
-predictor. A copy can then store each tile's bytes as the chunk itself:
-the pixels land in the repository (nothing depends on the file afterwards)
-at the cost of reading the file, where a decoded copy pays GDAL's decode
-and zstd's encode of every pixel.
-
-The plan is the reference plan (:func:`ingest.rasters.plan_references` with
-``copy=True``): the same checks (layout, extent, the first tile of each
-layout decoded equal to GDAL's reading). Then :func:`read_tiles` reads the
-tiles (obstore range reads, merged; local files and ``s3://``/``http(s)://``
-objects alike) and decodes every one of them once in memory, so a corrupt
-tile is an ``InvalidRaster`` naming the file before anything is written,
-as a decoded copy's would be. :func:`write_tiles` stores them at the
-granule's slot. A file whose layout virtual-tiff cannot express
-(``NotVirtualizable``: pixel-interleaved bands, say) is copied the decoded
-way by the caller.
+A tile copy is planned as a reference is (:func:`ingest.rasters.plan_references` with ``copy=True``);
+:func:`read_tiles` reads the tiles (obstore range reads, merged) and decodes each once in memory, and
+:func:`write_tiles` stores them as the chunks of the granule's slot. A file virtual-tiff cannot express is copied
+the decoded way by the caller. What a tile copy stores, and why: docs/pixels.md#fixed-stacks-and-tile-copies.
 """
 
 from __future__ import annotations

@@ -1,42 +1,10 @@
 """Reference a granule's COGs from fixed stacks instead of copying their pixels (``floe ingest --virtual``).
 
-A referenced asset is one whole slice of the *fixed stack* of its exact grid
-(``<collection>/stacks/g<hash>``, see ``_stack.py``): a reference is a whole
-tile (or strip) of the source file, so the stack array's chunks are the
-file's tiles, and its codecs are the ones virtual-tiff registers with zarr to
-decode them. The array's kind (:class:`ReferenceKind`) therefore includes the
-file's tiling and codec chain: files on one grid tiled or compressed
-differently go to different arrays of the stack. The chunks are stored in
-Icechunk as *virtual references* (file, offset, length) at the granule's
-slot; the stack's coordinates and attributes are the copy's, so
-``View.item_arrays`` reads either alike.
-
-Only the full-resolution image (the first IFD) is referenced; overviews are
-not. A COG that virtual-tiff cannot express raises :class:`NotVirtualizable`
-and the caller copies the granule instead (``ingest.pipeline``'s batches do,
-recording why). Everything is checked before anything is written
-(:func:`plan_references`): the layout, that the repository may reference the
-file (a virtual chunk container covers it), and that the first tile decoded
-through the references equals GDAL's reading of it. A failure while writing
-is cleared by the caller (``ingest.pipeline._arrays.stage_references``), so a
-granule is referenced whole or not at all.
-
-A virtual array reads the source file every time: moving, deleting or
-changing the file after ingest makes the array unreadable (Icechunk refuses
-a file modified after the reference was written rather than return other
-pixels).
-
-Sources may be remote: a COG at ``s3://`` or ``http(s)://`` is planned as
-``_source.py`` says (one HEAD, its header read once). An S3 object's
-references carry its ETag, so Icechunk sends ``If-Match`` with every chunk
-read and refuses the chunk once the object was overwritten (icechunk
-``virtual_chunks.rs``, ``get_object``: ``if_match``). Icechunk strips the
-ETag's quotes (``strip_quotes``), which S3 accepts and HTTP servers following
-RFC 9110 do not, so an HTTP object's references carry its last modification
-(``If-Unmodified-Since``, whole seconds; ``fetch_part``), as do S3 objects
-without an ETag. The repository needs a container per
-bucket or host (``Repository.allow_virtual_sources``), whose credentials are
-given when it is opened, never stored.
+:func:`plan_references` checks everything before anything is written (the layout, a container covering the file,
+the first tile decoded through the references equal to GDAL's reading) and :func:`write_references` stores the
+chunks as virtual references at the granule's slot; a COG that virtual-tiff cannot express raises
+``NotVirtualizable`` and the caller copies it. The design: docs/pixels.md#virtual-references; what a reference
+checks on read: docs/remote-sources.md#rasters-that-live-elsewhere-remote-assets-and-virtual.
 """
 
 from __future__ import annotations
@@ -219,6 +187,9 @@ async def write_references(store: Store, references: ReferencePlan, *, item_id: 
 
     Returns the number of references written. Raises ``NotVirtualizable``
     when Icechunk refuses them (no virtual chunk container covers a file).
+    A failure while writing is cleared by the caller
+    (``ingest.pipeline._arrays.stage_references``), so a granule is
+    referenced whole or not at all.
     """
     plan = references.plan
     await write_slot_coordinates(store, plan, item_id=item_id, datetime_us=datetime_us)

@@ -1,32 +1,9 @@
 """What floe knows of each S3 bucket it reads: the region it is reached in, and whether its requester pays
 (see :mod:`ingest.remote`).
 
-Regions. S3 signs a request for one region, and a bucket answers only
-requests signed for its own: AWS answers any other with a redirect without a
-``Location`` (obstore: "Received redirect without LOCATION") or a 400
-``AuthorizationHeaderMalformed``; neither obstore nor Icechunk follows it. A
-public archive rarely lives in the region of the repository it is copied into
-(Sentinel-2 COGs are in ``us-west-2``). So each bucket of a remote source gets
-its own region:
-
-- the one ``remote.regions`` names for it (``FLOE_REMOTE__REGIONS='{"sentinel-cogs": "us-west-2"}'``);
-- else, unless ``remote.find_regions`` is false, the one S3 itself names: one
-  unsigned ``HEAD`` of the bucket at the endpoint (``https://s3.amazonaws.com``
-  without one), whose answer carries ``x-amz-bucket-region`` whatever its
-  status (a 301 to another region, a 403 to a stranger), asked once per process
-  and endpoint (a question that got no answer, again after a minute);
-- else (not found, no answer) the region set for everything (``s3.region``,
-  ``AWS_REGION``).
-
-Requester pays. A bucket whose owner charges readers for what they read
-(Landsat Collection 2, ``s3://usgs-landsat/``) refuses (403) a request that
-does not say its requester pays (``x-amz-request-payer: requester``). Reads
-under a prefix of ``remote.requester_pays`` (``floe ingest --requester-pays``:
-``s3://``, every bucket) say so; they are signed (an anonymous reader cannot
-pay).
-
-Both apply to obstore's stores, GDAL's ``/vsis3/`` reads and the virtual chunk
-containers of the buckets; the repository's own storage keeps ``s3.*``.
+:class:`Buckets` gives each bucket's region (``remote.regions``, else the one S3 names when asked, else the region
+set for everything) and whether reads under a prefix say their requester pays (``remote.requester_pays``). Why and
+how: docs/remote-sources.md#buckets-in-other-regions and #requester-pays-buckets.
 """
 
 from __future__ import annotations
@@ -83,7 +60,8 @@ def s3_endpoint(s3: S3Settings | None) -> str | None:
 
 @dataclass(frozen=True)
 class Buckets:
-    """Each bucket's region (see the module): ``named`` ones, else asked of ``endpoint`` when ``find``; and the
+    """Each bucket's region (docs/remote-sources.md#buckets-in-other-regions): ``named`` ones, else asked of
+    ``endpoint`` when ``find``; and the
     ``s3://`` prefixes whose requester pays."""
 
     named: Mapping[str, str] = field(default_factory=dict)

@@ -39,7 +39,9 @@ def environment_client_options(prefix: str) -> dict[str, Any]:
     """Client options the environment sets for ``prefix`` (``AWS_ALLOW_HTTP`` -> ``allow_http``).
 
     obstore builds an S3 store from the environment but replaces all of its
-    client options with the ones passed in, so floe passes these along itself.
+    client options with the ones passed in (pyo3-object_store ``aws/store.rs``:
+    ``from_env()`` then ``with_client_options``), dropping ``AWS_ALLOW_HTTP``,
+    ``AWS_PROXY_URL`` and the timeouts, so floe passes these along itself.
     """
     return {key: os.environ[f"{prefix}{key.upper()}"] for key in _CLIENT_KEYS if f"{prefix}{key.upper()}" in os.environ}
 
@@ -71,7 +73,8 @@ def aws_profile() -> str | None:
 
 
 def profile_credentials(profile: str) -> tuple[Any, str | None]:
-    """A refreshing credential provider for ``profile`` (``~/.aws/credentials``/``config``, or the files
+    """A refreshing credential provider for ``profile``, read through boto3 since obstore reads no ``~/.aws`` files
+    (``~/.aws/credentials``/``config``, or the files
     ``AWS_SHARED_CREDENTIALS_FILE``/``AWS_CONFIG_FILE`` name), and the profile's region.
 
     Raises:

@@ -1,20 +1,9 @@
 """HTTP headers sent to some URL prefixes only: an API key or a bearer token for a STAC API, a web server or an
 archive's rasters (see :mod:`ingest.remote`).
 
-Private STAC APIs (a provider's catalogue, a pgstac behind a gateway) and some
-archives (NASA Earthdata's HTTPS access takes a bearer token) read nothing
-without a header. ``remote.headers`` maps URL prefixes to the headers their
-requests carry; ``floe ingest --header 'Name: value'`` adds one for the
-http(s) sources named on its command line (their scheme, host and port). A
-request gets the headers of every prefix it starts with, a longer prefix
-winning over a shorter one for the same name; no other request gets them, so a
-token given for an API never goes to the hosts its assets are on.
-
-They go with every reader's requests: the STAC API's pages and collections
-(requests, in this process and in the page reader), obstore's (items, HEADs,
-range reads) and GDAL's (``GDAL_HTTP_HEADERS``). Icechunk's virtual chunk
-reads cannot send them, so ``--virtual`` copies such rasters. A header's value
-is a credential: it is never written, logged or put in an error.
+:class:`Headers` maps URL prefixes to the headers their requests carry (``remote.headers``, ``floe ingest
+--header``), for the STAC API's pages, obstore's requests and GDAL's. Which requests carry which:
+docs/remote-sources.md#private-apis-and-servers.
 """
 
 from __future__ import annotations
@@ -53,7 +42,8 @@ def origin(url: str) -> str:
 
 @dataclass(frozen=True)
 class Headers:
-    """Headers by URL prefix (see the module). Hashable and picklable, so it travels to actors and readers."""
+    """Headers by URL prefix: a request gets those of every prefix it starts with, a longer prefix winning over a
+    shorter one for the same name. Hashable and picklable, so it travels to actors and readers."""
 
     by_prefix: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 

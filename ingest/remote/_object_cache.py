@@ -1,31 +1,8 @@
 """Bytes of the table's objects kept by URL, in memory and optionally on a local disk, so they are fetched once.
 
-Every table object floe writes is created once under a name nobody else uses
-(a UUID, a snapshot id, a timestamp and a UUID) and never changed afterwards
-(:class:`~ingest.remote.ObjectFileIO` creates it with a conditional PUT). Its
-URL therefore names one content for good, and the bytes can be kept by URL
-with no way of going stale. The one exception is ``floe relocate``, which
-rewrites the metadata of a *copied* repository in place; the rule that keeps
-that safe is the caller's: a repository keeps nothing it read before
-``Repository.open`` found its metadata naming its own root (a copy not yet
-relocated is refused there, and relocation rewrites only what names another
-root, so nothing kept is ever rewritten).
-
-Two places keep bytes:
-
-- :class:`KeptBytes`, in memory: what a writer wrote itself. Its next batch
-  starts from the table version it just committed, and reading back the
-  metadata.json, manifest list and manifest it wrote cost three round trips a
-  commit.
-- :class:`DiskCache`, a directory (``api.cache_dir``): table metadata and
-  small data files read whole, shared by every process on the machine that
-  names the same directory (``floe serve --workers N``, a replica that
-  restarts, each ``floe search``). Entries are written to a temporary file
-  and renamed into place, so readers in other processes see a whole entry or
-  none; each starts with its URL and length, checked on every read, so a
-  damaged entry is dropped, never returned. The directory is kept under
-  ``max_bytes`` by removing the least recently used entries (a hit touches
-  its file), checked every ``max_bytes // 16`` bytes written.
+:class:`KeptBytes` keeps in memory what a writer wrote itself; :class:`DiskCache` keeps what is read in a directory
+(``api.cache_dir``) shared by every process that names it. Why bytes kept by URL never go stale, and the one
+exception (``floe relocate``): docs/design.md §8 (objects kept on disk).
 """
 
 from __future__ import annotations
@@ -48,7 +25,11 @@ _HEADER = struct.Struct("<IQ")
 
 
 class KeptBytes:
-    """Bytes by URL in memory, the most recently used within ``max_bytes``; safe to share between threads."""
+    """Bytes by URL in memory, the most recently used within ``max_bytes``; safe to share between threads.
+
+    What a writer wrote itself: its next batch starts from the table version it just committed, and reading back the
+    metadata.json, manifest list and manifest it wrote cost three round trips a commit.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -77,7 +58,12 @@ class KeptBytes:
 
 
 class DiskCache:
-    """Objects' bytes by URL in files under ``directory``, within about ``max_bytes`` (see the module).
+    """Objects' bytes by URL in files under ``directory``, within about ``max_bytes``.
+
+    Entries are written to a temporary file and renamed into place, so readers in other processes see a whole entry
+    or none; each starts with its URL and length, checked on every read, so a damaged entry is dropped, never
+    returned. The directory is kept under ``max_bytes`` by removing the least recently used entries (a hit touches
+    its file), checked every ``max_bytes // 16`` bytes written.
 
     Any number of processes may share one directory. Failures to write or
     read an entry (a full disk, a file removed meanwhile) cost the cache, never

@@ -46,7 +46,13 @@ SUPPORTED = "s3://, http://, https:// and file:// URLs (or local paths)"
 
 @dataclass(frozen=True)
 class Transport:
-    """Timeouts, retries and chunk sizes of remote reads."""
+    """Timeouts, retries and chunk sizes of remote reads, from the ``remote.*`` settings (:meth:`of`).
+
+    obstore retries transient failures (connection errors, 5xx, timeouts of reads) with exponential backoff and
+    jitter: ``max_retries`` attempts more, waits from ``initial_backoff`` doubling up to ``max_backoff``, never past
+    ``retry_timeout``. What still fails is a :class:`~ingest.remote.RemoteError` with a short reason
+    (:func:`~ingest.remote.describe`).
+    """
 
     connect_timeout: timedelta = timedelta(seconds=30)
     read_timeout: timedelta = timedelta(seconds=30)
@@ -116,7 +122,10 @@ def join_url(base: str, href: str) -> str:
 
 
 class Stores:
-    """obstore stores, one per (scheme, bucket or host, signed or not), built on first use.
+    """obstore stores, one per (scheme, bucket or host, signed or not), built on first use and kept for the life of
+    this object: a bucket read both signed and unsigned (a public prefix of it, ``remote.anonymous``) has one of each.
+    ``http(s)://`` is plain GETs, with no listing; a URL with a query string (a presigned or SAS URL) is a store of
+    its own, so the query goes with every request.
 
     ``s3`` settings override the ``AWS_*`` environment where set (None: the
     environment only). ``anonymous`` sends unsigned S3 requests (public

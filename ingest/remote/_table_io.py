@@ -1,31 +1,8 @@
 """The items table's FileIO on S3: PyArrow's, except that whole objects are read in one GET and written in one PUT.
 
-PyArrow's S3 filesystem asks an object's size (``HEAD``) before it reads a
-byte, whether opened for random access or as a stream (Arrow's
-``S3FileSystem::OpenInputFile`` and ``OpenInputStream`` both start with
-``ObjectInputFile::Init``). On object storage each request is a round trip
-(20-50 ms in a cloud region), and Iceberg's metadata is read whole, object
-after object: a metadata.json, a manifest list, each manifest. So
-:class:`ObjectFileIO` reads those through obstore, one ``GET`` each
-(:meth:`ObjectFileIO.get`), and leaves the rest (deletes, data files opened
-by their size, ``len``, ``exists``) to PyArrow.
-
-Writes are the same story: PyIceberg's ``create(overwrite=False)`` asks
-whether the object exists (a ``HEAD``, and for a missing key a ``LIST`` to see
-whether it is a folder), then Arrow uploads it in parts (three requests even
-for a few kilobytes), then a manifest writer asks its length (a ``HEAD``):
-five or six round trips for each data file, manifest or metadata.json a
-commit writes.
-Every table file is written whole from memory (floe builds a data file's bytes
-before writing it; Avro and JSON writers are small), so :class:`ObjectFileIO`
-sends one ``PUT`` when the stream closes, conditional on no object being there
-(``If-None-Match: *``: S3's atomic create) unless overwriting is asked for, and
-knows the length it wrote.
-
-The obstore store is built from the same :class:`~ingest.config.S3Settings`
-as PyArrow's filesystem and Icechunk's storage (:mod:`ingest._aws`), through
-:class:`~ingest.remote.Stores`, so the three reach the same endpoint with the
-same credentials.
+:class:`ObjectFileIO` reads metadata.json files, manifest lists and manifests through obstore, one ``GET`` each, and
+sends each table file in one conditional ``PUT``; its store comes from the same settings as PyArrow's filesystem and
+Icechunk's storage (:mod:`ingest._aws`). Why: docs/design.md §8 (one GET per metadata object, conditional writes).
 """
 
 from __future__ import annotations
@@ -65,7 +42,16 @@ KEPT_WRITTEN_BYTES = 32 << 20
 
 
 class ObjectFileIO(PyArrowFileIO):
-    """PyArrow's FileIO for an ``s3://`` root, reading table metadata in one GET each (see the module)."""
+    """PyArrow's FileIO for an ``s3://`` root, reading table metadata in one GET each.
+
+    :meth:`get` reads a metadata.json, a manifest list or a manifest whole, through obstore: PyArrow's S3 filesystem
+    asks an object's size (``HEAD``) before it reads a byte, whether opened for random access or as a stream (Arrow's
+    ``S3FileSystem::OpenInputFile`` and ``OpenInputStream`` both start with ``ObjectInputFile::Init``). The rest
+    (deletes, data files opened by their size, ``len``, ``exists``) is PyArrow's. Every table file is written whole
+    from memory (floe builds a data file's bytes before writing it; Avro and JSON writers are small), so one ``PUT``
+    sends it when its stream closes (:meth:`put`), conditional on no object being there (``If-None-Match: *``: S3's
+    atomic create) unless overwriting is asked for, and the FileIO knows the length it wrote.
+    """
 
     def __init__(self, properties: dict[str, str], s3: S3Settings) -> None:
         super().__init__(properties=properties)
@@ -209,7 +195,7 @@ class _WholeObject(PyArrowFile):
 
 
 class _WholeOutput(PyArrowFile):
-    """A table file written whole: buffered, then one PUT when its stream closes (see the module)."""
+    """A table file written whole: buffered, then one PUT when its stream closes (:meth:`ObjectFileIO.put`)."""
 
     def __init__(self, location: str, file_io: ObjectFileIO) -> None:
         scheme, netloc, path = PyArrowFileIO.parse_location(location)

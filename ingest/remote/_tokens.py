@@ -1,33 +1,9 @@
 """SAS tokens for Azure Blob Storage containers, from a token service such as Planetary Computer's (see
 :mod:`ingest.remote`).
 
-Planetary Computer keeps its COGs (and its stac-geoparquet items) in Azure
-Blob Storage accounts that refuse anonymous reads (HTTP 409
-``PublicAccessNotPermitted``). Its token service hands out a read-only SAS
-token per container to anyone: ``GET {service}/{account}/{container}``
-answers ``{"token": "st=...&se=...&sig=...", "msft:expiry": "<RFC 3339>"}``
-(an optional subscription key goes in ``Ocp-Apim-Subscription-Key``), and a
-blob is read at ``{url}?{token}``.
-
-With ``remote.sas_token_url`` set (``floe ingest --planetary-computer`` sets
-Planetary Computer's), every read of a blob URL
-(``https://{account}.blob.core.windows.net/{container}/{blob}``, or
-``/{account}/{container}/{blob}`` on a host of ``remote.blob_path_style``,
-as Azurite addresses them) goes to the signed URL: obstore's (items, HEADs,
-the explaining read) and GDAL's (the pixels). A token is asked for once per
-container and process and asked for again 5 minutes before it expires. A
-folder of a container is listed (and what it holds read) through obstore's
-``AzureStore``, whose credential provider hands it the same tokens
-(:meth:`SasTokens.provider`; :class:`BlobAddress` says where a blob URL
-points).
-
-A token is a credential: the URLs floe records (rows, array sources,
-reports) are the unsigned ones, and errors are told without query strings
-(:func:`redacted`). Virtual references point at
-``az://{account}@{container}/{name}`` (:attr:`BlobAddress.virtual_url`),
-read through an Icechunk Azure container that every opening of the
-repository authorizes with tokens from the same service
-(:class:`ingest.repository._containers.ContainerTokens`); no token is stored.
+:class:`SasTokens` asks the service (``remote.sas_token_url``) for a container's token once per process and again
+before it expires; :class:`BlobAddress` says where a blob URL points, and :func:`redacted` keeps tokens out of what
+floe records and says. Which reads carry them: docs/remote-sources.md#planetary-computer-and-azure-blobs.
 """
 
 from __future__ import annotations
@@ -156,7 +132,8 @@ class SasTokens:
         return token, expiry - RENEW_BEFORE
 
     def provider(self, account: str, container: str) -> Callable[[], dict[str, Any]]:
-        """obstore's credential provider for a store of ``account``/``container`` (:meth:`lasting`).
+        """obstore's credential provider for a store of ``account``/``container`` (:meth:`lasting`): an
+        ``AzureStore`` that lists a folder of a container gets the same tokens as the blob reads.
 
         Raises (when called):
             TokenError: as :meth:`sign`.

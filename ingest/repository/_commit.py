@@ -1,57 +1,13 @@
-"""The hybrid commit: how one change to arrays and table lands on a branch (docs/design.md §4).
+"""The hybrid commit: how one change to arrays and table lands on a branch.
 
-Every commit floe makes (a writer's batch, the groups of a new collection, the
-first version of a new repository) goes through :func:`commit_change`, and
-nothing else in floe calls Icechunk's ``Session.commit``. A *change* is what
-a commit does: arrays staged in an Icechunk session, plus a :class:`TableChange`
-that knows how to apply its part of the items table to whichever table version
-it lands on. The commit metadata (:class:`CommitMetadata`) is the only place
-the keys floe writes into Icechunk commits exist.
-
-The protocol, step by step (the phases are the functions below, named so):
-
-1. **Base, and prepare.** The session was opened on branch B at snapshot S.
-   S's commit metadata carries the *pointer*: the location of the items
-   table's metadata.json, relative to ``<root>/tables/`` (so a copied
-   repository stays byte-identical), and the counts ``floe log`` shows. The
-   change writes, once, what every attempt re-uses (``TableChange.prepare``:
-   the data files, typed by the table at S).
-2. **Look at the tip** (``_tip_moved``). If B has moved past S, this attempt
-   has lost already: go to 6 without writing anything.
-3. **Apply on the base** (``TableChange.apply``). The change is applied to the
-   table at the base's pointer and written as the next metadata.json, whose
-   parent is that version. Nothing is published: the file is an orphan until
-   a commit carries it (``floe gc`` removes orphans). The data files of step 1
-   are registered again, not rewritten (unless the base typed one of their
-   columns differently).
-4. **Look again, under the lock.** On local storage the root's mutation lock
-   is taken (Icechunk's local backend writes its ref without a condition;
-   object stores answer a lost race with 412 and need none), and the tip is
-   read once more: Icechunk writes a whole snapshot before it tries to move
-   the ref, and that work is doomed if the tip has moved. On object storage
-   there is no lock to hold and the look of step 2 is recent; the second
-   look would cost every commit a round trip, so it is skipped there (a tip
-   that moved meanwhile fails step 5's conditional write instead).
-5. **Compare-and-swap** (``_swap``). ``session.commit`` moves B from S to the
-   new snapshot, whose metadata carries the new pointer, only if B is still
-   at S. Arrays and table version land together, or neither does.
-6. **Rebase and back off** (:mod:`ingest.repository._rebase`,
-   ``backoff_seconds``). Another commit won: the session is rebased onto B's
-   new tip with ``ConflictDetector`` (staged chunks carry forward; a writer's
-   granules first move their slots past the winner's). Two writers that
-   changed the same node cannot be merged:
-   :class:`~ingest.errors.CommitConflict` names the paths and the caller
-   re-plans from the new tip. The rebase's slot moves go to the change
-   (``TableChange.rebased``), which returns the change to apply next. The new
-   base's pointer is the winner's table version, which step 3 of the next
-   attempt applies the change to (appends always reconcile; replacements
-   re-plan against what the winner changed). Wait a jittered, shrinking
-   backoff; go to 2.
-   After ``commit.max_attempts`` lost races: ``ConflictRetriesExhausted``,
-   and nothing was committed.
-
-Never Icechunk's ``commit(rebase_with=...)``: its automatic rebase would
-commit the stale pointer of step 3 and silently drop the winner's rows.
+Every commit floe makes goes through :func:`commit_change`; nothing else calls
+Icechunk's ``Session.commit``. A change is arrays staged in a session plus a
+:class:`TableChange` that applies its part of the items table to whichever
+version it lands on; :class:`CommitMetadata` is the only place floe's keys in
+Icechunk commits are spelled. The phases (base and prepare, ``_tip_moved``,
+``TableChange.apply``, ``_swap`` under the lock, the rebase of
+:mod:`ingest.repository._rebase` and ``backoff_seconds``), numbered 1 to 6,
+and why each is so: docs/design.md, "§4 The hybrid commit".
 """
 
 from __future__ import annotations

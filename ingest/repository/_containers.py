@@ -1,30 +1,9 @@
 """Virtual chunk containers: which files and objects a repository may reference instead of copying.
 
-Icechunk reads a virtual chunk only through a *virtual chunk container* of
-the repository's config whose URL prefix covers the chunk's location, and
-only when whoever opens the repository authorizes that container. floe gives
-each place its own container:
-
-- a local file's top-level directory (``file:///data/``): Icechunk refuses a
-  container for the bare root ``file:///``, and one container per source
-  folder would make the config grow with every archive;
-- an S3 bucket (``s3://bucket/``), with the endpoint, region and addressing
-  style that reach it (from floe's ``s3`` settings, else the ``AWS_*``
-  environment; the bucket's own region, and whether its requester pays:
-  :class:`~ingest.remote.Buckets`), never its credentials;
-- an HTTP host (``https://host:port/``);
-- an Azure container read with SAS tokens (``az://{account}@{container}/``,
-  see :class:`~ingest.remote._tokens.BlobAddress`), at its endpoint.
-
-floe authorizes every container recorded in a repository's config whenever
-it opens it (:func:`container_access`): local files and HTTP hosts need no
-credentials; S3 buckets get unsigned requests where a prefix of
-``remote.anonymous`` covers the whole bucket (or ``s3.anonymous`` says so),
-floe's own keys where its settings hold them, and otherwise whatever the AWS
-SDK finds (environment, profiles); Azure containers get their SAS tokens from
-``remote.sas_token_url``'s service, asked for again as they expire
-(:class:`ContainerTokens`). Credentials are given at open, never written
-into the config.
+floe gives each place its own container (:func:`container_prefix`: a local top-level directory, an S3 bucket, an
+HTTP host, an Azure container) and authorizes every container a repository's config records whenever it opens it
+(:func:`container_access`); credentials are given at open, never written into the config. Which places and which
+credentials: docs/remote-sources.md#rasters-that-live-elsewhere-remote-assets-and-virtual.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """Creating a repository, in two steps that a crash may separate, and completing one whose creation stopped.
 
-1. **Icechunk's repository** (:func:`icechunk_repository`): after one request
-   that tells whether the store and its bucket are there (nothing is written
-   when they are not), Icechunk's repository is created with floe's
-   configuration. Its ``main`` branch points at Icechunk's root snapshot,
-   which carries no items-table pointer.
-2. **floe's first commit** (:func:`commit_first_version`): the root group's
-   attributes and version 0 of the empty items table, through the commit
-   protocol like every other commit.
-
-A process killed between the two, or a store that refused the table's first
-file, leaves Icechunk's repository without floe's first commit: a *half-made*
-repository, which no command reads or writes. Creating again completes it
-(step 2 alone, on the configuration step 1 wrote), or with ``force`` removes
-what the stopped creation wrote and starts from step 1. Two processes that
-complete the same creation at once make one first version: the loser's
-commit finds a pointer at its base, or collides on the root group, and is
-told the repository exists.
+:func:`icechunk_repository` creates Icechunk's repository with floe's configuration; :func:`commit_first_version`
+makes floe's first commit (the root group's attributes and version 0 of the items table) through the commit
+protocol. A repository with the first and not the second is *half-made*:
+docs/lifecycle.md#creating-a-repository-floe-init.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """Compaction: a partition's small, scattered files rewritten as a few clustered ones, in one hybrid commit.
 
-Every batch a writer commits is its own file per (collection, month), rows
-sorted along a Hilbert curve but spanning wherever the batch's items lie, so
-file bounds prune little. Compaction reads the files of a partition, sorts
-their rows along the curve (then by datetime) and writes them again as a
-*run*: files of about ``target_file_rows`` rows, each a stretch of the curve,
-so each covers a small area and an AOI search reads few of them.
-
-Which files, when (size-tiered, like a log-structured merge):
-
-- a batch's own file is a run of level 0; compacting runs of levels up to L
-  makes one run of level L + 1;
-- after an ingest, a partition is compacted once it holds ``small_files``
-  level-0 files, or ``fan_in`` runs of one level above 0 (the lowest level
-  that qualifies, with every run below it). Each row is rewritten about once
-  per level, so the cost of keeping a growing partition clustered grows with
-  the logarithm of its size, not with its square;
-- ``floe optimize`` (``full``) makes every partition of more than one run one
-  run: the best layout for searching a release.
-
-The commit is an Iceberg ``replace`` (the rows stay, their files change),
-landed like any writer's batch by :func:`~ingest.repository._commit.commit_change`:
-appends other writers land meanwhile are other files and stay. When the winner
-removed a file this compaction is rewriting (a replacement rewrote it, another
-compaction merged it), that partition is compacted again from the winner's
-files: rows are never lost, duplicated or brought back in an old version.
+:func:`select` picks the partitions due (size-tiered, :class:`CompactionPolicy`), :func:`compact` rewrites a
+partition's rows as a run along the Hilbert curve, and :func:`optimize` lands the Iceberg ``replace``
+(:class:`CompactionPlan`) through the commit protocol. The policy, and what happens next to other writers:
+docs/lifecycle.md#table-layout-and-compaction-floe-optimize and docs/design.md §3 (compaction).
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """A writer's change to the items table, replayable on whichever table version its commit lands on.
 
-The plan holds what a writer stages for the table: its items (grouped into
-one GeoParquet data file per collection and month), and which of them replace
-the rows of the same items (copy-on-write). Following pyiceberg's split, the
-plan turns into *requirements* (what must still hold of the base: the table's
-identity and its head snapshot) and *updates* (a schema union, a new snapshot),
-which :class:`~ingest.repository.PointerCatalog` checks and writes as the next
-metadata.json. :func:`~ingest.repository._commit.commit_change` calls
-:meth:`ItemsPlan.prepare` once and :meth:`ItemsPlan.apply` once per attempt,
-on the attempt's base:
-
-- ``prepare`` writes the data files (once; every attempt re-registers them)
-  against the writer's base's schema;
-- on a later base (another writer won), files whose columns the winner typed
-  differently are rewritten with those columns untyped (nothing else is), the
-  replacement is re-planned against the winner's files, and the manifest of
-  the added files is reused when nothing it records changed;
-- ``apply`` returns the slices of the replaced and deleted rows, which the
-  commit loop clears in the session;
-- a rebase that moved the writer's slices gives the loop a new plan
-  (:meth:`ItemsPlan.rebased`), whose rows name the new slots.
-
-The plan is a value: it calls nothing of the writer's. What it has written
-(the files, the replacement's rewrites) is in its :class:`PlanWork`, which
-the plans of one commit share.
+:class:`ItemsPlan` is a value: the commit loop prepares it once (the data files), applies it to each attempt's
+base (requirements and updates, in pyiceberg's split, written as the next metadata.json by
+:class:`~ingest.repository.PointerCatalog`) and, after a rebase that moved slices, commits the plan
+:meth:`ItemsPlan.rebased` returns. How a plan reconciles with a winner's version: docs/design.md, "§4 The
+hybrid commit" (reconciling; the plan is a value).
 """
 
 from __future__ import annotations

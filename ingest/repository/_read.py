@@ -1,19 +1,8 @@
 """Reading the items table's rows: Iceberg plans, floe reads its own GeoParquet files by name.
 
-A data file is opened by its size (:func:`data_fragment`), which its manifest
-entry records: PyIceberg's FileIO asks the store for the size first (a
-``HEAD`` on S3, a round trip before any byte is read). Reads of several
-columns are pre-buffered: Arrow coalesces the byte ranges of the column
-chunks a read needs into few requests and issues them together, where a
-plain Parquet read asks for each column chunk in turn.
-
-On object storage a file of at most :data:`WHOLE_FILE_BYTES` is read whole,
-in one GET, and then read from memory: reading it by parts costs a round trip
-for its footer and one or more for its columns (three or four for a search's
-filter columns and then its rows), each 20-50 ms in a cloud region, where the
-whole file's bytes take less than one more. Files that small are what
-frequent commits write (an hourly batch per partition); compacted files are
-larger and are read by parts.
+:func:`data_fragment` opens a data file by the size its manifest entry records (reading one of at most
+:data:`WHOLE_FILE_BYTES` whole on object storage), and :func:`read_batches` and :func:`read_column` read through it
+with pre-buffered column ranges. Why: docs/design.md §8 (one GET per metadata object).
 """
 
 from __future__ import annotations
@@ -38,7 +27,7 @@ from ingest.remote import ObjectFileIO
 BATCH_ROWS = 8192
 READS_AT_ONCE = 16
 WHOLE_FILE_BYTES = 1 << 20
-"""On object storage, data files up to this size are read whole in one GET (see the module): at ~100 MB/s a
+"""On object storage, data files up to this size are read whole in one GET (docs/design.md §8): at ~100 MB/s a
 mebibyte costs about one more round trip, the least that reading it by parts costs."""
 """Data files read at once where their reads overlap (on object storage each is a round trip or two)."""
 _PARQUET = ds.ParquetFileFormat(default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True))

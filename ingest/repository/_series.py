@@ -1,19 +1,8 @@
 """Many items' arrays as lazy time series: one Dataset per grid, in one DataTree (``View.open_items``).
 
-A search's items come from many stacks and slots, and an item's asset may be
-cut in pieces over several tiles (``_arrays.py``). Items whose assets share a
-grid (CRS, transform, height and width) and an array signature (asset keys,
-dtypes, band counts, fill values) stack along ``time``: one
-``(time, band, y, x)`` variable per asset, ordered by datetime, with the
-``item`` and ``collection`` of each step as coordinates. Items on other grids
-(another tile, another resolution) make Datasets of their own; all of them
-are the children of one ``xarray.DataTree``.
-
-Nothing but the stack arrays' metadata is read when the tree is made. The
-variables are lazy (xarray's lazy indexing over :class:`PiecesArray`): a
-selection reads only the pieces it overlaps, every piece of it at once
-(Icechunk's store is asynchronous), and the fill value where no piece is.
-All reads are at the view's snapshot: the tree never sees a later commit.
+:func:`open_items` groups items by grid and array signature and stacks each group along ``time``; its variables are
+lazy over :class:`PiecesArray`, which reads every piece a selection overlaps at once. What the tree holds:
+docs/pixels.md#from-a-search-to-pixels.
 """
 
 from __future__ import annotations
@@ -54,7 +43,11 @@ class _Step:
 
 
 class PiecesArray(BackendArray):
-    """``(time, band, y, x)`` of one asset of many items on one grid, read from their pieces only when indexed."""
+    """``(time, band, y, x)`` of one asset of many items on one grid, read from their pieces only when indexed.
+
+    xarray's lazy indexing goes through it; a selection reads every piece it overlaps at once (Icechunk's store is
+    asynchronous), and the fill value where no piece is. All reads are at the view's snapshot.
+    """
 
     def __init__(
         self, store: Any, steps: list[AssetPixels], dtype: np.dtype, fill: Any, opened: dict[str, Any] | None = None

@@ -1,31 +1,8 @@
 """Id sketches: for each manifest, which row of which of its data files holds which id fingerprint.
 
-A search by ids must find the files and rows holding them. Ids follow neither
-place nor time, so every file's id bounds span nearly every id and only the
-ids themselves tell: without help, the first search by ids of a table version
-reads the id column of every data file (hundreds of requests on object
-storage). A sketch is that column's digest, written beside the manifest that
-lists the files, when the manifest is written:
-
-- ``<manifest>.ids.parquet`` holds one row per row of each live data file of
-  the manifest: the file (its path relative to the table's location, so a
-  relocated or replicated table needs no rewrite), the row number and the
-  id's 32-bit fingerprint (MurmurHash3, :func:`fingerprints`; PyIceberg's
-  dependency). About 4 bytes a row.
-- A merged manifest's sketch is its members' sketches together; a manifest
-  rewritten to mark files deleted keeps its sketch's other files. Only the
-  writer that stages a file knows its ids without reading it, so a manifest
-  written when some file has no fingerprints (a table made before sketches)
-  gets no sketch.
-- A snapshot whose every data manifest has a sketch says so in its summary
-  (:data:`SKETCHED`); readers trust a sketch only there, and otherwise read
-  the ids (as before). Sketches then come with every commit that starts from
-  such a snapshot, from the first commit of a new table on.
-
-The sketch belongs to the table version as its manifests do: written before
-the metadata.json that names them, kept by gc while a version that needs the
-manifest lives (``ingest.lifecycle``'s live set), copied by replication, and
-checked against the files by ``floe check --deep``.
+A sketch (:func:`sketch_location`: ``<manifest>.ids.parquet``) holds each live row's file, row number and 32-bit id
+fingerprint (:func:`fingerprints`); :func:`is_sketched` says whether readers of a snapshot may trust its sketches.
+Why, what a sketch holds, when one is written and who keeps it: docs/design.md §3 (id sketches).
 """
 
 from __future__ import annotations

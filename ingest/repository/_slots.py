@@ -1,39 +1,8 @@
 """Slots in stacks: where a writer's granules go on a stack's slot axis, and how they move when it loses a race.
 
-Granules that share a pixel grid are slices of one stack (array layout 2,
-``ingest/rasters/_stack.py``); each granule takes a *slot*, one position on
-the stack axis, in every stack it writes to. Writers never coordinate, so:
-
-1. **Take.** A writer takes the slots after the last one its base holds
-   (the highest chunk of the stack's ``item`` coordinate, plus one), one
-   after another. Another writer on the same base takes the same ones.
-2. **Lose a race.** The commit protocol (:mod:`ingest.repository._commit`)
-   rebases the loser's session onto the winner's tip
-   (:func:`~ingest.repository._rebase.rebase_following`). Two writers that wrote
-   the same slot wrote the same chunks, which Icechunk cannot merge
-   (``ChunkDoubleUpdate``). So first (:meth:`Slots.follow`) every slot the
-   loser took in a stack the winner appended to moves past the winner's last
-   slot, with Icechunk's ``reindex_array``: the chunk references move, no
-   pixel is read or written again.
-3. **Check, then rebase.** Moving a chunk leaves its old position cleared in
-   the loser's changes, and where the winner wrote there that is a conflict
-   with no meaning (the loser never wanted that slot). The slots of items the
-   loser deletes are vacated too: the tip's content there is the tip's rows'
-   business, and the deletion, re-planned on the tip, takes whatever version
-   of the item it holds. Every chunk both
-   sides changed is compared against those vacated slots: any other (both
-   replaced the same item's slices, say) is a real conflict and the caller
-   re-plans (``CommitConflict``). Otherwise the rebase keeps the winner's
-   chunks at the vacated slots (``BasicConflictSolver`` with ``UseTheirs``).
-4. **Tell the rows.** The rebase returns the moves; the commit loop hands
-   them to the table change (:meth:`ItemsPlan.rebased
-   <ingest.repository._plan.ItemsPlan.rebased>`): the items whose pieces
-   moved get their new slots in their ``floe:arrays`` asset
-   (:func:`~ingest.stac.moved_slots`), and just the data files that hold
-   them are written again.
-
-Slots a commit cleared (an item replaced or withdrawn) are not reused unless
-they were the stack's last; a free slot reads as ``item == ""``.
+:class:`Slots` takes them and moves them (``reindex_array``); :func:`clear_pieces` removes slices. The steps
+(take, move, check then rebase, tell the rows) and why: docs/design.md, "§4 The hybrid commit" (slots follow the
+winner); the rebase itself is in :mod:`ingest.repository._rebase`.
 """
 
 from __future__ import annotations

@@ -1,33 +1,8 @@
 """floe's STAC vocabulary: the ``floe:arrays`` asset that ties an item's row to its arrays.
 
-An item whose rasters floe stored has one extra asset, ``floe:arrays``. Its
-stored form (what the row keeps) says, for each source asset, where its
-pixels are in the Icechunk repository: granules are slices of shared arrays
-(*stacks*, array layout 2, see ``ingest/rasters/_stack.py``), so an asset is
-one or more *pieces*, each a window of one stack array at one slot::
-
-    {"href": "<first stack>", "type": "application/vnd+zarr", "roles": ["data"],
-     "floe:layout": 2,
-     "floe:variables": [asset keys],
-     "floe:pieces": {asset key: {"crs": "EPSG:32633", "transform": [a, b, c, d, e, f],
-                                 "shape": [bands, height, width],
-                                 "pieces": [{"stack": "<collection>/stacks/<lattice>/<row>_<col>",
-                                             "array": "<name>", "slot": 17,
-                                             "window": [row, col, height, width],   # in the stack
-                                             "at": [row, col]}]}},                  # in the granule
-     "floe:sources": {asset key: {"size", "mtime_ns", "blake2b"?}},   # optional
-     "floe:virtual": true}                                               # referenced in place, not copied
-
-Any zarr client puts an asset back together from that: an array of the
-asset's shape filled with the stack array's fill value, and each piece's
-``array[slot, :, window]`` copied to ``at``.
-
-Its served form (what the STAC API and ``floe search`` return) adds where the
-repository is and which snapshot the response was read at, and points
-``href`` at the repository, so a client can open the arrays of exactly that
-version (``floe:repository``, ``floe:snapshot``). Neither form is built or
-parsed anywhere else; the names of the stack layout's nodes are defined here
-too, since the asset refers to them.
+:func:`arrays_asset` builds its stored form, :func:`read_arrays_asset` reads it and :func:`served_arrays_asset` makes
+its served form; neither form is built or parsed anywhere else, and the names of the stack layout's nodes are
+defined here too, since the asset refers to them. The asset's fields: docs/pixels.md#reading-without-floe.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """What GeoJSON (RFC 7946) and STAC call an invalid geometry or bbox, checked item by item and a batch at once.
 
-Rules (each with :data:`TOLERANCE` degrees of slack, for footprints traced
-from pixel edges: Copernicus DEM tiles start at -180.0014):
-
-- every position is 2 or 3 finite numbers, longitude in [-180, 180] and
-  latitude in [-90, 90];
-- a bbox is 4 or 6 finite numbers in those ranges, south <= north (and
-  bottom <= top);
-- a bbox contains its geometry's bounds. West > east is legal only as an
-  antimeridian crossing (RFC 7946, 5.2): every longitude of the geometry then
-  lies east of ``west`` or west of ``east``.
-
-The tolerance is wide enough for real archives (USGS 3DEP lidar items have
-footprints up to 0.0022 degrees outside their bbox) and far narrower than a
-bbox that describes another place.
+:func:`geometry_problem` checks one item and :func:`refused_geometries` a batch at once, each rule with
+:data:`TOLERANCE` degrees of slack. The rules: docs/ingest.md#bad-input.
 """
 
 from __future__ import annotations
@@ -30,7 +18,9 @@ from ingest.stac._vector import one_ring_positions
 from ingest.stac._wkb import simple_wkb
 
 TOLERANCE = 0.01
-"""Degrees (about 1.1 km at the equator) a coordinate or a geometry may stray beyond its limit or its bbox."""
+"""Degrees (about 1.1 km at the equator) a coordinate or a geometry may stray beyond its limit or its bbox, for
+footprints traced from pixel edges: Copernicus DEM tiles start at -180.0014, and USGS 3DEP lidar items have footprints
+up to 0.0022 degrees outside their bbox. Far narrower than a bbox that describes another place."""
 GEOMETRY_TYPES = frozenset(
     ("Point", "MultiPoint", "LineString", "MultiLineString", "Polygon", "MultiPolygon", "GeometryCollection")
 )

@@ -1,19 +1,8 @@
 """stac-geoparquet rows turned into STAC items, a record batch at a time.
 
-The items are those of stac-geoparquet's ``stac_table_to_items`` (the same
-dicts: every field of the schema, null where a row has none; assets a row
-lacks left out), made faster for the millions of rows of an archive's
-stac-geoparquet (Planetary Computer publishes its items so):
-
-- stac-geoparquet's own ``to_json_batch`` puts the columns back into STAC's
-  layout (properties nested, timestamps as text, ``bbox`` a list), as it does;
-- the rows become dicts in one Arrow call for the batch, not one per row;
-- the WKB geometries (``geometry``, and ``proj:geometry`` of the properties and
-  of each asset) become GeoJSON in one GEOS call per column (``to_geojson``;
-  its text gives back the same doubles), not a Shapely object per row.
-
-On 1,000,000 rows of ``scripts/bench_blob_folder.py``'s items, 2.99x stac-geoparquet's reader
-(docs/benchmarks-history.md, twenty-first run).
+:func:`geoparquet_items` gives the items stac-geoparquet's own reader gives, faster for the millions of rows of an
+archive's stac-geoparquet (Planetary Computer publishes its items so); :func:`row_group_batches` reads a file row
+group by row group. Where such files come from: docs/remote-sources.md#what-a-source-can-be.
 """
 
 from __future__ import annotations
@@ -33,6 +22,15 @@ PROJ_GEOMETRY = "proj:geometry"
 
 def geoparquet_items(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     """The STAC items of a stac-geoparquet record batch (as a file holds it), in its order.
+
+    The items are those of stac-geoparquet's ``stac_table_to_items`` (the same dicts: every field of the schema,
+    null where a row has none; assets a row lacks left out), made faster: stac-geoparquet's own ``to_json_batch``
+    puts the columns back into STAC's layout (properties nested, timestamps as text, ``bbox`` a list), as it does;
+    the rows become dicts in one Arrow call for the batch, not one per row; the WKB geometries (``geometry``, and
+    ``proj:geometry`` of the properties and of each asset) become GeoJSON in one GEOS call per column
+    (``to_geojson``; its text gives back the same doubles), not a Shapely object per row. On 1,000,000 rows of
+    ``scripts/bench_blob_folder.py``'s items, 2.99x stac-geoparquet's reader (docs/benchmarks-history.md,
+    twenty-first run).
 
     Raises whatever stac-geoparquet or Arrow raise for a batch that is not stac-geoparquet.
     """

@@ -1,20 +1,8 @@
 """Where items come from: every kind of source behind one contract, and the registry an ingest reads through.
 
-A kind of source (:class:`Source`) recognises the paths or URLs that name one of its kind and reads them into
-:class:`SourcedItem` values: an item, a STAC Collection, or the reason something could not be read, each labelled
-with where it came from, so a rejection names its input and the rest goes on. :func:`registered` gives the kinds in
-the order they are asked; :func:`read_items` reads each source with the first kind that recognises it.
-
-Modules, one per kind, over shared ones that import none of them:
-
-- ``_types``: the contract and what it passes around (a leaf); ``_documents``: the items of a JSON document or of
-  NDJSON lines; ``_catalogs``: static catalogs walked through their links; ``_geoparquet``: stac-geoparquet files.
-- ``_files``: local files and folders, ``file://`` URLs and standard input (:class:`LocalFiles`).
-- ``_objects``: files and folders in object stores, ``s3://``, ``http(s)://``, Azure blobs (:class:`ObjectFiles`).
-- ``_api``: a STAC API search (:class:`StacApi`), read in lanes (``_api_lanes``) page by page (``_api_pages``).
-
-A new kind is a module with a class that meets :class:`Source`, added to :func:`registered` before any kind that
-would recognise its sources too.
+A kind (:class:`Source`) recognises the paths or URLs of its kind and reads them into :class:`SourcedItem` values;
+:func:`read_items` reads each source with the first kind :func:`registered` lists that recognises it. The kinds:
+docs/design.md §5 (sources); their modules: docs/lifecycle.md#where-the-code-lives.
 """
 
 from __future__ import annotations
@@ -57,7 +45,10 @@ __getattr__ = lazy_names(__name__, globals(), _HOMES)
 @functools.cache
 def registered() -> tuple[Source, ...]:
     """The kinds of source, in the order they are asked: local files, a STAC API, then files at URLs (an
-    ``https://`` URL without a file's suffix names an API). Made on first use: each kind's module loads then."""
+    ``https://`` URL without a file's suffix names an API). Made on first use: each kind's module loads then.
+
+    A new kind is a module with a class that meets :class:`Source`, added here before any kind that would recognise
+    its sources too."""
     from ingest.pipeline.sources._api import StacApi
     from ingest.pipeline.sources._files import LocalFiles
     from ingest.pipeline.sources._objects import ObjectFiles

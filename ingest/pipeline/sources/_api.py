@@ -1,32 +1,8 @@
 """Items from a STAC API search: paged with pystac-client, streamed, retried, and resumable with ``--since``.
 
-``floe ingest https://host/stac --collections C --bbox ... --datetime ...``
-(or the ``.../search?collections=C&...`` URL itself) reads the search page by
-page (never every item in memory). Transient answers (429, 5xx, dropped
-connections) are retried with exponential backoff by urllib3 under
-pystac-client's session; what still fails is a rejection naming the URL, and
-the run goes on with what it read, without recording a cursor.
-
-Resuming (``--since TIMESTAMP`` or ``--since last``): a run that read its
-search to the end records a cursor for it (:attr:`ApiSearch.key`) in its last
-commit's metadata; ``--since last`` asks the API only for items whose
-``updated`` is at or after that cursor (a CQL2 filter), and the usual re-run
-check skips those that did not change. The cursor is the earlier of the run's
-start (on this machine's clock, less :data:`CLOCK_MARGIN`, so a server clock
-a little behind loses nothing) and the newest ``updated`` the run saw (on the
-server's clock); an item changed while the run paged is read again next time,
-never missed. Where the API cannot say what changed (no filter conformance,
-or items without ``updated``), the whole search is read again and only what
-is new or changed is committed, as local re-runs do.
-
-A search is read in lanes, several at once (``_api_lanes.py``):
-one search per collection where it names several; one per interval of its
-datetime interval where it names one collection, each keeping the items whose
-instant falls in it. Pages are read ahead on threads (``_api_pages.py``); a search with
-many items to go is handed to a page reader, a process of its own that reads,
-decodes and validates pages while this one commits (``_api_reader.py``). Each
-page is walked into what the ingest takes the same way in either process
-(``_api_walk.py``: the API's own links dropped, ``updated`` counted).
+:class:`StacApi` is the kind of source and :class:`ApiSearch` one search, read in lanes (``_api_lanes``) whose pages
+come ahead on threads (``_api_pages``) or from a page reader process (``_api_reader``), each page walked the same
+way (``_api_walk``). Paging, lanes, retries and cursors: docs/remote-sources.md#stac-api-searches.
 """
 
 from __future__ import annotations

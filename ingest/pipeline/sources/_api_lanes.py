@@ -1,30 +1,8 @@
 """The lanes a STAC API search is read in: searches that together read what it reads, read several at once.
 
-Paging one search is serial (each page's answer names the next), so it costs
-a round trip and the API's time per page however fast the client is. floe
-reads a search of several collections as one search per collection (an item
-is in one collection), and each collection as one search per interval of its
-datetime interval (where the search gives no start or end, those of the
-collection's temporal extent, now for an open one; the first and last lanes
-are open, so an item outside the collection's stated extent is not missed).
-A search of the whole API (no collection named) is read as one search per
-interval of its datetime interval where that has a start.
-
-A search is planned as about as many lanes as are read at once (each
-collection's interval cut into as many pieces as give each reader one). The
-lanes' readers take the longest lanes first
-(:func:`~ingest.pipeline.sources._api_pages.read_lanes`), and the newest
-intervals are planned first, the likeliest to be the longest where the API does
-not say. (Planning three lanes a reader, so that crowded years would not leave
-one reader alone at the end, gained nothing measured behind 20 ms a request:
-0.92x-0.98x on items spread evenly or crowded into the year's end,
-docs/benchmarks-history.md, issue 50. It was taken out.)
-
-Those intervals share their bounds, and an item whose time range spans a bound
-is found by both lanes: the lane its ``datetime`` (else its
-``start_datetime``) falls in keeps it (:func:`owned`), which is a lane that
-finds it whether the API matches an item's ``datetime`` or its range. An API
-that ignores ``datetime`` gives every lane every item, and each keeps its own.
+:func:`plan_lanes` cuts a search into :class:`Lane` searches (one per collection, each collection's time cut into
+intervals), and :func:`owned` says which lane keeps an item two lanes find. How lanes are planned and read, and what
+they gained: docs/remote-sources.md#lanes.
 """
 
 from __future__ import annotations

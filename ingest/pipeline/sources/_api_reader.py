@@ -1,38 +1,9 @@
 """The page reader: a process of its own that reads a large STAC API search's pages, decodes and checks them while
 the ingest commits.
 
-Why a process: reading a search is bound by one core. Decoding a page, dropping
-the links an API writes about itself, noting ``updated`` and validating the
-items cost about as much as turning them into rows and committing them, and
-Python threads share one interpreter lock. Here both halves run at once, on two
-cores: the ingest receives each page's items stripped, as JSON that orjson
-reads back exactly (a pickle where the page needed the exact parser: NaN,
-integers beyond 64 bits), with, for each item, whether
-:func:`~ingest.stac.validate_item` accepts it as it is. An item not marked so is
-validated by the ingest as any other (which names its problem), so the verdicts
-and the report are the same either way. The reader runs at a lower priority
-(:data:`NICENESS`): it works ahead, so the ingest gets the cores first.
-
-Started by :class:`SearchPages` as
-a new ``python`` running :func:`main` (a new interpreter, not a fork: the
-ingest has an Icechunk repository open); it imports floe's STAC code and
-pystac-client, not the repository, zarr or Ray. The protocol, frames (a kind
-byte, a length, the bytes) on its standard input and output:
-
-1. the reader says it is ready (:data:`READY`);
-2. the ingest hands it the search's root, the request of each lane's next page (by lane number), how many lanes
-   to read at once, the items each time lane keeps and the headers requests carry (:data:`HAND_OVER`, a pickle);
-3. the reader sends each page: its lane and the request after it in that lane (:data:`FOLLOWING`, a pickle), then
-   the page (:data:`PAGE`, a pickled :class:`~._api_walk.WalkedPage`, its items as JSON bytes inside); then
-   :data:`END` with the reason the search failed (a page that could not be read after retries), empty when it
-   read the last page of every lane.
-
-The ingest's page thread only reads the frames (the lock-free part); a page is
-loaded by the thread that ingests it, so the two threads do not take turns
-with the interpreter's lock for it.
-
-The reader exits when its standard input closes (the ingest stopped, or died).
-Credentials and settings reach it as the environment does; nothing is written.
+:class:`SearchPages` starts it once a search proves large (a new ``python`` running :func:`main`, never a fork: the
+ingest has an Icechunk repository open) and takes over its pages; :class:`PageReader` is the ingest's side of the
+frames they exchange. Why a process, and what it does: docs/remote-sources.md#pages-ahead-and-a-page-reader.
 """
 
 from __future__ import annotations
@@ -66,6 +37,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# The protocol: frames (a kind byte, a length, the bytes) on the reader's standard input and output.
+# 1. The reader says it is ready (READY).
+# 2. The ingest hands it the search's root, the request of each lane's next page (by lane number), how many lanes to
+#    read at once, the items each time lane keeps and the headers requests carry (HAND_OVER, a pickle).
+# 3. The reader sends each page: its lane and the request after it in that lane (FOLLOWING, a pickle), then the page
+#    (PAGE, a pickled WalkedPage, its items as JSON bytes inside); then END with the reason the search failed (a page
+#    that could not be read after retries), empty when it read the last page of every lane.
+# The ingest's page thread only reads the frames (the lock-free part); a page is loaded by the thread that ingests
+# it (SentPage.load), so the two threads do not take turns with the interpreter's lock for it.
 READY, HAND_OVER, FOLLOWING, PAGE, END = b"R", b"H", b"F", b"P", b"E"
 _HEADER = struct.Struct(">cI")
 
@@ -297,7 +277,8 @@ class _Warnings(logging.Handler):
 
 def checked_flags(items: list[Any], *, serialized: bool = False) -> list[bool]:
     """For each item, whether :func:`~ingest.stac.validate_item` accepts it as it is, its geometry included
-    (False says nothing: the ingest validates that item itself). ``serialized``: orjson wrote ``items``."""
+    (False says nothing: the ingest validates that item itself, as any other, and names its problem, so the verdicts
+    and the report are the same with a reader or without). ``serialized``: orjson wrote ``items``."""
     from ingest.stac import plainly_valid, refused_geometries
 
     flags = plainly_valid(items, serialized=serialized)
@@ -311,7 +292,8 @@ def _prepare(
     page: dict[str, Any], io: Any, root: str, seen: set[str], caught: _Warnings, *, exact: bool, window: Any = None
 ) -> WalkedPage:
     """``page`` walked as the ingest would walk it (keeping what its lane's ``window`` keeps), its items checked,
-    ready to send."""
+    ready to send: as JSON that orjson reads back exactly, or as they are (pickled) where the page needed the exact
+    parser (NaN, integers beyond 64 bits)."""
     from ingest.pipeline.sources._api_walk import walk_page
 
     prepared = walk_page(page, io, root, seen, window)

@@ -1,31 +1,9 @@
 """Files in object stores as sources: STAC metadata named by URL (``s3://``, ``http(s)://``, Azure blobs), read
-through obstore as local files are read (:mod:`ingest.pipeline.sources._files`):
+through obstore as local files are read (:mod:`ingest.pipeline.sources._files`).
 
-- **NDJSON** (``.ndjson .jsonl .geojsonl``) is streamed: the object arrives
-  in chunks of :attr:`Transport.stream_chunk` bytes, split into lines (a line
-  cut by a chunk boundary is carried over), and each line is read on its own,
-  labelled ``URL:LINE``. A large file is never held whole.
-- **JSON** (``.json .geojson``, or no known suffix): an item, a
-  FeatureCollection or an array, read whole. A STAC Catalog or Collection
-  named by URL is walked through its links (``_catalogs.py``), so
-  relative links resolve against the URL, on S3 as over HTTP.
-- **stac-geoparquet** (``.parquet .geoparquet``) is read row group by row
-  group through a seekable reader (range requests), labelled ``URL#rowN``.
-- A **folder**, ``s3://bucket/prefix/`` or an Azure container's
-  ``https://{account}.blob.core.windows.net/{container}/prefix/`` (ending in
-  ``/``), is listed: its metadata files, sorted by key, each read as above
-  (rasters are ignored). A partitioned stac-geoparquet dataset (Planetary
-  Computer's ``items/<collection>.parquet/``) is such a folder.
-
-Relative asset hrefs become absolute URLs (joined with the URL of the file
-the item came from), so a stored item never points somewhere relative to a
-place floe does not keep.
-
-How stores are reached (credentials, timeouts, retries) is :mod:`ingest.remote`'s.
-
-Failures are rejections naming the URL (an unreachable host, 403, "no such
-object", a timeout, a document cut short or not JSON); the other sources go
-on, after obstore's retries of transient failures.
+:class:`ObjectFiles` is the kind of source and :class:`RemoteReader` reads NDJSON streamed in chunks, JSON whole,
+stac-geoparquet row group by row group and folders by listing; how stores are reached (credentials, timeouts,
+retries) is :mod:`ingest.remote`'s. What each kind of file gives: docs/remote-sources.md#what-a-source-can-be.
 """
 
 from __future__ import annotations
