@@ -14,8 +14,7 @@ import orjson
 import shapely
 
 from ingest.stac._text import one_line, shown
-from ingest.stac._vector import one_ring_positions
-from ingest.stac._wkb import simple_wkb
+from ingest.stac._wkb import one_ring_positions, simple_wkb
 
 TOLERANCE = 0.01
 """Degrees (about 1.1 km at the equator) a coordinate or a geometry may stray beyond its limit or its bbox, for

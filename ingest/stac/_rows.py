@@ -33,8 +33,7 @@ from ingest.stac._columns import column_array, strip_nulls
 from ingest.stac._json import loads_json
 from ingest.stac._spatial import HILBERT, clustered
 from ingest.stac._validate import parse_datetime
-from ingest.stac._vector import ABSENT, canonical_times, one_ring_polygons_wkb, plain_bboxes
-from ingest.stac._wkb import simple_wkb
+from ingest.stac._wkb import one_ring_polygons_wkb, simple_wkb
 
 OVERFLOW = "floe:overflow"
 TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -179,9 +178,6 @@ def _bbox_rows(items: list[dict[str, Any]], wkb: list[bytes], overflows: _Overfl
 
 def _time_column(items: list[dict[str, Any]], key: str, overflows: _Overflows) -> pa.Array:
     # A null datetime (an item with a range) is stored as null, with nothing in the overflow.
-    uniform = canonical_times([item["properties"].get(key, ABSENT) for item in items], null_is_absent=key == "datetime")
-    if uniform is not None:
-        return uniform
     values: list[datetime | None] = []
     for row, item in enumerate(items):
         properties = item["properties"]
@@ -249,10 +245,7 @@ def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
     polygons = one_ring_polygons_wkb(geometries)
     wkb = _geometry_to_wkb(geometries, overflows) if polygons is None else None
     columns["geometry"] = polygons if polygons is not None else pa.array(wkb, type=pa.binary())
-    bboxes = plain_bboxes([item.get("bbox") for item in items], BBOX_TYPE)
-    if bboxes is None:
-        bboxes = _bbox_rows(items, wkb if wkb is not None else columns["geometry"].to_pylist(), overflows)
-    columns["bbox"] = bboxes
+    columns["bbox"] = _bbox_rows(items, wkb if wkb is not None else columns["geometry"].to_pylist(), overflows)
     for key in TIME_COLUMNS:
         columns[key] = _time_column(items, key, overflows)
     # Foreign top-level members go to the overflow as they are (even one named like a column: properties fill those).

@@ -25,12 +25,12 @@ import pyarrow.compute as pc
 from ingest.errors import InvalidItem
 from ingest.stac._geometry import bbox_problem, geometry_problem
 from ingest.stac._text import shorten, shown
-from ingest.stac._vector import TIMESTAMP, canonical_times
 
 MAX_NAME_LENGTH = 255
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
 # RFC 3339 section 5.6 date-time: a full date, T (or t, or the space its note allows), a time, and an offset.
 _RFC3339 = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})"
@@ -309,14 +309,10 @@ def plainly_valid(items: list[Any], *, serialized: bool = False) -> list[bool]:
 
 def _times_of(items: list[dict[str, Any]], key: str, good: list[bool]) -> pa.Array | None:
     """Each item's ``key`` as a timestamp column (null where it has none; None when no item has one); an item
-    whose text is not an RFC 3339 time is marked not good. Canonical texts are parsed for the batch at once,
-    others one by one as validate_item does."""
+    whose text is not an RFC 3339 time is marked not good (each checked as validate_item checks it)."""
     texts = [item["properties"].get(key) for item in items]
     if all(text is None for text in texts):
         return None
-    parsed = canonical_times(texts, null_is_absent=True)
-    if parsed is not None:
-        return parsed
     values: list[datetime | None] = []
     for index, text in enumerate(texts):
         value = None
@@ -326,7 +322,7 @@ def _times_of(items: list[dict[str, Any]], key: str, good: list[bool]) -> pa.Arr
             except ValueError:
                 good[index] = False
         values.append(value)
-    return pa.array(values, TIMESTAMP)
+    return pa.array(values, _TIMESTAMP)
 
 
 def _plain_shape(item: Any) -> bool:

@@ -7,6 +7,9 @@ BigTIFF, big-endian, band-separate samples); granules planned from a layout
 virtual-tiff parsed once read back equal to their sources through a real
 repository; a parser that disagreed with virtual-tiff leaves the layout to
 virtual-tiff; malformed headers are refused by the parser, not misread.
+
+End to end the header reader makes a ``--virtual`` ingest of 300 small COGs 1.26x faster than virtual-tiff
+parsing every file (``scripts/bench_fast_paths.py``, 3 rounds; docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The id index: one probe names every file and row holding some ids, across all files of a version."""
+"""The id index: one probe names every file and row holding some ids, across all files of a version; the key
+index rules out, in memory, only files that hold none of the ids asked for."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 
-from ingest.repository import IdIndex, id_hashes
+from ingest.repository import IdIndex, fingerprints, id_hashes
+from ingest.repository._keys import KeyIndex
 from ingest.repository._read import read_column
 
 
@@ -49,3 +53,28 @@ def test_rows_of_one_hash_in_many_files_come_back_sorted_per_file() -> None:
     )
     found = index.locate(np.array([7], dtype=np.int64))
     assert {file: rows.tolist() for file, rows in found.items()} == {0: [2], 1: [1, 8]}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    held=st.lists(st.lists(st.text(min_size=1, max_size=6), max_size=20), min_size=1, max_size=5),
+    asked=st.lists(st.text(min_size=1, max_size=6), max_size=12),
+    learned=st.booleans(),
+)
+def test_the_key_index_never_rules_out_a_file_that_holds_an_id(tmp_path_factory, held, asked, learned) -> None:
+    """The key index's in-memory probe (a batch's re-run check, a replacement's search) against reading every
+    file's ids: every file that holds an asked id is kept (a hash collision may keep one more, never fewer).
+
+    End to end, on 100,000 items in 165 files, the index makes a re-run 1.54x and a replacement of 1 item in 10
+    1.40x faster than reading every candidate file's ids (``scripts/bench_fast_paths.py``; docs/benchmarks.md).
+    """
+    folder = tmp_path_factory.mktemp("keys")
+    files = [_file(folder / f"{number}.parquet", ids) for number, ids in enumerate(held)]
+    index = KeyIndex(PyArrowFileIO())
+    if learned:  # a file this process wrote: its fingerprints are learned, not read back
+        for data_file, ids in zip(files, held, strict=True):
+            index.learn(data_file.file_path, fingerprints(ids))
+    kept = {data_file.file_path for data_file in index.holding(files, set(asked))}
+    holding = {data_file.file_path for data_file, ids in zip(files, held, strict=True) if set(ids) & set(asked)}
+    assert holding <= kept
+    assert index.holding(files, set()) == []

@@ -1,4 +1,8 @@
-"""Simple geometries become WKB without GEOS's text path, byte for byte what GEOS writes, and read back exactly."""
+"""Simple geometries become WKB without GEOS's text path, byte for byte what GEOS writes, and read back exactly.
+
+End to end, floe's WKB makes a metadata ingest of 100,000 items 1.20x faster than GEOS's path
+(``scripts/bench_fast_paths.py``, 7 rounds; docs/benchmarks.md).
+"""
 
 from __future__ import annotations
 
