@@ -31,7 +31,19 @@ def serve_command(
     root: str, port: int, host: str = "127.0.0.1", *, transactions: bool = False, workers: int = 1
 ) -> list[str]:
     """The command line of a `floe serve` child process (this interpreter, this checkout's floe) on ``host:port``,
-    answering from ``workers`` processes (one by default here: a test's server need not take every core)."""
+    answering from ``workers`` processes (one by default here: a test's server need not take every core).
+
+    Args:
+        root: the repository to serve: a local path or ``s3://bucket/prefix``.
+        port: the port to listen on.
+        host: the address to listen on.
+        transactions: accept writes (``--transactions``; the child refuses to start without ``api.write_token``,
+            e.g. ``FLOE_API__WRITE_TOKEN`` in its environment).
+        workers: the processes answering requests.
+
+    Returns:
+        The arguments, for :class:`subprocess.Popen`; nothing is started.
+    """
     import sys
 
     command = "from ingest.cli import app; app()"

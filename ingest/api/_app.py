@@ -332,7 +332,22 @@ def create_app(
 ) -> RefRouter:
     """The ASGI application serving ``repository``: the default branch at ``/``, every ref at ``/refs/{ref}/``.
 
-    With ``transactions``, items can be written (``_transactions.py``); that needs ``api.write_token``.
+    Also the Iceberg REST catalog at ``/iceberg/`` and STAC Browser at
+    ``[/refs/{ref}]/browser/``. Nothing is read until a request comes: floe's
+    errors then answer with their status (``_errors.py``).
+
+    Args:
+        repository: the repository to serve.
+        max_limit: the most items a page holds (default: ``api.max_limit``).
+        cache_mb: the budget, in MB, of the decoded columns the search engine keeps between requests (default:
+            ``api.cache_mb``).
+        transactions: accept writes of items, with ``api.write_token`` (``_transactions.py``).
+
+    Returns:
+        The application (an ASGI callable), for uvicorn or a test client.
+
+    Raises:
+        InvalidInput: ``transactions`` is asked without an ``api.write_token``.
     """
     api_settings = repository.settings.api
     if transactions and not api_settings.write_token:

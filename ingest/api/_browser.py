@@ -55,7 +55,15 @@ class BrowserInstallFailed(FloeError):
 
 
 def browser_home(repository_settings: Any) -> Path:
-    """Where the build lives: ``api.browser_dir``, else ``~/.cache/floe/stac-browser/<version>``."""
+    """Where the build lives: ``api.browser_dir``, else ``~/.cache/floe/stac-browser/<version>``.
+
+    Args:
+        repository_settings: floe's settings (what is read is ``api.browser_dir``).
+
+    Returns:
+        ``api.browser_dir`` (``~`` expanded), else ``floe/stac-browser/<version>`` under ``$XDG_CACHE_HOME``
+        (default: ``~/.cache``); the folder may not exist.
+    """
     configured = repository_settings.api.browser_dir
     if configured:
         return Path(configured).expanduser()
@@ -64,7 +72,14 @@ def browser_home(repository_settings: Any) -> Path:
 
 
 def installed_build(home: Path) -> Path | None:
-    """The finished build under ``home`` (its ``dist`` folder), or None."""
+    """The finished build under ``home`` (its ``dist`` folder), or None.
+
+    Args:
+        home: where the build lives (:func:`browser_home`).
+
+    Returns:
+        ``home/dist`` if it holds ``index.html`` and the stamp :func:`install_browser` writes last, else None.
+    """
     dist = home / "dist"
     return dist if (dist / STAMP).is_file() and (dist / "index.html").is_file() else None
 
@@ -73,7 +88,22 @@ def install_browser(home: Path, *, force: bool = False, say: Callable[[str], Non
     """Fetch, patch and build STAC Browser under ``home``; returns the build. Idempotent unless ``force``.
 
     Needs Node.js and npm (and the npm registry). About 3 minutes and 1 GB
-    of ``node_modules`` while building; the build kept is about 6 MB.
+    of ``node_modules`` while building (in ``home/build``, removed once
+    built); the build kept is about 6 MB. The output of npm goes to
+    ``home/install.log``.
+
+    Args:
+        home: where the build goes (:func:`browser_home`).
+        force: build again even if a finished build is there.
+        say: called with each line of progress (default: ``print``).
+
+    Returns:
+        The finished build, ``home/dist``.
+
+    Raises:
+        BrowserInstallFailed: npm is not on the PATH, a step (fetching, installing its dependencies, building)
+            failed (the message names it, its exit status and the log's last lines), or the release fetched is
+            not the one floe patches. A ``FloeError`` of this module's, not of :mod:`ingest.errors`.
     """
     built = installed_build(home)
     if built is not None and not force:

@@ -60,10 +60,37 @@ def delete_items(
 ) -> Deletion:
     """Delete the items ``ids`` and/or ``filter`` choose (in ``collections``) from ``branch``, in one commit.
 
-    Raises ``InvalidInput`` when neither ids nor a filter is given (deleting a
-    whole collection takes an explicit filter such as ``true``), the search's
-    own errors for a bad filter, and ``CommitConflict`` when the commit was
-    refused :data:`REPLANS` + 1 times in a row.
+    The items are chosen at the tip of ``branch``; when a concurrent commit
+    makes the commit refuse (by filter: it changed an item chosen), they are
+    chosen again at the new tip, at most :data:`REPLANS` times.
+
+    Args:
+        repository: the repository.
+        branch: the branch to delete from (default: the configured branch).
+        ids: the ids of the items to delete; an id no collection searched holds is reported, not an error.
+        collections: delete only items of these collections (default: every collection).
+        filter: a CQL2 filter choosing the items, as text or CQL2 JSON (a dict, or text with ``filter_lang``
+            ``cql2-json``); ``true`` chooses every item of ``collections``, and so does an empty one (``""`` or
+            ``{}``). With ``ids`` too, an item must match both.
+        filter_lang: ``cql2-text`` or ``cql2-json`` (default: ``cql2-json`` for a dict, else ``cql2-text``).
+        dry_run: choose the items and commit nothing.
+        message: the commit message (default: ``delete N item(s)``).
+        progress: called with the number of items chosen so far, as they are found.
+
+    Returns:
+        The branch, the items chosen and the snapshot they were chosen at, the ids not found, the commit (None for
+        a dry run, or when nothing was chosen), and how often the items were chosen again.
+
+    Raises:
+        InvalidInput: neither ``ids`` nor ``filter`` is given (deleting a whole collection takes an explicit filter
+            such as ``true``).
+        RefNotFound: no branch ``branch`` exists.
+        CollectionNotFound: a collection of ``collections`` is not at the tip of ``branch``.
+        InvalidSearch: ``filter`` cannot be parsed, is too long or too deeply nested, or is not valid CQL2 (an
+            unknown operator, a wrong number of arguments, a bad geometry), or ``filter_lang`` is neither
+            ``cql2-text`` nor ``cql2-json``; the message names what is wrong.
+        CommitConflict: the commit was refused :data:`REPLANS` + 1 times in a row.
+        ConflictRetriesExhausted: the commit lost ``commit.max_attempts`` races in a row.
     """
     if not ids and filter is None:
         raise InvalidInput("say which items to delete: ids, or a filter (`true` deletes every item of the collections)")

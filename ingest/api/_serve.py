@@ -32,7 +32,15 @@ TRANSACTIONS_VARIABLE = "FLOE_SERVE_TRANSACTIONS"
 
 
 def default_workers() -> int:
-    """The cores this process may run on (its CPU affinity, not the machine's count)."""
+    """The cores this process may run on (its CPU affinity, not the machine's count).
+
+    Returns:
+        How many CPUs ``os.sched_getaffinity`` allows this process, at least 1.
+
+    Raises:
+        AttributeError: the system has no ``os.sched_getaffinity`` (it is not in Python's ``os`` on macOS or
+            Windows).
+    """
     return max(1, len(os.sched_getaffinity(0)))
 
 

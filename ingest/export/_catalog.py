@@ -155,9 +155,20 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
 def export_catalog(view: View, out: str | os.PathLike[str]) -> ExportResult:
     """Write every item at ``view`` as a static STAC catalog in the folder ``out``.
 
-    ``out`` may be new, empty, or an earlier export (replaced as a whole once the
-    new one is complete); any other folder is refused. The same ref always gives
-    the same files.
+    The catalog is written beside ``out`` and takes its place once complete.
+    The same ref always gives the same files.
+
+    Args:
+        view: the snapshot to export (:meth:`~ingest.repository.Repository.view`).
+        out: the folder: new, empty, or an earlier export (it holds ``catalog.json``), replaced as a whole.
+
+    Returns:
+        The format (``catalog``), the items and collections written (stored collections without items included),
+        the ref and snapshot, and ``out``.
+
+    Raises:
+        InvalidExportTarget: ``out`` exists and is not a folder, or is a folder that is neither empty nor an
+            earlier export (nothing is written).
     """
     stored = view.repository.collections(view.snapshot_id)
     states: dict[str, _CollectionState] = {}

@@ -40,6 +40,13 @@ def safe_name(text: str) -> str:
 
     Percent-encoding is injective (``%`` itself is encoded), so two ids never share a name;
     over-long names keep a readable prefix and a hash of the whole id.
+
+    Args:
+        text: the id (of an item or a collection).
+
+    Returns:
+        The name: a leading ``.`` encoded as ``%2E``, the empty id named ``%00``, and a name longer than 180
+        characters cut to a prefix and 32 hex digits of the id's SHA-256.
     """
     name = quote(text, safe="")
     if not name or name.startswith("."):

@@ -42,7 +42,14 @@ def export_schema(view: View) -> pa.Schema:
     """The Arrow schema of the export: the table's columns at this snapshot, every one nullable.
 
     Timestamp properties that floe keeps as text (``created``, ``updated``, ...)
-    are timestamps here, as stac-geoparquet wants them.
+    are timestamps here, as stac-geoparquet wants them. floe's sort key
+    (the Hilbert index) is left out.
+
+    Args:
+        view: the snapshot whose table schema is exported.
+
+    Returns:
+        The schema, without the GeoParquet footer (:func:`geoparquet_footer`).
     """
     arrow = schema_to_pyarrow(view.table.schema(), include_field_ids=False)
     fields = []
@@ -138,7 +145,20 @@ def geoparquet_footer(schema: pa.Schema, collections: dict[str, Any]) -> dict[by
 
 
 def export_geoparquet(view: View, out: str | os.PathLike[str]) -> ExportResult:
-    """Write every item at ``view`` to one GeoParquet file at ``out`` (replaced only once complete)."""
+    """Write every item at ``view`` to one GeoParquet file at ``out`` (replaced only once complete).
+
+    Rows stream batch by batch, in the table's order, gathered into row groups
+    of up to :data:`ROW_GROUP_ROWS` rows (zstd-compressed, with statistics);
+    the footer carries the ``geo`` and ``stac-geoparquet`` metadata, the
+    stored collections included.
+
+    Args:
+        view: the snapshot to export (:meth:`~ingest.repository.Repository.view`).
+        out: the file to write (its folder is created if missing).
+
+    Returns:
+        The format (``stac-geoparquet``), the items and collections written, the ref and snapshot, and ``out``.
+    """
     schema = export_schema(view)
     collections = view.repository.collections(view.snapshot_id)
     schema = schema.with_metadata(geoparquet_footer(schema, collections))
@@ -167,7 +187,14 @@ def export_geoparquet(view: View, out: str | os.PathLike[str]) -> ExportResult:
 
 def read_geoparquet_items(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """The STAC items of a file written by :func:`export_geoparquet`, exactly as exported (``floe:overflow`` merged
-    back), streamed."""
+    back), streamed.
+
+    Args:
+        path: the GeoParquet file.
+
+    Yields:
+        Each item, in the file's order, as a STAC item dict (timestamp properties as RFC 3339 text again).
+    """
     parquet = pq.ParquetFile(path)
     for raw in parquet.iter_batches():
         batch = raw

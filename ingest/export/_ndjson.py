@@ -29,6 +29,15 @@ def export_ndjson(view: View, out: str | os.PathLike[str] | TextIO) -> ExportRes
 
     A file appears only once it is complete. Items stream batch by batch, in the
     table's order, so the same ref always gives the same bytes.
+
+    Args:
+        view: the snapshot to export (:meth:`~ingest.repository.Repository.view`).
+        out: a file path (its folder is created if missing), ``-`` for standard output, or an open text stream
+            (flushed, not closed).
+
+    Returns:
+        The format (``ndjson``), the items and collections written, the ref and snapshot, and the file path (``-``
+        for a stream).
     """
     if isinstance(out, str) and out == "-":
         out = sys.stdout

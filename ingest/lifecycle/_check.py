@@ -229,7 +229,22 @@ def _recorded_sources(view: View) -> dict[str, dict[str, Any]]:
 
 
 def check_ref(repository: Repository, ref: str, *, deep: bool = False) -> list[Problem]:
-    """Problems with one ref: its table version (see ``_check_table``) and, with ``deep``, its virtual sources."""
+    """Problems with one ref: its table version (see ``_check_table``) and, with ``deep``, its virtual sources.
+
+    What is wrong is reported, not raised: a ref that does not resolve, a
+    snapshot without a pointer, a table file missing, unreadable or outside
+    this root, each is a :class:`Problem`.
+
+    Args:
+        repository: the repository.
+        ref: a branch, a tag or a snapshot id, optionally prefixed ``branch:``, ``tag:`` or ``snapshot:``.
+        deep: also compare the sizes the table records with the files', the id sketches with the files' ids, the
+            rows' arrays with the stacks' slots, and check the sources virtual chunks reference (remote ones by a
+            HEAD request each).
+
+    Returns:
+        The problems found, in the order found; empty if the ref checks.
+    """
     problems = _check_table(repository, ref, deep=deep)
     if deep:
         try:
@@ -366,7 +381,20 @@ def _sketch_problems(
 def check(
     repository: Repository, ref: str | None = None, *, all_refs: bool = False, deep: bool = False
 ) -> list[Problem]:
-    """Check one ref (default: the default branch) or, with ``all_refs``, every branch and tag."""
+    """Check one ref (default: the default branch) or, with ``all_refs``, every branch and tag (see
+    :func:`check_ref`: what is wrong is reported, not raised).
+
+    Args:
+        repository: the repository.
+        ref: a branch, a tag or a snapshot id, optionally prefixed ``branch:``, ``tag:`` or ``snapshot:``
+            (default: the configured branch); ignored with ``all_refs``.
+        all_refs: check every branch and tag.
+        deep: also check recorded sizes, id sketches, rows against slots and the sources virtual chunks reference
+            (see :func:`check_ref`).
+
+    Returns:
+        The problems of every ref checked, ref after ref; empty if all check.
+    """
     refs = [f"{r.kind}:{r.name}" for r in repository.refs()] if all_refs else [ref or repository.settings.branch]
     problems: list[Problem] = []
     for name in refs:

@@ -27,7 +27,18 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks
 
 
 def parse_duration(text: str) -> timedelta:
-    """``0s``, ``30m``, ``24h``, ``90d``, ``2w`` -> a timedelta."""
+    """``0s``, ``30m``, ``24h``, ``90d``, ``2w`` -> a timedelta.
+
+    Args:
+        text: a number (decimals allowed: ``1.5h``) and a unit, ``s``, ``m``, ``h``, ``d`` or ``w``, spaces around
+            either allowed.
+
+    Returns:
+        The duration.
+
+    Raises:
+        InvalidDuration: ``text`` is not a number followed by one of those units.
+    """
     match = _DURATION.match(text or "")
     if not match:
         raise InvalidDuration(f"duration {text!r} is not a number followed by s, m, h, d or w (e.g. 0s, 30m, 24h, 90d)")
@@ -70,7 +81,38 @@ def gc(
     keep_newest: int = KEEP_NEWEST,
 ) -> GcReport:
     """Expire (optionally), collect Icechunk garbage, drop old replaced versions of ``arrays/repo``, then sweep
-    ``tables/`` of files no version needs. ``keep_newest`` replaced versions of ``repo`` stay whatever their age."""
+    ``tables/`` of files no version needs.
+
+    Only files outside the live set (every table file a snapshot in the
+    history of a branch or tag needs) and older than ``grace`` are deleted;
+    files listed before the live set is computed are the only candidates.
+    Icechunk's expiry and collection, and the sweep of ``arrays/overwritten/``,
+    run before the table files are walked.
+
+    Args:
+        repository: the repository.
+        grace: only what is older than this is deleted, by Icechunk's collection and floe's sweeps alike: a writer
+            writes its files before its commit lands (default: 24 hours).
+        expire_older_than: first expire the Icechunk snapshots written longer ago than this (branch tips and tags
+            stay; default: expire nothing). A dry run expires nothing, and leaves out of the live set what expiry
+            would drop.
+        dry_run: delete nothing; report what would be deleted.
+        keep_newest: how many of the newest replaced versions of ``repo`` stay whatever their age.
+
+    Returns:
+        What was deleted (or would be) and kept, with sizes; the snapshots expired, the history and live set
+        walked.
+
+    Raises:
+        RepositoryMoved: the table metadata names another root than the repository's (before anything is
+            deleted), or a table file a version needs lies outside this root (no table file is deleted, but
+            Icechunk's collection and the sweep of ``arrays/overwritten/`` have run).
+        CorruptRepository: the tip that says where the table lives carries no items-table pointer (before
+            anything is deleted).
+        UnreadableTableFile: a table file a version needs is missing or cannot be parsed (no table file is
+            deleted, but Icechunk's collection and the sweep of ``arrays/overwritten/`` have run).
+        ValueError: ``keep_newest`` is negative (raised once Icechunk's collection has run).
+    """
     # A copy whose metadata names another root would make every file here look unreferenced: touch nothing.
     check_rooted(repository)
     now = datetime.now(UTC)

@@ -103,7 +103,15 @@ class ArraysFootprint:
 
 def arrays_footprint(location: Location) -> ArraysFootprint:
     """Count what the Icechunk repository of a root holds, split into repo, overwritten, snapshots, manifests,
-    transactions, chunks and other."""
+    transactions, chunks and other.
+
+    Args:
+        location: the root.
+
+    Returns:
+        Objects and bytes under ``arrays/``, by Icechunk's folder (``other``: anything else, e.g. ``config.yaml``);
+        every kind is there, 0 when it holds nothing.
+    """
     objects = dict.fromkeys((*_KINDS, "other"), 0)
     sizes = dict.fromkeys((*_KINDS, "other"), 0)
     for path, stat in RootFiles(location).list(ARRAYS_DIR).items():

@@ -64,8 +64,14 @@ def reaches(repo: icechunk.Repository, tip: str, ancestor: str) -> bool:
 def history_pointers(repo: icechunk.Repository, *, expire_before: datetime | None = None) -> dict[str, str]:
     """Snapshot id -> table pointer (relative to ``<root>/tables/``) for every snapshot in any ref's history.
 
-    ``expire_before`` leaves out what Icechunk's ``expire_snapshots`` would drop
-    (snapshots written before it that no ref points at), for dry runs.
+    Args:
+        repo: the repository's Icechunk repository.
+        expire_before: leave out what Icechunk's ``expire_snapshots`` would drop (snapshots written before it that
+            no ref points at), for dry runs (default: leave out nothing).
+
+    Returns:
+        Snapshot id -> the pointer it carries, for every snapshot of the history that carries one (Icechunk's root
+        snapshot carries none).
     """
     tips = {repo.lookup_branch(name) for name in repo.list_branches()}
     tips |= {repo.lookup_tag(name) for name in repo.list_tags()}
@@ -190,7 +196,23 @@ def live_table_files(
 ) -> tuple[LiveFiles, int]:
     """The files the given metadata.json files need (those ``skip`` accepts are left out); and the reads it took.
 
-    ``current_only``: only what each metadata.json's current snapshot needs.
+    Each metadata.json, manifest list and manifest is read once; data files and id sketches are named, not read.
+    Every file a manifest entry names is live, whatever its status.
+
+    Args:
+        io: the FileIO the table files are read through.
+        metadata_locations: the absolute locations of the metadata.json files.
+        skip: says which of ``metadata_locations`` to leave out (nothing is read for them; default: leave out
+            none).
+        current_only: only what each metadata.json's current snapshot needs.
+
+    Returns:
+        The live files (each with its kind and the size the table records, where it records one, and which files
+        name which), and how many files were read.
+
+    Raises:
+        UnreadableTableFile: a metadata.json, manifest list or manifest is missing or cannot be read, or is not
+            valid JSON or Avro.
     """
     walker = TableWalker(io, current_only=current_only)
     for location in sorted(set(metadata_locations)):

@@ -53,7 +53,31 @@ class _ReadHere(FileIO):
 
 
 def relocate(repository: Repository, *, dry_run: bool = False) -> RelocateReport:
-    """Rewrite the table metadata of a copied or moved repository for its root (docs/lifecycle.md, floe relocate)."""
+    """Rewrite the table metadata of a copied or moved repository for its root (docs/lifecycle.md, floe relocate).
+
+    The manifests, manifest lists and metadata.json files of every version in
+    any ref's history are rewritten in place, under this root, branch tips'
+    metadata.json last; data files, Icechunk objects and the old root are not
+    touched. Then every ref is checked. A repository whose metadata names this
+    root already is left as it is.
+
+    Args:
+        repository: the repository, opened with ``moved_ok`` (:meth:`~ingest.repository.Repository.open` refuses
+            a moved one otherwise).
+        dry_run: list the files that would be rewritten; write nothing.
+
+    Returns:
+        This root, the root the metadata named (None: this one already, nothing done), and each file rewritten
+        with its new size (in a dry run, each file that would be, with size 0).
+
+    Raises:
+        CorruptRepository: the tip of a branch carries no items-table pointer.
+        UnreadableTableFile: a table file a version needs is missing here or cannot be parsed (nothing is
+            rewritten yet).
+        ReplicationFailed: a table file a version needs lies outside the recorded root's ``tables/`` (it cannot
+            be relocated), or the repository does not check once rewritten (the message names the first problems).
+        RepositoryMoved: once rewritten, the table metadata still names another root.
+    """
     recorded = recorded_table_location(repository)
     if recorded == repository.table_location:
         return RelocateReport(repository.location.url, None, dry_run)

@@ -50,11 +50,45 @@ def replicate(
 ) -> ReplicateReport:
     """Copy the repository at ``source_root`` to ``target_root``: only what the target lacks, refs last.
 
-    ``refs``: only these branches and tags (default: all). ``history``: ``full``
-    (every ref's whole history) or ``none`` (each ref's current version only,
-    as one more snapshot of the target's own history). ``prune``: remove refs
-    the source no longer has from the target. ``target_settings``: how to
-    reach the target (its own S3 service), default ``settings``.
+    The source's refs are captured once, so a source being written is copied
+    at one consistent version. With ``full`` history, Icechunk objects and data
+    files are copied byte for byte, the table metadata is rewritten for the
+    target, the target is verified, and only then do its refs move, in one
+    write (a failure before leaves them as they were). With ``none``, each
+    chosen ref's current version becomes one commit on the target, each ref
+    moving as its commit lands.
+
+    Args:
+        source_root: the repository to copy: a local path or ``s3://bucket/prefix``.
+        target_root: where the copy lives: a local path or ``s3://bucket/prefix``.
+        settings: floe's settings, which reach the source (default: :func:`~ingest.config.load_settings`).
+        dry_run: count what would be copied and rewritten; write nothing.
+        refs: only these branches and tags (default: all).
+        history: ``full`` (every ref's whole history) or ``none`` (each ref's current version only, as one more
+            snapshot of the target's own history).
+        prune: remove from the target the refs the source no longer has.
+        target_settings: how to reach the target (its own S3 service; default: ``settings``).
+
+    Returns:
+        What was copied and rewritten (or would be), the refs replicated, and those moved, gone or removed.
+
+    Raises:
+        InvalidRoot: a root is neither a local path nor ``s3://bucket/prefix``; source and target are the same
+            root; the target holds a replica without history (``full``) or a repository with history (``none``);
+            or (``none``) a source snapshot carries no table pointer.
+        InvalidSettings: the S3 settings of an ``s3://`` root contradict each other.
+        InvalidInput: ``history`` is neither ``full`` nor ``none``.
+        RepositoryNotFound: no repository is at ``source_root``.
+        RefNotFound: a name of ``refs`` is no branch or tag at the source.
+        ReplicationFailed: a file could not be read or copied, a table file the versions need could not be read
+            (a gc of the source meanwhile?), or the target did not verify; no ref of the target was moved.
+        UnreadableTableFile: a table file the versions need lies outside the source's ``tables/``; no ref of the
+            target was moved.
+        StoreUnreachable: (``none``) the target's store cannot be reached when its repository is opened or
+            created.
+        RepositoryMoved: (``none``) the table metadata of the replica at the target names another root.
+        CommitConflict: (``none``) a commit to the target could not be reconciled with one made there meanwhile.
+        ConflictRetriesExhausted: (``none``) a commit to the target lost ``commit.max_attempts`` races in a row.
     """
     settings = settings or load_settings()
     quiet_icechunk_logs()

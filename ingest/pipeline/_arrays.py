@@ -49,9 +49,18 @@ if TYPE_CHECKING:
 def georeferenced(pixels: np.ndarray, crs: str, transform: tuple[float, ...]) -> xr.Dataset:
     """``pixels`` (``(band, y, x)`` or ``(y, x)``) as the Dataset :func:`stage_arrays` takes.
 
-    ``transform`` is the affine transform in rasterio's order (a, b, c, d, e,
-    f), axis-aligned (b = d = 0); ``crs`` anything rasterio understands
-    (``"EPSG:32633"``, WKT).
+    Args:
+        pixels: the pixels, ``(band, y, x)`` or ``(y, x)`` (one band).
+        crs: the coordinate reference system, anything rasterio understands (``"EPSG:32633"``, WKT).
+        transform: the affine transform in rasterio's order (a, b, c, d, e, f), axis-aligned (b = d = 0); values
+            past the sixth are ignored.
+
+    Returns:
+        One ``(band, y, x)`` variable named ``data`` (bands numbered from 1, ``x`` and ``y`` at the pixels'
+        centres), with ``crs`` and ``transform`` written by rioxarray.
+
+    Raises:
+        ValueError: ``transform`` is rotated (b or d is not 0).
     """
     import rioxarray  # noqa: F401 - registers the .rio accessor
     import xarray as xr
@@ -91,12 +100,33 @@ def stage_arrays(
 ) -> tuple[dict[str, AssetPixels], int]:
     """Stage the pixels of ``read`` (asset key -> Dataset) as slices of the item's stacks.
 
-    Each Dataset is what :func:`ingest.rasters.read_granule` returns (one
-    ``(band, y, x)`` variable named ``data``, georeferenced with rioxarray).
-    Returns where each asset's pixels went (give it to
-    :func:`ingest.stac.arrays_asset` for the item's ``floe:arrays`` asset) and
-    the uncompressed bytes of the pixels. ``settings`` default to the
-    repository's ``arrays`` settings.
+    Stacks and arrays the granule needs that do not exist yet are created in a
+    commit of their own, which the writer carries on from; the slices are
+    staged in the writer's session (its commit stores them). A failure while
+    writing clears what was staged for the granule.
+
+    Args:
+        writer: the writer to stage in.
+        item: the STAC item the pixels belong to (its ``collection``, ``id`` and ``datetime`` name its slices).
+        read: asset key -> what :func:`ingest.rasters.read_granule` returns for it (one ``(band, y, x)``
+            variable named ``data``, georeferenced with rioxarray; :func:`georeferenced` makes one).
+        settings: the array layout, tile, chunk and stack capacity (default: the repository's ``arrays``
+            settings).
+
+    Returns:
+        Where each asset's pixels went (give it to :func:`ingest.stac.arrays_asset` for the item's ``floe:arrays``
+        asset), and the uncompressed bytes of the pixels.
+
+    Raises:
+        InvalidRaster: an asset key cannot name an array of a stack (it is empty, has a ``/``, starts with ``.`` or
+            ``__``, or is a coordinate's name such as ``x`` or ``item``), or a stack the granule goes in is full.
+        UnsupportedLayout: an existing stack array's slices are another size than ``settings.tile`` cuts (the
+            repository was written with another tile).
+        ConflictRetriesExhausted: every attempt to commit the new stacks and arrays met a concurrent change.
+        CommitConflict: the writer's staged changes collide with the tip that commit made; the writer is closed.
+        WriterClosed: the writer has committed (or failed).
+        ValueError: ``read`` is empty, the item's collection is not a safe path segment, or ``settings`` name an
+            unknown layout or a tile or chunk that is not positive.
     """
     settings = settings or writer.repository.settings.arrays
     plan = plan_granule(item["collection"], read, layout=settings.layout, tile=settings.tile, chunk=settings.chunk)

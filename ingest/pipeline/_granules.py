@@ -135,11 +135,24 @@ def granule_from_item(
 ) -> Granule:
     """Find the raster assets of ``item`` (local hrefs relative to the item's file).
 
-    ``assets`` limits which keys are copied (None: every raster). Remote
-    rasters (``s3://``, ``http(s)://``) are taken only with ``remote``; without
-    it they stay metadata. A selected asset whose local file does not exist is
-    recorded in ``missing`` so the granule can be rejected with that reason (a
-    remote one that does not exist is rejected when it is read).
+    Remote rasters (``s3://``, ``http(s)://``) are taken only with ``remote``;
+    without it they stay metadata. A selected asset whose local file does not
+    exist is recorded in ``missing`` so the granule can be rejected with that
+    reason (a remote one that does not exist is rejected when it is read). The
+    item's own ``floe:arrays`` asset is never taken. No file is opened.
+
+    Args:
+        item: the STAC item, as a dict.
+        source: where the item came from (its label in rejections).
+        item_file: the file the item was read from; relative hrefs resolve against its folder (None: against the
+            working directory).
+        assets: the asset keys to copy (default: every raster asset, by its media type or a ``.tif``/``.tiff``
+            href).
+        remote: take rasters at ``s3://`` and ``http(s)://`` URLs too.
+
+    Returns:
+        The granule: the item, its source, ``rasters`` (asset key -> absolute local path or URL) and ``missing``
+        (asset key -> the local path that does not exist).
     """
     rasters: dict[str, str] = {}
     missing: dict[str, str] = {}

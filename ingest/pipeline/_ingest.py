@@ -66,17 +66,40 @@ def ingest_items(
     options: SourceOptions | None = None,
     report_to: TextIO | None = None,
 ) -> IngestReport:
-    """Ingest every item found in ``sources`` in this process (metadata only), one commit per ``batch_size`` items
-    (by default ``settings.batch_size``, growing on object storage up to ``settings.batch_max_size``: ``_sizing.py``).
+    """Ingest every item found in ``sources`` in this process (metadata only), one commit per ``batch_size`` items.
 
     Bad input (unreadable files, invalid items, ids repeated within the run) is
     rejected with its source named; everything else is committed. Items the
     branch holds already, unchanged, are skipped; changed ones replace their row.
-    With ``prune``, the items of the sources' collections that the sources no
-    longer hold are deleted in the last commit (see ``_prune.py``).
-    ``options`` say how to reach remote sources and what to ask STAC APIs;
-    the last commit records the cursors of the searches read to the end.
-    ``report_to`` gets a JSON line per committed item as its batch lands.
+    The last commit records the cursors of the STAC API searches read to the
+    end. A compaction that fails after a batch is recorded in the report
+    (``compaction_errors``), not raised. Batches committed before an error stay.
+
+    Args:
+        repository: the repository to ingest into.
+        sources: paths and URLs of items, folders and STAC APIs, as :func:`~ingest.pipeline.read_items` reads them.
+        branch: the branch to commit to (default: the configured branch).
+        batch_size: items per commit (default: ``settings.batch_size``, growing on object storage up to
+            ``settings.batch_max_size``: ``_sizing.py``).
+        message: the commit message, each batch's followed by `` (batch N)`` (default: ``floe ingest``).
+        default_collection: the collection of items that name none.
+        progress: called with the report after each batch, and once at the end.
+        prune: delete in the last commit the items of the sources' collections that the sources no longer hold (see
+            ``_prune.py``); nothing is deleted if some input could not be read (the report's ``prune_skipped`` says
+            why).
+        options: how to reach remote sources and what to ask STAC APIs (default: nothing asked); the searches
+            read are added to its ``searches``.
+        report_to: gets a JSON line per committed item as its batch lands.
+
+    Returns:
+        What the run did: items read, skipped and replaced, the commits, the rejections, the compactions.
+
+    Raises:
+        RefNotFound: no branch ``branch`` exists (found when the first batch commits, or when ``prune`` looks for
+            the items to delete).
+        CommitConflict: a batch's commit could not be reconciled with another writer's in any of its
+            :data:`~ingest.pipeline._batch.REPLANS` plans.
+        ConflictRetriesExhausted: a batch's commit lost ``commit.max_attempts`` races in a row.
     """
     branch = branch or repository.settings.branch
     settings = repository.settings

@@ -61,7 +61,21 @@ _RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
 def start_ray(workers: int, address: str | None = None) -> bool:
-    """Join ``address`` or start a local cluster bound to 127.0.0.1; returns whether this call started Ray."""
+    """Join ``address`` or start a local cluster bound to 127.0.0.1; returns whether this call started Ray.
+
+    Does nothing where Ray is initialized in this process already.
+
+    Args:
+        workers: the CPUs a local cluster offers (at least 1); unused when joining ``address``.
+        address: a running cluster to join (``HOST:PORT`` of its head; default: start a local cluster).
+
+    Returns:
+        True if this call initialized Ray (joined a cluster or started one), False if it was initialized already.
+
+    Raises:
+        RayUnavailable: the cluster at ``address`` cannot be joined (no answer, or it requires token
+            authentication this process does not offer); the message says why and what to try.
+    """
     import ray
 
     if ray.is_initialized():
@@ -132,14 +146,51 @@ def ingest_with_ray(
 ) -> IngestReport:
     """Ingest granules (rasters as arrays, items as rows) with ``workers`` Ray actors, one commit per batch.
 
-    With ``virtual``, local rasters are referenced in place (Icechunk virtual
-    chunks) instead of copied; granules that cannot be referenced are copied
-    and listed in the report's ``fallbacks``. With ``prune``, the last batch
-    is committed by the driver once the actors are done, with the deletions
-    of the items the sources no longer hold (see ``_prune.py``); so is it
-    when ``options`` name STAC API searches, with their cursors.
-    ``report_to`` gets a JSON line per committed granule as its batch lands,
-    naming the Ray node whose actor wrote it.
+    Batches without rasters are committed by this process; Ray starts with the
+    first batch that has rasters to write (an unchanged batch is skipped without
+    it). With ``prune``, the last batch is committed by the driver once the
+    actors are done, with the deletions of the items the sources no longer hold
+    (see ``_prune.py``); so is it when ``options`` name STAC API searches, with
+    their cursors. A compaction that fails is recorded in the report
+    (``compaction_errors``), not raised. Batches committed before an error stay;
+    either way the actors are stopped, and Ray is shut down in this process if
+    this call initialized it.
+
+    Args:
+        repository: the repository to ingest into.
+        sources: paths and URLs of items, folders and STAC APIs, as :func:`~ingest.pipeline.read_items` reads them.
+        workers: the Ray actors copying granules and committing batches.
+        batch_size: items per commit (default: ``settings.batch_size``), fewer once a batch's rasters reach
+            ``settings.batch_raster_mb``.
+        ray_address: a running Ray cluster to join (``HOST:PORT`` of its head), joined before any source is read
+            (default: a local cluster bound to 127.0.0.1, see :func:`start_ray`).
+        assets: the raster assets to copy: ``all`` (every raster asset), ``none``, or comma-separated keys; remote
+            ones only with ``options.remote_assets``.
+        branch: the branch to commit to (default: the configured branch).
+        message: the commit message, each batch's followed by `` (batch N)`` (default: ``floe ingest``).
+        default_collection: the collection of items that name none.
+        progress: called with the report as batches are handed out and land.
+        virtual: reference rasters in place (Icechunk virtual chunks) instead of copying them; granules that cannot
+            be referenced are copied and listed in the report's ``fallbacks``.
+        prune: delete in the last commit the items of the sources' collections that the sources no longer hold;
+            nothing is deleted if some input could not be read (the report's ``prune_skipped`` says why).
+        options: how to reach remote sources and what to ask STAC APIs (default: nothing asked); the searches
+            read are added to its ``searches``.
+        report_to: gets a JSON line per committed granule as its batch lands, naming the Ray node whose actor
+            wrote it.
+
+    Returns:
+        What the run did: items read, skipped and replaced, the commits, the rejections and fallbacks, the bytes
+        copied, the compactions.
+
+    Raises:
+        RayUnavailable: the cluster at ``ray_address`` cannot be joined (before any source is read).
+        CommitConflict: a batch's commit (the driver's or an actor's) could not be reconciled with another
+            writer's in any of its :data:`~ingest.pipeline._batch.REPLANS` plans.
+        ConflictRetriesExhausted: a batch's commit lost ``commit.max_attempts`` races in a row, or so did every
+            attempt to create the group of a collection the batch brings.
+        UnsupportedLayout: a batch's granules go into a stack array whose slices are another size than this
+            floe's ``arrays.tile`` cuts (the repository was written with another tile).
     """
     branch = branch or repository.settings.branch
     batch_size = batch_size or repository.settings.batch_size

@@ -42,13 +42,29 @@ def granule_stream(
 ) -> Iterator[Granule]:
     """Every valid, first-seen granule of ``sources``, in order; rejections are added to ``report``.
 
-    ``assets`` selects the raster assets each granule carries (None: every
-    local raster; empty: none, metadata only). ``chunk`` items are validated
-    at a time (a driver with small batches passes a smaller chunk, so its
-    first batch does not wait for a large one). ``scope`` hears what the
-    sources hold (``--prune``). ``options`` say how to reach remote sources
-    and what to ask STAC APIs (``--since last`` resumes from the cursors the
-    branch's history recorded).
+    STAC Collections found in the sources are stored with the repository on
+    ``branch`` as they come (one floe refuses is a rejection). Bad input
+    (unreadable sources, invalid items, ids seen before in the run, missing
+    local assets) is rejected, never raised.
+
+    Args:
+        repository: the repository the granules go to (its settings reach remote sources).
+        sources: paths and URLs of items, folders and STAC APIs, as :func:`~ingest.pipeline.read_items` reads them.
+        report: the run's report: gets each item read and each rejection, with its source.
+        branch: the branch collections are stored on, whose recorded cursors ``options.since == "last"`` resumes
+            from.
+        default_collection: the collection of items that name none.
+        assets: the raster assets each granule carries (None: every local raster; empty: none, metadata only;
+            default: metadata only).
+        chunk: items validated at a time (a driver with small batches passes a smaller chunk, so its first batch
+            does not wait for a large one).
+        scope: hears what the sources hold (``--prune``; default: a scope of its own).
+        options: how to reach remote sources and what to ask STAC APIs (default: nothing asked); where it has
+            no S3 or remote settings it takes the repository's, and ``--since last`` resumes from the cursors the
+            branch's history recorded.
+
+    Yields:
+        Each valid granule whose (collection, id) the run has not seen before, in the sources' order.
     """
     scope = scope if scope is not None else SourceScope()
     options = options if options is not None else SourceOptions()

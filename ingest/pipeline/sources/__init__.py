@@ -64,9 +64,19 @@ def source_kind(source: str | Path) -> Source | None:
 def read_items(sources: Iterable[str | Path], options: SourceOptions | None = None) -> Iterator[SourcedItem]:
     """Every item in ``sources``, in order, each with its label (or the error that kept it out).
 
-    A source is a local path (file or folder), ``-`` (standard input), a ``file://``, ``s3://`` or ``http(s)://``
-    URL of a file (or an ``s3://`` folder, ending in ``/``), or a STAC API. ``options`` say how to reach S3
-    (settings that are set win over the ``AWS_*`` environment) and what to ask STAC APIs.
+    Each source is read by the first kind of source (:func:`registered`) that recognises it. A source that cannot
+    be read, in whole or in part, is never an exception: the other sources go on.
+
+    Args:
+        sources: each a local path (file or folder), ``-`` (standard input), a ``file://``, ``s3://`` or
+            ``http(s)://`` URL of a file (or an ``s3://`` folder, ending in ``/``), or a STAC API.
+        options: how to reach S3 (settings that are set win over the ``AWS_*`` environment) and what to ask STAC
+            APIs (default: nothing asked); each STAC API search read is added to its ``searches``.
+
+    Yields:
+        Each item, STAC Collection or failure, labelled with where it came from; a failure carries its error (an
+        ``InvalidSource``, or an ``InvalidItem`` for an NDJSON line that is not UTF-8 or not JSON), a source no kind
+        recognises included.
     """
     options = options if options is not None else SourceOptions()
     for source in sources:

@@ -65,7 +65,21 @@ class StacApi:
 
 
 def is_api_url(source: str) -> bool:
-    """Whether ``source`` names a STAC API (its root, or its ``/search``) rather than a file at a URL."""
+    """Whether ``source`` names a STAC API (its root, or its ``/search``) rather than a file at a URL.
+
+    Only the form is looked at (nothing is requested): an ``http(s)://`` URL whose path does not end with a suffix
+    floe reads as a file (:data:`~ingest.pipeline.sources.FILE_SUFFIXES`).
+
+    Args:
+        source: a source as ``floe ingest`` takes it (a path or a URL).
+
+    Returns:
+        True if ``source`` names a STAC API.
+
+    Raises:
+        ValueError: ``source`` is a URL whose host ``urlparse`` refuses (an unbalanced ``[`` or ``]``, or no IP
+            address between them).
+    """
     parsed = urlparse(source)
     if parsed.scheme not in ("http", "https"):
         return False
@@ -177,7 +191,17 @@ class ApiSearch:
 
 
 def parse_since(text: str) -> datetime:
-    """``--since``'s timestamp (RFC 3339; a time without a zone is UTC)."""
+    """``--since``'s timestamp (RFC 3339; a time without a zone is UTC).
+
+    Args:
+        text: the timestamp, e.g. ``2024-05-01T00:00:00Z`` (surrounding spaces are ignored).
+
+    Returns:
+        The moment, timezone-aware, in UTC.
+
+    Raises:
+        ValueError: ``text`` is not an RFC 3339 timestamp (the message names ``'last'`` as ``--since``'s other form).
+    """
     when = timestamp(text.strip())
     if when is None:
         raise ValueError(f"--since {text!r} is neither 'last' nor an RFC 3339 timestamp (2024-05-01T00:00:00Z)")
