@@ -43,7 +43,8 @@ that every error is in it)::
     │   └── ReplicationFailed
     └── Unavailable                   (a service to reach)  503
         ├── RayUnavailable
-        └── StoreUnreachable
+        ├── StoreUnreachable
+        └── BrowserInstallFailed
 """
 
 from __future__ import annotations
@@ -346,3 +347,10 @@ class StoreUnreachable(Unavailable):
     credentials); the message names the root and the cause."""
 
     kind = "store-unreachable"
+
+
+class BrowserInstallFailed(Unavailable):
+    """Building STAC Browser failed (npm missing, a step that failed, a build floe cannot configure): the step,
+    and where its output is."""
+
+    kind = "browser-install-failed"

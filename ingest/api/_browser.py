@@ -24,7 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from ingest.errors import FloeError
+from ingest.errors import BrowserInstallFailed
 from ingest.repository import Repository
 
 VERSION = "4.0.1"
@@ -46,12 +46,6 @@ export default function configureBasemap() {
   return basemaps.map((options, index) => Object.assign({ visible: index === 0 }, options));
 }
 """
-
-
-class BrowserInstallFailed(FloeError):
-    """Building STAC Browser failed: the step, and where its output is."""
-
-    kind = "browser-install-failed"
 
 
 def browser_home(repository_settings: Any) -> Path:
@@ -103,7 +97,7 @@ def install_browser(home: Path, *, force: bool = False, say: Callable[[str], Non
     Raises:
         BrowserInstallFailed: npm is not on the PATH, a step (fetching, installing its dependencies, building)
             failed (the message names it, its exit status and the log's last lines), or the release fetched is
-            not the one floe patches. A ``FloeError`` of this module's, not of :mod:`ingest.errors`.
+            not the one floe patches.
     """
     built = installed_build(home)
     if built is not None and not force:

@@ -70,8 +70,8 @@ def delete_items(
         ids: the ids of the items to delete; an id no collection searched holds is reported, not an error.
         collections: delete only items of these collections (default: every collection).
         filter: a CQL2 filter choosing the items, as text or CQL2 JSON (a dict, or text with ``filter_lang``
-            ``cql2-json``); ``true`` chooses every item of ``collections``, and so does an empty one (``""`` or
-            ``{}``). With ``ids`` too, an item must match both.
+            ``cql2-json``); ``true`` chooses every item of ``collections``; an empty one (``""`` or ``{}``) is
+            refused. With ``ids`` too, an item must match both.
         filter_lang: ``cql2-text`` or ``cql2-json`` (default: ``cql2-json`` for a dict, else ``cql2-text``).
         dry_run: choose the items and commit nothing.
         message: the commit message (default: ``delete N item(s)``).
@@ -82,8 +82,8 @@ def delete_items(
         a dry run, or when nothing was chosen), and how often the items were chosen again.
 
     Raises:
-        InvalidInput: neither ``ids`` nor ``filter`` is given (deleting a whole collection takes an explicit filter
-            such as ``true``).
+        InvalidInput: neither ``ids`` nor ``filter`` is given, or ``filter`` is empty (deleting a whole collection
+            takes an explicit filter such as ``true``).
         RefNotFound: no branch ``branch`` exists.
         CollectionNotFound: a collection of ``collections`` is not at the tip of ``branch``.
         InvalidSearch: ``filter`` cannot be parsed, is too long or too deeply nested, or is not valid CQL2 (an
@@ -92,6 +92,9 @@ def delete_items(
         CommitConflict: the commit was refused :data:`REPLANS` + 1 times in a row.
         ConflictRetriesExhausted: the commit lost ``commit.max_attempts`` races in a row.
     """
+    if filter is not None and (filter == {} or (isinstance(filter, str) and not filter.strip())):
+        # An empty filter chooses nothing to a reader of the command, and everything to a search: refuse it.
+        raise InvalidInput("the filter is empty: give a CQL2 expression (`true` deletes every item of the collections)")
     if not ids and filter is None:
         raise InvalidInput("say which items to delete: ids, or a filter (`true` deletes every item of the collections)")
     branch = branch or repository.settings.branch

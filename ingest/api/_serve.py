@@ -35,13 +35,12 @@ def default_workers() -> int:
     """The cores this process may run on (its CPU affinity, not the machine's count).
 
     Returns:
-        How many CPUs ``os.sched_getaffinity`` allows this process, at least 1.
-
-    Raises:
-        AttributeError: the system has no ``os.sched_getaffinity`` (it is not in Python's ``os`` on macOS or
-            Windows).
+        How many CPUs ``os.sched_getaffinity`` allows this process (the machine's count where Python has no
+        ``sched_getaffinity``: macOS, Windows), at least 1.
     """
-    return max(1, len(os.sched_getaffinity(0)))
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
 
 
 def serve(

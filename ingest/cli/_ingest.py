@@ -348,15 +348,25 @@ def _source_options(  # noqa: PLR0917 - one per option of `floe ingest`
     prune: bool,
 ) -> Any:
     """What `floe ingest`'s options ask of remote sources; usage errors (exit 2) for options that cannot apply."""
+    from ingest.errors import InvalidSearch, InvalidSource
     from ingest.pipeline import SearchParameters, SourceOptions, is_api_url, parse_since
+    from ingest.pipeline.sources import filter_json
 
+    if search_filter:
+        try:
+            filter_json(search_filter)
+        except InvalidSearch as error:
+            fail(str(error), 2)
     parameters = SearchParameters(
         collections=tuple(part.strip() for part in (collections or "").split(",") if part.strip()),
         bbox=_bbox(bbox) if bbox else None,
         datetime=datetime_range,
         filter=search_filter,
     )
-    apis = [source for source in sources if is_api_url(source)]
+    try:
+        apis = [source for source in sources if is_api_url(source)]
+    except InvalidSource as error:
+        fail(str(error))
     if (parameters.given() or since) and not apis:
         fail("--collections, --bbox, --datetime, --filter and --since apply to STAC API sources, and none is named", 2)
     narrowed = [name for name in ("--bbox", "--datetime", "--filter") if getattr(parameters, name[2:])]

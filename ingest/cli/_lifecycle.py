@@ -266,8 +266,16 @@ def _target_settings(settings: Settings, dst_config: Path | None, endpoint: str 
     if dst_config is not None:
         if not dst_config.exists():
             raise InvalidInput(f"--dst-config {dst_config} does not exist")
-        with dst_config.open("rb") as stream:
-            s3 = S3Settings.model_validate(tomllib.load(stream).get("s3", {}))
+        from pydantic import ValidationError
+
+        from ingest.errors import InvalidSettings
+
+        try:
+            with dst_config.open("rb") as stream:
+                s3 = S3Settings.model_validate(tomllib.load(stream).get("s3", {}))
+        except (tomllib.TOMLDecodeError, ValidationError) as error:
+            reason = " ".join(str(error).split())[:400]
+            raise InvalidSettings(f"--dst-config {dst_config} is not a floe settings file: {reason}") from None
     if endpoint is not None:
         s3 = s3.model_copy(update={"endpoint_url": endpoint})
     return settings.model_copy(update={"s3": s3})

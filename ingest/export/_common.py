@@ -95,8 +95,19 @@ def _permissions(target: Path, default: int) -> int:
 
 @contextmanager
 def replacing_file(target: Path, mode: str = "w") -> Iterator[Any]:
-    """A file object whose content replaces ``target`` only when the block completes."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """A file object whose content replaces ``target`` only when the block completes.
+
+    Raises:
+        InvalidExportTarget: ``target`` is a folder, or a file stands where its folder would be.
+    """
+    from ingest.errors import InvalidExportTarget
+
+    if target.is_dir():
+        raise InvalidExportTarget(f"{target} is a folder: name the file to write in it (e.g. {target / 'items'}...)")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise InvalidExportTarget(f"{target}: a file stands where its folder would be; choose another output") from None
     fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
     try:
         os.chmod(fd, _permissions(target, 0o666))

@@ -158,6 +158,9 @@ def export_geoparquet(view: View, out: str | os.PathLike[str]) -> ExportResult:
 
     Returns:
         The format (``stac-geoparquet``), the items and collections written, the ref and snapshot, and ``out``.
+
+    Raises:
+        InvalidExportTarget: ``out`` is a folder, or a file stands where its folder would be.
     """
     schema = export_schema(view)
     collections = view.repository.collections(view.snapshot_id)

@@ -38,6 +38,9 @@ def export_ndjson(view: View, out: str | os.PathLike[str] | TextIO) -> ExportRes
     Returns:
         The format (``ndjson``), the items and collections written, the ref and snapshot, and the file path (``-``
         for a stream).
+
+    Raises:
+        InvalidExportTarget: ``out`` is a folder, or a file stands where its folder would be.
     """
     if isinstance(out, str) and out == "-":
         out = sys.stdout

@@ -37,12 +37,26 @@ def parse_duration(text: str) -> timedelta:
         The duration.
 
     Raises:
-        InvalidDuration: ``text`` is not a number followed by one of those units.
+        InvalidDuration: ``text`` is not a number followed by one of those units, or reaches back before year 1.
     """
     match = _DURATION.match(text or "")
     if not match:
         raise InvalidDuration(f"duration {text!r} is not a number followed by s, m, h, d or w (e.g. 0s, 30m, 24h, 90d)")
-    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    try:
+        duration = timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+    except OverflowError:
+        duration = None
+    if duration is None or _before(datetime.now(UTC), duration) is None:
+        raise InvalidDuration(f"duration {text!r} reaches back before the calendar begins (year 1)")
+    return duration
+
+
+def _before(now: datetime, duration: timedelta) -> datetime | None:
+    """``now - duration``, or None when that is before year 1 (Python's calendar starts there)."""
+    try:
+        return now - duration
+    except OverflowError:
+        return None
 
 
 @dataclass
@@ -111,11 +125,18 @@ def gc(
             anything is deleted).
         UnreadableTableFile: a table file a version needs is missing or cannot be parsed (no table file is
             deleted, but Icechunk's collection and the sweep of ``arrays/overwritten/`` have run).
-        ValueError: ``keep_newest`` is negative (raised once Icechunk's collection has run).
+        InvalidDuration: ``grace`` or ``expire_older_than`` reaches back before year 1 (before anything is
+            deleted).
+        ValueError: ``keep_newest`` is negative (before anything is deleted).
     """
+    if keep_newest < 0:
+        raise ValueError(f"keep_newest must be 0 or more, not {keep_newest}")
     # A copy whose metadata names another root would make every file here look unreferenced: touch nothing.
     check_rooted(repository)
     now = datetime.now(UTC)
+    for name, duration in (("grace", grace), ("expire_older_than", expire_older_than)):
+        if duration is not None and _before(now, duration) is None:
+            raise InvalidDuration(f"{name} of {duration.days:,} days reaches back before the calendar begins (year 1)")
     cutoff = now - grace
     report = GcReport(dry_run=dry_run, cutoff=cutoff)
     files = RootFiles(repository.location)

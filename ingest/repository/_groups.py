@@ -23,6 +23,7 @@ import zarr.errors
 
 from ingest.errors import CommitConflict, ConflictRetriesExhausted
 from ingest.repository._commit import KeepTable, commit_change
+from ingest.repository._history import writable_session
 
 if TYPE_CHECKING:
     from ingest.repository._repo import Repository
@@ -58,7 +59,7 @@ def ensure_groups(
     attributes = attributes or {}
     wanted = sorted(set(paths) | set(attributes))
     for _ in range(repository.settings.commit.max_attempts):
-        session = repository.icechunk.writable_session(branch)
+        session = writable_session(repository, branch)
         missing = [path for path in wanted if not group_exists(session, path)]
         stale = [
             path
@@ -89,7 +90,7 @@ def commit_alone(repository: Repository, branch: str, stage: Callable[[icechunk.
     tip, where ``stage`` finds them made. Returns the new snapshot id, or None.
     """
     for _ in range(repository.settings.commit.max_attempts):
-        session = repository.icechunk.writable_session(branch)
+        session = writable_session(repository, branch)
         message = stage(session)
         if message is None:
             return None

@@ -71,6 +71,19 @@ def resolve_ref(repository: Repository, ref: str) -> tuple[str, str]:
     raise RefNotFound(f"no branch, tag or snapshot named {shown(ref)} (see `floe refs`)")
 
 
+def writable_session(repository: Repository, branch: str) -> icechunk.Session:
+    """A writable Icechunk session at the tip of ``branch``.
+
+    Raises:
+        RefNotFound: no branch of that name exists.
+    """
+    try:
+        return repository.icechunk.writable_session(branch)
+    except icechunk.IcechunkError as error:
+        name = branch if len(branch) <= 80 else "NAME"
+        raise RefNotFound(f"branch {shown(branch)} does not exist (create it with `floe branch {name}`)") from error
+
+
 def create_ref(repository: Repository, kind: Literal["branch", "tag"], name: str, at: str | None) -> str:
     """Create branch or tag ``name`` at the snapshot ``at`` resolves to (which must carry a table).
 

@@ -23,6 +23,7 @@ from pyiceberg.table.update import AssertTableUUID
 from ingest.repository._append import AddedManifest, ManifestCache, plan_commit
 from ingest.repository._commit import AppliedChange, Base, TableChange, commit_change
 from ingest.repository._files import Run, StagedFile, data_file_path, month_label, run_of, stage, to_data_file
+from ingest.repository._history import writable_session
 from ingest.stac import HILBERT, clustered
 
 if TYPE_CHECKING:
@@ -325,7 +326,7 @@ def optimize(
     progress: ProgressCallback | None = None,
 ) -> OptimizeResult:
     """Compact the partitions of ``branch`` that ``policy`` selects, in one commit next to any running writers."""
-    session = repository.icechunk.writable_session(branch)
+    session = writable_session(repository, branch)
     base = Base.at(repository, session.snapshot_id)
     manifests = repository.manifests
     selections = select(manifests.live_files(base.table().metadata), policy)

@@ -476,6 +476,7 @@ class Repository:
 
         Raises:
             InvalidCollection: the collection's ``id`` is missing, or unsafe as a group name.
+            RefNotFound: no branch of that name exists.
             ConflictRetriesExhausted: every attempt met a concurrent change of the same group.
         """
         from ingest.stac import check_name
@@ -592,6 +593,7 @@ class Repository:
             The id of the snapshot committed, or None if there was nothing to do.
 
         Raises:
+            RefNotFound: no branch of that name exists.
             ConflictRetriesExhausted: every attempt met a concurrent change.
         """
         return ensure_groups(self, paths, branch=branch or self.settings.branch, attributes=attributes)

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import icechunk
 
-from ingest.errors import CommitConflict, InvalidItem, RefNotFound, WriterClosed
+from ingest.errors import CommitConflict, InvalidItem, WriterClosed
 from ingest.repository._commit import commit_change
 from ingest.repository._groups import commit_alone, group_exists
+from ingest.repository._history import writable_session
 from ingest.repository._plan import ItemsPlan
 from ingest.repository._rebase import rebase_staged
 from ingest.repository._replace import Located, find, read_rows
 from ingest.repository._slots import Moves, Slots, clear_pieces
-from ingest.stac import Piece, arrow_to_items, check_name, item_as_dict, moved_slots, shown, validate_item
+from ingest.stac import Piece, arrow_to_items, check_name, item_as_dict, moved_slots, validate_item
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -63,11 +64,7 @@ class Writer:
     def __init__(self, repository: Repository, branch: str) -> None:
         self.repository = repository
         self.branch = branch
-        try:
-            self._session = repository.icechunk.writable_session(branch)
-        except icechunk.IcechunkError as error:
-            name = branch if len(branch) <= 80 else "NAME"
-            raise RefNotFound(f"branch {shown(branch)} does not exist (create it with `floe branch {name}`)") from error
+        self._session = writable_session(repository, branch)
         self._store_of: icechunk.Session | None = None
         self._store: icechunk.IcechunkStore | None = None
         self._items: dict[tuple[str, str], dict[str, Any]] = {}

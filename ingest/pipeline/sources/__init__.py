@@ -26,7 +26,7 @@ from ingest.pipeline.sources._types import (
 )
 
 if TYPE_CHECKING:
-    from ingest.pipeline.sources._api import ApiSearch, StacApi, cursor_metadata, is_api_url, parse_since
+    from ingest.pipeline.sources._api import ApiSearch, StacApi, cursor_metadata, filter_json, is_api_url, parse_since
     from ingest.pipeline.sources._files import LocalFiles, expand_paths
     from ingest.pipeline.sources._objects import ObjectFiles, RemoteReader
 
@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 # STAC API's modules alone, not pystac's catalogs or obstore.
 _HOMES = {
     **dict.fromkeys(
-        ("ApiSearch", "StacApi", "cursor_metadata", "is_api_url", "parse_since"), "ingest.pipeline.sources._api"
+        ("ApiSearch", "StacApi", "cursor_metadata", "filter_json", "is_api_url", "parse_since"),
+        "ingest.pipeline.sources._api",
     ),
     **dict.fromkeys(("LocalFiles", "expand_paths"), "ingest.pipeline.sources._files"),
     **dict.fromkeys(("ObjectFiles", "RemoteReader"), "ingest.pipeline.sources._objects"),
@@ -103,6 +104,7 @@ __all__ = [
     "StacApi",
     "cursor_metadata",
     "expand_paths",
+    "filter_json",
     "is_api_url",
     "parse_since",
     "read_items",

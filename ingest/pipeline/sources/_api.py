@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
-from ingest.errors import InvalidSource
+from ingest.errors import InvalidSearch, InvalidSource
 from ingest.pipeline._ahead import prefetched
 from ingest.pipeline.sources._api_io import failure_reason, session_io
 from ingest.pipeline.sources._api_lanes import Lane, irregular, lanes_for, plan_lanes, rfc3339, timestamp
@@ -25,6 +25,7 @@ from ingest.pipeline.sources._api_reader import SENT_PAGES_AHEAD, SearchPages
 from ingest.pipeline.sources._api_walk import UpdatedCount, WalkedPage, collection_url, walk_page
 from ingest.pipeline.sources._types import FILE_SUFFIXES, SearchParameters, SourcedItem, SourceOptions
 from ingest.remote import Headers
+from ingest.stac import shown
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,13 @@ def is_api_url(source: str) -> bool:
         True if ``source`` names a STAC API.
 
     Raises:
-        ValueError: ``source`` is a URL whose host ``urlparse`` refuses (an unbalanced ``[`` or ``]``, or no IP
+        InvalidSource: ``source`` is a URL whose host ``urlparse`` refuses (an unbalanced ``[`` or ``]``, or no IP
             address between them).
     """
-    parsed = urlparse(source)
+    try:
+        parsed = urlparse(source)
+    except ValueError as error:
+        raise InvalidSource(f"{shown(source)} is not a URL floe can read: {error}") from None
     if parsed.scheme not in ("http", "https"):
         return False
     return PurePosixPath(parsed.path).suffix.lower() not in FILE_SUFFIXES
@@ -208,24 +212,38 @@ def parse_since(text: str) -> datetime:
     return when
 
 
-def _filter_json(text: str) -> dict[str, Any]:
-    """CQL2 JSON of a filter given as CQL2 text or JSON."""
-    stripped = text.strip()
-    if stripped.startswith("{"):
-        document = json.loads(stripped)
-        if not isinstance(document, dict):
-            raise ValueError("a CQL2 JSON filter is an object")
-        return document
-    import cql2
+def filter_json(text: str) -> dict[str, Any]:
+    """CQL2 JSON of a filter given as CQL2 text or JSON (``--filter``).
 
-    converted = cql2.Expr(stripped).to_json()
-    return converted if isinstance(converted, dict) else json.loads(converted)
+    Args:
+        text: CQL2 text, or a CQL2 JSON object.
+
+    Returns:
+        The filter as CQL2 JSON.
+
+    Raises:
+        InvalidSearch: ``text`` is neither (the message names it and says what is wrong).
+    """
+    stripped = text.strip()
+    try:
+        if stripped.startswith("{"):
+            document = json.loads(stripped)
+            if not isinstance(document, dict):
+                raise ValueError("a CQL2 JSON filter is an object")
+            return document
+        import cql2
+
+        converted = cql2.Expr(stripped).to_json()
+        return converted if isinstance(converted, dict) else json.loads(converted)
+    except Exception as error:  # noqa: BLE001 - cql2 raises a bare Exception for text it cannot parse
+        reason = " ".join(str(error).split())[:300]
+        raise InvalidSearch(f"--filter {shown(text)} is neither CQL2 text nor a CQL2 JSON object: {reason}") from None
 
 
 def _filter_json_text(text: str) -> str:
     try:
-        return json.dumps(_filter_json(text), sort_keys=True, separators=(",", ":"))
-    except ValueError:
+        return json.dumps(filter_json(text), sort_keys=True, separators=(",", ":"))
+    except InvalidSearch:
         return text
 
 
@@ -259,7 +277,7 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
         yield SourcedItem(search.root, error=InvalidSource(reason))
         return
     parameters = search.parameters
-    query_filter: dict[str, Any] | None = _filter_json(parameters.filter) if parameters.filter else None
+    query_filter: dict[str, Any] | None = filter_json(parameters.filter) if parameters.filter else None
     if search.since is not None:
         if client.conforms_to(ConformanceClasses.FILTER):
             since = {"op": ">=", "args": [{"property": "updated"}, {"timestamp": rfc3339(search.since)}]}
