@@ -173,3 +173,46 @@ def table_location(
         location = repository.metadata_location_of(snapshot_id)
     stdout.print(location, highlight=False, soft_wrap=True)
     stderr.print(f"{ref or repository.settings.branch} is snapshot {snapshot_id}", highlight=False)
+
+
+@app.command()
+def preview(  # noqa: PLR0917 - one per option of `floe preview`
+    ctx: typer.Context,
+    item_id: Annotated[str, typer.Argument(help="The item's id.", show_default=False)],
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="The PNG to write (default: <id>.png here).", show_default=False)
+    ] = None,
+    ref: Annotated[str | None, typer.Option("--ref", help="Branch, tag or snapshot id (default: main).")] = None,
+    collection: Annotated[
+        str | None,
+        typer.Option("--collection", "-c", help="The item's collection (needed only if several hold the id)."),
+    ] = None,
+    assets: Annotated[
+        str | None,
+        typer.Option(
+            "--assets",
+            help="Comma-separated asset keys whose bands to show, in order: three bands make RGB, fewer grey "
+            "(default: every asset with arrays).",
+        ),
+    ] = None,
+    size: Annotated[int, typer.Option("--size", min=1, help="The picture's long side at most, in pixels.")] = 1024,
+) -> None:
+    """Write a quick-look PNG of an item's arrays at a ref, read from the repository (not the source files).
+
+    Each band is stretched between its 2nd and 98th percentile; nodata is transparent. Any tag or snapshot
+    shows the pixels as they were then.
+    """
+    from ingest.export import write_preview
+
+    keys = [key.strip() for key in assets.split(",") if key.strip()] if assets else None
+    with floe_errors():
+        view = open_repository(ctx).view(ref)
+        try:
+            written = write_preview(view, item_id, out, collection=collection, assets=keys, size=size)
+        except ValueError as error:  # an asset the item has no arrays for, or assets on different grids
+            fail(str(error), code=2)
+    stderr.print(
+        f"wrote {written.path} ({written.width} x {written.height}; {', '.join(written.bands)}) of "
+        f"{written.collection}/{written.item_id} at {view.ref} ({written.snapshot_id})",
+        highlight=False,
+    )
