@@ -74,7 +74,7 @@ def floe_commit(repository: Repository, prefix: str, with_array: bool) -> tuple[
         # One 64x64 granule on a grid every writer shares: its slice goes into the same stack as theirs.
         pixels = np.full((64, 64), 7, dtype="uint16")
         granule = georeferenced(pixels, "EPSG:32633", (10.0, 0.0, 500_000.0, 0.0, -10.0, 4_200_000.0))
-        placed, _ = stage_arrays(writer, items[0], {"band": granule})
+        placed, _ = stage_arrays(writer, items[0], {"B04": granule})
         items[0] = with_arrays_asset(items[0], arrays_asset(placed))
     writer.add_items(items)
     result = writer.commit(prefix)
