@@ -91,6 +91,23 @@ class Location:
     def tables_url(self) -> str:
         return self.join(TABLES_DIR)
 
+    def icechunk_config(self) -> icechunk.RepositoryConfig | None:
+        """What floe sets in Icechunk's configuration when it opens ``<root>/arrays`` (not saved in it).
+
+        On a local root, one read per object up to 12 MiB (Icechunk's own S3
+        default). Icechunk's defaults for local files split any object over
+        4 KiB into up to five ranged reads (``ideal_concurrent_request_size``
+        4096), so a 130 kB chunk took five opens: one read each halves the
+        system time of reading chunks (docs/pixels.md#reading-pixels). Object
+        storage keeps Icechunk's defaults (``None``).
+        """
+        if not self.is_local:
+            return None
+        concurrency = icechunk.StorageConcurrencySettings(
+            max_concurrent_requests_for_object=5, ideal_concurrent_request_size=12 * 2**20
+        )
+        return icechunk.RepositoryConfig(storage=icechunk.StorageSettings(concurrency=concurrency))
+
     def icechunk_storage(self) -> icechunk.Storage:
         """The Icechunk storage of ``<root>/arrays``."""
         if self.is_local:

@@ -107,7 +107,9 @@ class _Heads:
             raise RepositoryNotFound(f"no floe repository at {self.source_location.url}")
         captured = capture_refs(self.source.read(REPO_OBJECT))
         chosen = check_refs(names, captured) or sorted(set(captured.branches) | set(captured.tags))
-        self.source_repo = icechunk.Repository.open(self.source_location.icechunk_storage())
+        self.source_repo = icechunk.Repository.open(
+            self.source_location.icechunk_storage(), config=self.source_location.icechunk_config()
+        )
         existing = read_refs(self.target)
         if existing is not None and not existing.metadata.get(REPLICA_KEY):
             raise InvalidRoot(

@@ -19,6 +19,8 @@ Modules, in the order a commit flows through them:
 - ``_groups``: group existence and shared parents; ``_containers``: virtual chunk containers.
 - ``_read``: rows of the table, read by floe from its own files.
 - ``_snapshots``: what never changes about a snapshot (its pointer, a read-only session), read once.
+- ``_series``, ``_chunks``: many items' arrays as lazy time series; the chunks a selection needs, read at once and
+  cached.
 """
 
 from typing import TYPE_CHECKING
@@ -29,6 +31,7 @@ from ingest._lazy import lazy_names
 # only, not PyIceberg and PyArrow, which the table's modules import.
 if TYPE_CHECKING:
     from ingest.repository._catalog import PointerCatalog
+    from ingest.repository._chunks import chunk_cache, clear_chunk_cache, set_chunk_cache_size
     from ingest.repository._commit import (
         SOURCE_CURSORS,
         AppliedChange,
@@ -58,6 +61,7 @@ if TYPE_CHECKING:
 
 _HOMES = {
     **dict.fromkeys(("PointerCatalog",), "ingest.repository._catalog"),
+    **dict.fromkeys(("chunk_cache", "clear_chunk_cache", "set_chunk_cache_size"), "ingest.repository._chunks"),
     **dict.fromkeys(
         ("SOURCE_CURSORS", "AppliedChange", "Base", "CommitMetadata", "TableChange", "commit_change"),
         "ingest.repository._commit",
@@ -105,6 +109,8 @@ __all__ = [
     "by_file",
     "check_ref_name",
     "check_rooted",
+    "chunk_cache",
+    "clear_chunk_cache",
     "commit_change",
     "data_fragment",
     "data_manifests",
@@ -116,6 +122,7 @@ __all__ = [
     "recorded_table_location",
     "relative_to",
     "sentinel_branch",
+    "set_chunk_cache_size",
     "sketch_location",
 ]
 

@@ -91,8 +91,8 @@ def icechunk_repository(
     storage = location.icechunk_storage()
     with location.mutation_lock(), reaching(location):
         if not icechunk.Repository.exists(storage):
-            return icechunk.Repository.create(storage, config=config)
-        repo = icechunk.Repository.open(storage)
+            return _reading_tuned(icechunk.Repository.create(storage, config=config), location)
+        repo = icechunk.Repository.open(storage, config=location.icechunk_config())
         if first_commit_made(repo):
             raise RepositoryExists(f"a repository exists already at {location.url}")
         if not force:
@@ -100,7 +100,14 @@ def icechunk_repository(
             return repo
         log.warning("removing the half-made repository at %s (--force)", location.url)
         location.remove_contents()
-        return icechunk.Repository.create(storage, config=config)
+        return _reading_tuned(icechunk.Repository.create(storage, config=config), location)
+
+
+def _reading_tuned(repo: icechunk.Repository, location: Location) -> icechunk.Repository:
+    """``repo`` with floe's settings for reading ``location`` (:meth:`Location.icechunk_config`), which a new
+    repository's saved configuration does not hold."""
+    tuned = location.icechunk_config()
+    return repo if tuned is None else repo.reopen(config=tuned)
 
 
 class _InitialTable(TableChange):

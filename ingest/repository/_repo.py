@@ -146,7 +146,8 @@ class Repository:
         storage = location.icechunk_storage()
         with reaching(location):
             try:
-                repo = icechunk.Repository.open(storage)  # no exists() first: a round trip more on object storage
+                # No exists() first: a round trip more on object storage.
+                repo = icechunk.Repository.open(storage, config=location.icechunk_config())
             except icechunk.RepositoryNotFoundError:
                 location.probe()  # a missing bucket says so, rather than "no repository"
                 raise RepositoryNotFound(
