@@ -243,9 +243,9 @@ def measure(root: Path, stack: Stack, paths: list[Path], items: list[Any], round
             for name in order:
                 if name == "floe":
                     clear_floe_cache()
-                took, values[name] = timed(lambda name=name: readers[name](selection))
+                took, values[name] = timed(lambda name=name, selection=selection: readers[name](selection))
                 seconds[selection.kind].setdefault(name, []).append(took)
-            took, again = timed(lambda: readers["floe"](selection))
+            took, again = timed(lambda selection=selection: readers["floe"](selection))
             seconds[selection.kind].setdefault("floe, cache warm", []).append(took)
             expected = values["rasterio loop"]
             for name, got in [*values.items(), ("floe, cache warm", again)]:
@@ -253,7 +253,9 @@ def measure(root: Path, stack: Stack, paths: list[Path], items: list[Any], round
                     raise SystemExit(f"{stack.name} {selection}: {name} read other values than the rasterio loop")
             log(
                 f"{stack.name} round {number + 1} {selection.kind}: "
-                + ", ".join(f"{name} {seconds[selection.kind][name][-1] * 1000:.0f} ms" for name in seconds[selection.kind])
+                + ", ".join(
+                    f"{name} {seconds[selection.kind][name][-1] * 1000:.0f} ms" for name in seconds[selection.kind]
+                )
             )
     return {kind: {name: statistics.median(values) for name, values in by.items()} for kind, by in seconds.items()}
 
@@ -314,7 +316,9 @@ def main() -> None:
             shutil.rmtree(data, ignore_errors=True)
 
     print(f"**bench_read: median of {arguments.runs} rounds, each reader fresh, in a rotating order**\n")
-    print("| stack | selection | floe | rasterio loop | odc-stac | floe / rasterio | floe / odc-stac | floe, cache warm |")
+    print(
+        "| stack | selection | floe | rasterio loop | odc-stac | floe / rasterio | floe / odc-stac | floe, cache warm |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for stack, by_kind in results:
         for kind, medians in by_kind.items():
