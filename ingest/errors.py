@@ -9,7 +9,8 @@ that every error is in it)::
     │   ├── RepositoryNotFound
     │   ├── RefNotFound
     │   ├── CollectionNotFound
-    │   └── ItemNotFound
+    │   ├── ItemNotFound
+    │   └── TileOutsideBounds
     ├── AlreadyExists                                       409
     │   ├── RepositoryExists
     │   ├── RefExists
@@ -26,6 +27,7 @@ that every error is in it)::
     │   ├── NotVirtualizable
     │   ├── InvalidSearch
     │   │   └── RequestTooLarge
+    │   ├── InvalidTileRequest
     │   ├── InvalidDuration
     │   └── InvalidExportTarget
     ├── Conflict                      (retry or re-plan)    409
@@ -92,6 +94,12 @@ class ItemNotFound(NotFound):
 
 
 # -- already exists -------------------------------------------------------------------------------
+class TileOutsideBounds(NotFound):
+    """A map tile asked of an item's arrays lies outside them (titiler's convention: 404)."""
+
+    kind = "tile-outside-bounds"
+
+
 class AlreadyExists(FloeError):
     """Something to be created exists already."""
 
@@ -216,6 +224,13 @@ class RequestTooLarge(InvalidSearch):
     """An API request whose body is larger than the server reads (``api.max_body_bytes``)."""
 
     kind = "request-too-large"
+
+
+class InvalidTileRequest(InvalidInput):
+    """A map tile request floe cannot answer: a tile matrix set, zoom, asset, band, expression, rescale, colormap
+    or format it does not know; the message names which."""
+
+    kind = "invalid-tile-request"
 
 
 class InvalidDuration(InvalidInput):

@@ -46,6 +46,7 @@ from ingest.api._models import FloeFilterExtension, ItemsGetRequest, SearchGetRe
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._router import SCOPE_PINNED, SCOPE_REF, SCOPE_SNAPSHOT, RefRouter
 from ingest.api._search import SearchEngine
+from ingest.api._tiles import WEB_MAP_LINKS, tiles_router, web_map_link
 from ingest.api._transactions import TransactionsExtension, item_etag
 from ingest.errors import InvalidInput, ItemNotFound
 from ingest.repository import Repository
@@ -108,6 +109,12 @@ class FloeClient(BaseCoreClient):
                 {"rel": "root", "type": "application/json", "href": f"{base}/"},
                 *links,
             ]
+        tiles = web_map_link(base, item)
+        if tiles is not None:
+            links.append(tiles)
+            extensions = item.setdefault("stac_extensions", [])
+            if WEB_MAP_LINKS not in extensions:
+                extensions.append(WEB_MAP_LINKS)
         item["links"] = links
         return item
 
@@ -427,6 +434,7 @@ def create_app(
         items_get_request_model=items_model,
         response_class=_JSON,
     )
+    api.app.include_router(tiles_router(engine), tags=["Map tiles"])
     add_floe_exception_handlers(api.app)
     return RefRouter(
         api.app,

@@ -1,0 +1,227 @@
+"""Map tiles of an item's arrays at any ref (``ingest/api/_tiles.py``), through a real ``floe serve``.
+
+Three granules, one per CRS (UTM, geographic, polar stereographic), are
+written as COGs and copied into floe as an ingest copies them. A tile at a
+granule's centre, at a zoom where the granule covers several tiles, must
+hold what rio-tiler reads from the source COG for the same tile (same
+pixels, same mask, within nearest-neighbour resampling's edge differences),
+at a tag and at a snapshot. After the item is replaced on main, the tag's
+tile is unchanged and main's shows the new pixels. A matching
+``If-None-Match`` is answered 304; a tile outside the data is 404 and a bad
+request is 400 naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import warnings
+import zlib
+from pathlib import Path
+from typing import Any
+
+import httpx
+import morecantile
+import numpy as np
+import pytest
+import rasterio
+import rasterio.errors
+from rasterio.io import MemoryFile
+from rasterio.transform import from_origin
+from rio_tiler.io import Reader
+
+from ingest import Repository, Settings
+from ingest.pipeline import stage_arrays
+from ingest.rasters import read_granule
+from ingest.stac import arrays_asset, with_arrays_asset
+from tests.api._servers import FloeServer
+from tests.conftest import make_item
+
+pytestmark = pytest.mark.slow
+
+#: Per CRS: the granule's top-left corner and pixel size, and a zoom where it covers several web tiles.
+GRANULES = {
+    "utm": ("EPSG:32633", (500_000.0, 4_200_000.0), 10.0, 15),
+    "geographic": ("EPSG:4326", (11.0, 45.0), 0.0001, 15),
+    "polar": ("EPSG:3413", (0.0, -2_000_000.0), 10.0, 14),
+}
+SIZE = 384
+
+
+def _pixels(name: str, version: int = 0) -> np.ndarray:
+    rows, cols = np.mgrid[0:SIZE, 0:SIZE]
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + version)
+    field = 1000 + 20 * rows + 7 * cols + 3000 * version + rng.integers(0, 50, size=(SIZE, SIZE))
+    field[:40, :60] = 0  # nodata in a corner
+    return field.astype("uint16")[np.newaxis]
+
+
+def _write_cog(path: Path, name: str, version: int = 0) -> Path:
+    crs, origin, resolution, _ = GRANULES[name]
+    profile = {
+        "driver": "COG",
+        "width": SIZE,
+        "height": SIZE,
+        "count": 1,
+        "dtype": "uint16",
+        "nodata": 0,
+        "crs": crs,
+        "transform": from_origin(*origin, resolution, resolution),
+        "compress": "deflate",
+        "blocksize": 128,
+        "overviews": "NONE",
+    }
+    with rasterio.open(path, "w", **profile) as target:
+        target.write(_pixels(name, version))
+    return path
+
+
+def _stage(repo: Repository, cog: Path, name: str, *, replace: bool = False) -> None:
+    writer = repo.writer()
+    item = make_item(name, "tiles", when="2024-03-01T10:00:00Z")
+    writer.ensure_collection("tiles")
+    if replace:
+        from ingest.stac import read_arrays_asset
+
+        stored = writer.stored_items([("tiles", name)])[("tiles", name)]
+        writer.clear_pieces(read_arrays_asset(stored).pixels["B04"].pieces)
+    placed, _ = stage_arrays(writer, item, {"B04": read_granule(cog)})
+    writer.add_item(with_arrays_asset(item, arrays_asset(placed)), replace=replace)
+    writer.commit(f"{name} {'replaced' if replace else 'added'}")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    folder = tmp_path_factory.mktemp("tiles")
+    repo = Repository.create(folder / "repo", Settings())
+    cogs = {name: _write_cog(folder / f"{name}.tif", name) for name in GRANULES}
+    for name, cog in cogs.items():
+        _stage(repo, cog, name)
+    repo.tag("v1")
+    snapshot = repo.resolve("v1")
+    server = FloeServer(folder / "repo")
+    try:
+        yield server, repo, cogs, snapshot, folder
+    finally:
+        server.stop()
+
+
+def _centre_tile(cog: Path, zoom: int) -> morecantile.Tile:
+    with rasterio.open(cog) as source:
+        from rasterio.warp import transform_bounds
+
+        west, south, east, north = transform_bounds(source.crs, "EPSG:4326", *source.bounds)
+    return morecantile.tms.get("WebMercatorQuad").tile((west + east) / 2, (south + north) / 2, zoom)
+
+
+def _decoded(content: bytes) -> tuple[np.ndarray, np.ndarray]:
+    with MemoryFile(content) as memory, memory.open() as tile:
+        return tile.read(1), tile.read_masks(1) > 0
+
+
+def _agree(ours: tuple[np.ndarray, np.ndarray], theirs: tuple[np.ndarray, np.ndarray]) -> None:
+    (data, mask), (expected, expected_mask) = ours, theirs
+    assert expected_mask.any(), "the reference tile is empty: the test picked a tile outside the granule"
+    assert (mask == expected_mask).mean() > 0.98, "the masks differ beyond resampling's edge pixels"
+    both = mask & expected_mask
+    assert (data[both] == expected[both]).mean() > 0.98, "the pixels differ beyond resampling's edge pixels"
+
+
+@pytest.mark.parametrize("name", sorted(GRANULES))
+def test_a_tile_at_a_tag_and_a_snapshot_equals_rio_tiler_reading_the_cog(served, name: str) -> None:
+    server, _repo, cogs, snapshot, _folder = served
+    zoom = GRANULES[name][3]
+    tile = _centre_tile(cogs[name], zoom)
+    with Reader(str(cogs[name])) as reader:
+        reference = reader.tile(tile.x, tile.y, tile.z)
+    expected = (reference.data[0], ~reference.array.mask[0])
+    for ref in ("v1", snapshot):
+        item = f"{server.url}/refs/{ref}/collections/tiles/items/{name}"
+        response = httpx.get(f"{item}/tiles/WebMercatorQuad/{tile.z}/{tile.x}/{tile.y}.tif", timeout=60)
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("image/tiff")
+        assert "immutable" in response.headers["cache-control"]
+        _agree(_decoded(response.content), expected)
+
+
+def test_a_png_tile_decodes_and_a_matching_etag_is_304(served) -> None:
+    server, *_ = served
+    tile = _centre_tile(served[2]["utm"], 15)
+    url = f"{server.url}/refs/v1/collections/tiles/items/utm/tiles/WebMercatorQuad/{tile.z}/{tile.x}/{tile.y}.png"
+    first = httpx.get(url, params={"rescale": "0,8000", "colormap_name": "viridis"}, timeout=60)
+    assert first.status_code == 200 and first.headers["content-type"] == "image/png"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rasterio.errors.NotGeoreferencedWarning)  # a PNG carries no grid
+        with MemoryFile(first.content) as memory, memory.open() as png:
+            assert png.count == 4 and png.read(4).any(), "a colormapped PNG is RGBA with some opaque pixels"
+    again = httpx.get(
+        url, params={"rescale": "0,8000", "colormap_name": "viridis"}, headers={"If-None-Match": first.headers["etag"]}
+    )
+    assert again.status_code == 304 and not again.content
+    other = httpx.get(url, params={"rescale": "0,9000"}, headers={"If-None-Match": first.headers["etag"]})
+    assert other.status_code == 200, "another rendering of the tile is another representation"
+
+
+def test_the_tag_keeps_its_tile_when_main_replaces_the_item(served) -> None:
+    server, repo, cogs, _snapshot, folder = served
+    tile = _centre_tile(cogs["geographic"], 15)
+    path = f"collections/tiles/items/geographic/tiles/WebMercatorQuad/{tile.z}/{tile.x}/{tile.y}.tif"
+    before = httpx.get(f"{server.url}/refs/v1/{path}", timeout=60)
+    main_before = httpx.get(f"{server.url}/{path}", timeout=60)
+    assert main_before.headers["cache-control"] == "no-cache", "a branch's tile moves with it"
+    newer = _write_cog(folder / "geographic-v2.tif", "geographic", version=1)
+    _stage(repo, newer, "geographic", replace=True)
+
+    with Reader(str(newer)) as reader:
+        reference = reader.tile(tile.x, tile.y, tile.z)
+    main_after = httpx.get(f"{server.url}/{path}", timeout=60)
+    assert main_after.status_code == 200
+    assert main_after.headers["etag"] != main_before.headers["etag"]
+    _agree(_decoded(main_after.content), (reference.data[0], ~reference.array.mask[0]))
+    after = httpx.get(f"{server.url}/refs/v1/{path}", timeout=60)
+    assert after.content == before.content and after.headers["etag"] == before.headers["etag"]
+
+
+def test_items_with_arrays_carry_a_web_map_link_and_a_tilejson(served) -> None:
+    from rasterio.warp import transform_bounds
+
+    server, _repo, cogs, *_ = served
+    item = httpx.get(f"{server.url}/refs/v1/collections/tiles/items/utm", timeout=30).json()
+    (link,) = [link for link in item["links"] if link["rel"] == "xyz"]
+    assert link["href"].startswith(f"{server.url}/refs/v1/collections/tiles/items/utm/tiles/WebMercatorQuad/{{z}}/")
+    assert any("web-map-links" in extension for extension in item["stac_extensions"])
+    tilejson = httpx.get(
+        f"{server.url}/refs/v1/collections/tiles/items/utm/WebMercatorQuad/tilejson.json", params={"rescale": "0,8000"}
+    ).json()
+    assert tilejson["tiles"][0].endswith("/tiles/WebMercatorQuad/{z}/{x}/{y}.png?rescale=0%2C8000")
+    with rasterio.open(cogs["utm"]) as source:
+        expected = transform_bounds(source.crs, "EPSG:4326", *source.bounds)
+    np.testing.assert_allclose(tilejson["bounds"], expected, atol=1e-3)
+    with Reader(str(cogs["utm"])) as reader:
+        assert (tilejson["minzoom"], tilejson["maxzoom"]) == (reader.minzoom, reader.maxzoom)
+
+
+def test_outside_the_data_is_404_and_bad_requests_are_400_naming_what(served) -> None:
+    server, _repo, cogs, *_ = served
+    tile = _centre_tile(cogs["utm"], 15)
+    base = f"{server.url}/refs/v1/collections/tiles/items/utm/tiles/WebMercatorQuad"
+    far = httpx.get(f"{base}/15/0/0.png")
+    assert far.status_code == 404 and "outside" in far.json()["description"]
+    cases = {
+        f"{base}/15/{tile.x}/{tile.y}.bmp": "format",
+        f"{base}/99/0/0.png": "99/0/0",
+        f"{base}/3/9/0.png": "3/9/0",
+        f"{server.url}/refs/v1/collections/tiles/items/utm/tiles/NoSuchGrid/15/0/0.png": "NoSuchGrid",
+        f"{base}/15/{tile.x}/{tile.y}.png?expression=B04+%2B+nope": "expression",
+        f"{base}/15/{tile.x}/{tile.y}.png?assets=B99": "B99",
+        f"{base}/15/{tile.x}/{tile.y}.png?rescale=low": "rescale",
+        f"{base}/15/{tile.x}/{tile.y}.png?colormap_name=nope": "colormap_name",
+        f"{base}/15/{tile.x}/{tile.y}.png?bidx=2": "bidx",
+    }
+    for url, named in cases.items():
+        response = httpx.get(url, timeout=30)
+        assert response.status_code == 400, (url, response.status_code, response.text)
+        assert named in response.json()["description"], (url, response.text)
+    expression = httpx.get(f"{base}/15/{tile.x}/{tile.y}.tif?expression=B04*2", timeout=60)
+    plain = httpx.get(f"{base}/15/{tile.x}/{tile.y}.tif", timeout=60)
+    data, mask = _decoded(expression.content)
+    plain_data, _ = _decoded(plain.content)
+    assert np.allclose(data[mask], plain_data[mask].astype("float64") * 2)
