@@ -46,7 +46,7 @@ from ingest.api._models import FloeFilterExtension, ItemsGetRequest, SearchGetRe
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._router import SCOPE_PINNED, SCOPE_REF, SCOPE_SNAPSHOT, RefRouter
 from ingest.api._search import SearchEngine
-from ingest.api._tiles import WEB_MAP_LINKS, tiles_router, web_map_link
+from ingest.api._tile_routes import WEB_MAP_LINKS, tiles_router, web_map_link
 from ingest.api._transactions import TransactionsExtension, item_etag
 from ingest.errors import InvalidInput, ItemNotFound
 from ingest.repository import Repository

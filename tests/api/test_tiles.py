@@ -54,11 +54,11 @@ def _pixels(name: str, version: int = 0) -> np.ndarray:
     return field.astype("uint16")[np.newaxis]
 
 
-def _write_cog(path: Path, name: str, version: int = 0) -> Path:
+def _write_cog(path: Path, name: str, version: int = 0, *, width: int = SIZE) -> Path:
     crs, origin, resolution, _ = GRANULES[name]
     profile = {
         "driver": "COG",
-        "width": SIZE,
+        "width": width,
         "height": SIZE,
         "count": 1,
         "dtype": "uint16",
@@ -70,13 +70,21 @@ def _write_cog(path: Path, name: str, version: int = 0) -> Path:
         "overviews": "NONE",
     }
     with rasterio.open(path, "w", **profile) as target:
-        target.write(_pixels(name, version))
+        target.write(_pixels(name, version)[:, :, :width])
     return path
 
 
-def _stage(repo: Repository, cog: Path, name: str, *, replace: bool = False) -> None:
+def _stage(
+    repo: Repository, cog: Path, name: str, *, replace: bool = False, when: str = "2024-03-01T10:00:00Z"
+) -> None:
+    from rasterio.warp import transform_bounds
+
     writer = repo.writer()
-    item = make_item(name, "tiles", when="2024-03-01T10:00:00Z")
+    item = make_item(name, "tiles", when=when)
+    with rasterio.open(cog) as source:  # the footprint a search by bbox finds it by
+        west, south, east, north = transform_bounds(source.crs, "EPSG:4326", *source.bounds)
+    ring = [[west, south], [east, south], [east, north], [west, north], [west, south]]
+    item.update(geometry={"type": "Polygon", "coordinates": [ring]}, bbox=[west, south, east, north])
     writer.ensure_collection("tiles")
     if replace:
         from ingest.stac import read_arrays_asset
@@ -225,3 +233,42 @@ def test_outside_the_data_is_404_and_bad_requests_are_400_naming_what(served) ->
     data, mask = _decoded(expression.content)
     plain_data, _ = _decoded(plain.content)
     assert np.allclose(data[mask], plain_data[mask].astype("float64") * 2)
+
+
+def test_a_search_mosaic_puts_the_newest_item_on_top(served) -> None:
+    """A newer granule over the west half of the UTM one: main's mosaic takes its pixels there and the older
+    granule's elsewhere, as rio-tiler's mosaic of the two COGs (newest first) does; the tag, made before, shows
+    the older one alone."""
+    from rio_tiler.mosaic import mosaic_reader
+    from rio_tiler.mosaic.methods import FirstMethod
+
+    server, repo, cogs, _snapshot, folder = served
+    newer = _write_cog(folder / "utm-newer.tif", "utm", version=1, width=SIZE // 2)
+    _stage(repo, newer, "utm-newer", when="2024-04-01T10:00:00Z")
+    tile = _centre_tile(cogs["utm"], 15)
+
+    def reading(path: str, x: int, y: int, z: int) -> Any:
+        with Reader(path) as reader:
+            return reader.tile(x, y, z)
+
+    reference, _ = mosaic_reader(
+        [str(newer), str(cogs["utm"])], reading, tile.x, tile.y, tile.z, pixel_selection=FirstMethod()
+    )
+    path = f"search/tiles/WebMercatorQuad/{tile.z}/{tile.x}/{tile.y}.tif"
+    params = {"collections": "tiles", "assets": "B04"}
+    mosaic = httpx.get(f"{server.url}/{path}", params=params, timeout=60)
+    assert mosaic.status_code == 200, mosaic.text
+    data, mask = _decoded(mosaic.content)
+    _agree((data, mask), (reference.data[0], ~reference.array.mask[0]))
+    newer_only = reading(str(newer), tile.x, tile.y, tile.z)
+    assert (data[~newer_only.array.mask[0]] != 0).all() and newer_only.array.mask[0].any()
+
+    with Reader(str(cogs["utm"])) as reader:
+        older = reader.tile(tile.x, tile.y, tile.z)
+    at_tag = httpx.get(f"{server.url}/refs/v1/{path}", params=params, timeout=60)
+    _agree(_decoded(at_tag.content), (older.data[0], ~older.array.mask[0]))
+    assert "immutable" in at_tag.headers["cache-control"]
+    nothing = httpx.get(f"{server.url}/{path}", params={**params, "collections": "none-such"}, timeout=60)
+    assert nothing.status_code == 404
+    unnamed = httpx.get(f"{server.url}/{path}", params={"collections": "tiles"}, timeout=60)
+    assert unnamed.status_code == 400 and "assets" in unnamed.json()["description"]

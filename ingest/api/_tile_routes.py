@@ -1,0 +1,230 @@
+"""The map tile routes of the STAC API, at every ref: one item's tiles, a search's mosaic, TileJSON.
+
+``/collections/{c}/items/{id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}[.{format}]``,
+``/collections/{c}/items/{id}/{tileMatrixSetId}/tilejson.json`` and
+``/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}[.{format}]`` (the search in
+the query, newest on top), read at the snapshot the request's ref resolved
+to (``_router``). A tile at a tag or a snapshot never changes: its ``ETag``
+names the snapshot and it is ``immutable``. Drawing is ``_tiles``;
+docs/pixels.md#map-tiles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Query, Request, Response
+
+from ingest.api._request import SearchRequest
+from ingest.api._router import SCOPE_PINNED, SCOPE_REF, SCOPE_SNAPSHOT
+from ingest.api._tiles import (
+    FORMATS,
+    Rendering,
+    check_tile,
+    encode,
+    item_bands,
+    mosaic_tile,
+    render_tile,
+    tile_matrix_set,
+)
+from ingest.errors import InvalidTileRequest, ItemNotFound
+from ingest.stac import read_arrays_asset
+
+if TYPE_CHECKING:
+    from ingest.api._search import SearchEngine
+
+#: A year: what a tile at a tag or a snapshot may be kept for (it never changes).
+IMMUTABLE = "public, max-age=31536000, immutable"
+WEB_MAP_LINKS = "https://stac-extensions.github.io/web-map-links/v1.2.0/schema.json"
+
+
+def caching_headers(request: Request) -> dict[str, str]:
+    """``ETag`` (the snapshot and the request) and ``Cache-Control`` (immutable at a tag or a snapshot)."""
+    snapshot = request.scope[SCOPE_SNAPSHOT]
+    digest = hashlib.blake2b(str(request.url).encode(), digest_size=6).hexdigest()
+    pinned = bool(request.scope.get(SCOPE_PINNED)) or request.scope.get(SCOPE_REF) == snapshot
+    return {"ETag": f'"{snapshot}-{digest}"', "Cache-Control": IMMUTABLE if pinned else "no-cache"}
+
+
+def not_modified(request: Request, headers: dict[str, str]) -> bool:
+    """Whether the client holds this very tile already (its ``If-None-Match`` names the ETag)."""
+    asked = request.headers.get("if-none-match")
+    if not asked:
+        return False
+    return asked.strip() == "*" or headers["ETag"] in (tag.strip().removeprefix("W/") for tag in asked.split(","))
+
+
+def tiles_router(engine: SearchEngine) -> APIRouter:
+    """The tile routes, for the STAC API app (the ref router has put the snapshot in each request's scope)."""
+    from ingest.repository import View
+
+    router = APIRouter()
+
+    def item_at(request: Request, collection_id: str, item_id: str) -> tuple[Any, dict[str, Any]]:
+        snapshot_id = request.scope[SCOPE_SNAPSHOT]
+        engine.collection(snapshot_id, collection_id)
+        page = engine.search(
+            SearchRequest(collections=[collection_id], ids=[item_id], limit=1), snapshot_id=snapshot_id
+        )
+        if not page.items:
+            raise ItemNotFound(f"no item {item_id!r} in collection {collection_id!r} at this ref")
+        view = View(engine.repository, request.scope.get(SCOPE_REF) or snapshot_id, snapshot_id)
+        return view, page.items[0]
+
+    # The route with an extension first: FastAPI tries routes in the order they were added (innermost first).
+    @router.get("/collections/{collection_id}/items/{item_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
+    @router.get("/collections/{collection_id}/items/{item_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
+    def tile(  # noqa: PLR0917 - the route's parameters, passed by keyword by FastAPI
+        request: Request,
+        collection_id: str,
+        item_id: str,
+        tileMatrixSetId: str,  # titiler's and OGC's name
+        z: int,
+        x: int,
+        y: int,
+        extension: str = "png",
+        assets: Annotated[list[str] | None, Query(description="asset keys (default: every asset with arrays)")] = None,
+        bidx: Annotated[list[int] | None, Query(description="band numbers, from 1, of each asset")] = None,
+        expression: Annotated[str | None, Query(description="band math: b1.., {asset}_b{n} or {asset}")] = None,
+        rescale: Annotated[list[str] | None, Query(description="min,max of each band, to 0-255")] = None,
+        colormap_name: Annotated[str | None, Query(description="a rio-tiler colormap for one band")] = None,
+        tilesize: Annotated[int | None, Query(description="pixels of a side (default: the tile matrix's)")] = None,
+    ) -> Response:
+        if extension not in FORMATS:
+            raise InvalidTileRequest(f"format {extension!r}: give one of {', '.join(FORMATS)}")
+        rendering = Rendering.of(
+            assets=assets,
+            bidx=bidx,
+            expression=expression,
+            rescale=rescale,
+            colormap_name=colormap_name,
+            tilesize=tilesize,
+        )
+        tms = tile_matrix_set(tileMatrixSetId)
+        headers = caching_headers(request)
+        if not_modified(request, headers):
+            return Response(status_code=304, headers=headers)
+        view, item = item_at(request, collection_id, item_id)
+        image = render_tile(item_bands(view, item, rendering.assets), tms, (z, x, y), rendering)
+        content = encode(image, extension, rendering.colormap_name)
+        return Response(content, media_type=FORMATS[extension][1], headers=headers)
+
+    @router.get("/collections/{collection_id}/items/{item_id}/{tileMatrixSetId}/tilejson.json")
+    def tilejson(  # noqa: PLR0917 - the route's parameters, passed by keyword by FastAPI
+        request: Request,
+        collection_id: str,
+        item_id: str,
+        tileMatrixSetId: str,  # titiler's and OGC's name
+        tile_format: Annotated[str, Query(description="the format of the tiles it points to")] = "png",
+        assets: Annotated[list[str] | None, Query()] = None,
+        minzoom: Annotated[int | None, Query()] = None,
+        maxzoom: Annotated[int | None, Query()] = None,
+    ) -> dict[str, Any]:
+        from rio_tiler.io import XarrayReader
+
+        if tile_format not in FORMATS:
+            raise InvalidTileRequest(f"tile_format {tile_format!r}: give one of {', '.join(FORMATS)}")
+        tms = tile_matrix_set(tileMatrixSetId)
+        view, item = item_at(request, collection_id, item_id)
+        bands = item_bands(view, item, tuple(assets) if assets else None)
+        with XarrayReader(bands[0][1], tms=tms) as reader:
+            low, high = reader.minzoom, reader.maxzoom
+            west, south, east, north = reader.get_geographic_bounds(tms.rasterio_geographic_crs)
+        low = minzoom if minzoom is not None else low
+        high = maxzoom if maxzoom is not None else high
+        query = request.url.query
+        kept = "&".join(
+            part for part in query.split("&") if part and not part.startswith(("tile_format=", "minzoom=", "maxzoom="))
+        )
+        base = str(request.base_url).rstrip("/") + request.scope.get("root_path", "")
+        url = (
+            f"{base}/collections/{quote(collection_id, safe='')}/items/{quote(item_id, safe='')}/tiles/"
+            f"{tileMatrixSetId}/{{z}}/{{x}}/{{y}}.{tile_format}"
+        )
+        return {
+            "tilejson": "3.0.0",
+            "name": item_id,
+            "version": "1.0.0",
+            "scheme": "xyz",
+            "tiles": [f"{url}?{kept}" if kept else url],
+            "minzoom": low,
+            "maxzoom": high,
+            "bounds": [west, south, east, north],
+            "center": [(west + east) / 2, (south + north) / 2, low],
+        }
+
+    # The route with an extension first, as for an item's tiles.
+    @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
+    @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
+    def search_tile(  # noqa: PLR0917 - the route's parameters, passed by keyword by FastAPI
+        request: Request,
+        tileMatrixSetId: str,  # titiler's and OGC's name
+        z: int,
+        x: int,
+        y: int,
+        extension: str = "png",
+        collections: Annotated[str | None, Query(description="comma-separated collection ids")] = None,
+        datetime: Annotated[str | None, Query(description="an RFC 3339 date-time or interval")] = None,
+        filter: Annotated[str | None, Query(description="a CQL2 filter")] = None,
+        filter_lang: Annotated[str | None, Query(alias="filter-lang")] = None,
+        max_items: Annotated[int, Query(ge=1, le=500, description="items read at most, newest first")] = 50,
+        assets: Annotated[list[str] | None, Query(description="asset keys to draw (needed)")] = None,
+        bidx: Annotated[list[int] | None, Query()] = None,
+        expression: Annotated[str | None, Query()] = None,
+        rescale: Annotated[list[str] | None, Query()] = None,
+        colormap_name: Annotated[str | None, Query()] = None,
+        tilesize: Annotated[int | None, Query()] = None,
+    ) -> Response:
+        if extension not in FORMATS:
+            raise InvalidTileRequest(f"format {extension!r}: give one of {', '.join(FORMATS)}")
+        rendering = Rendering.of(
+            assets=assets,
+            bidx=bidx,
+            expression=expression,
+            rescale=rescale,
+            colormap_name=colormap_name,
+            tilesize=tilesize,
+        )
+        tms = tile_matrix_set(tileMatrixSetId)
+        headers = caching_headers(request)
+        if not_modified(request, headers):
+            return Response(status_code=304, headers=headers)
+        from morecantile import Tile
+
+        check_tile(tms, (z, x, y))
+        west, south, east, north = tms.bounds(Tile(x=x, y=y, z=z))
+        snapshot_id = request.scope[SCOPE_SNAPSHOT]
+        search = SearchRequest(
+            collections=collections.split(",") if collections else None,
+            datetime=datetime,
+            filter=filter,
+            filter_lang=filter_lang,
+            bbox=[west, south, east, north],
+            sortby="-datetime",
+            limit=max_items,
+        )
+        items = engine.search(search, snapshot_id=snapshot_id).items
+        view = View(engine.repository, request.scope.get(SCOPE_REF) or snapshot_id, snapshot_id)
+        image = mosaic_tile(view, items, tms, (z, x, y), rendering)
+        content = encode(image, extension, rendering.colormap_name)
+        return Response(content, media_type=FORMATS[extension][1], headers=headers)
+
+    return router
+
+
+def web_map_link(base: str, item: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``xyz`` link (web-map-links extension) that draws ``item``'s arrays on a web map, if it has any."""
+    arrays = read_arrays_asset(item)
+    if arrays is None or not item.get("collection"):
+        return None
+    keys = sorted(arrays.pixels)
+    query = "&".join(f"assets={quote(key, safe='')}" for key in keys[:1])
+    collection, item_id = quote(str(item["collection"]), safe=""), quote(str(item["id"]), safe="")
+    return {
+        "rel": "xyz",
+        "type": "image/png",
+        "title": f"{keys[0]} of this release" if keys else "arrays",
+        "href": f"{base}/collections/{collection}/items/{item_id}/tiles/WebMercatorQuad/{{z}}/{{x}}/{{y}}.png?{query}",
+    }
