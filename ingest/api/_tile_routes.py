@@ -23,13 +23,14 @@ from ingest.api._tiles import (
     FORMATS,
     Rendering,
     check_tile,
+    empty_tile,
     encode,
     item_bands,
     mosaic_tile,
     render_tile,
     tile_matrix_set,
 )
-from ingest.errors import InvalidTileRequest, ItemNotFound
+from ingest.errors import InvalidTileRequest, ItemNotFound, TileOutsideBounds
 from ingest.stac import read_arrays_asset
 
 if TYPE_CHECKING:
@@ -58,21 +59,32 @@ def not_modified(request: Request, headers: dict[str, str]) -> bool:
 
 def tiles_router(engine: SearchEngine) -> APIRouter:
     """The tile routes, for the STAC API app (the ref router has put the snapshot in each request's scope)."""
+    router = APIRouter()
+    _item_tiles(router, engine)
+    _item_tilejson(router, engine)
+    _search_tiles(router, engine)
+    return router
+
+
+def _view(engine: SearchEngine, request: Request) -> Any:
+    """The repository at the snapshot the request's ref resolved to."""
     from ingest.repository import View
 
-    router = APIRouter()
+    snapshot_id = request.scope[SCOPE_SNAPSHOT]
+    return View(engine.repository, request.scope.get(SCOPE_REF) or snapshot_id, snapshot_id)
 
-    def item_at(request: Request, collection_id: str, item_id: str) -> tuple[Any, dict[str, Any]]:
-        snapshot_id = request.scope[SCOPE_SNAPSHOT]
-        engine.collection(snapshot_id, collection_id)
-        page = engine.search(
-            SearchRequest(collections=[collection_id], ids=[item_id], limit=1), snapshot_id=snapshot_id
-        )
-        if not page.items:
-            raise ItemNotFound(f"no item {item_id!r} in collection {collection_id!r} at this ref")
-        view = View(engine.repository, request.scope.get(SCOPE_REF) or snapshot_id, snapshot_id)
-        return view, page.items[0]
 
+def _item_at(engine: SearchEngine, request: Request, collection_id: str, item_id: str) -> tuple[Any, dict[str, Any]]:
+    """The view at the request's snapshot and the item there (``CollectionNotFound``, ``ItemNotFound``)."""
+    snapshot_id = request.scope[SCOPE_SNAPSHOT]
+    engine.collection(snapshot_id, collection_id)
+    page = engine.search(SearchRequest(collections=[collection_id], ids=[item_id], limit=1), snapshot_id=snapshot_id)
+    if not page.items:
+        raise ItemNotFound(f"no item {item_id!r} in collection {collection_id!r} at this ref")
+    return _view(engine, request), page.items[0]
+
+
+def _item_tiles(router: APIRouter, engine: SearchEngine) -> None:
     # The route with an extension first: FastAPI tries routes in the order they were added (innermost first).
     @router.get("/collections/{collection_id}/items/{item_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
     @router.get("/collections/{collection_id}/items/{item_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
@@ -106,11 +118,16 @@ def tiles_router(engine: SearchEngine) -> APIRouter:
         headers = caching_headers(request)
         if not_modified(request, headers):
             return Response(status_code=304, headers=headers)
-        view, item = item_at(request, collection_id, item_id)
-        image = render_tile(item_bands(view, item, rendering.assets), tms, (z, x, y), rendering)
+        view, item = _item_at(engine, request, collection_id, item_id)
+        try:
+            image = render_tile(item_bands(view, item, rendering.assets), tms, (z, x, y), rendering)
+        except TileOutsideBounds:  # a map asks for every tile in view: beyond the item's arrays, an empty one
+            image = empty_tile(tms, (z, x, y), rendering)
         content = encode(image, extension, rendering.colormap_name)
         return Response(content, media_type=FORMATS[extension][1], headers=headers)
 
+
+def _item_tilejson(router: APIRouter, engine: SearchEngine) -> None:
     @router.get("/collections/{collection_id}/items/{item_id}/{tileMatrixSetId}/tilejson.json")
     def tilejson(  # noqa: PLR0917 - the route's parameters, passed by keyword by FastAPI
         request: Request,
@@ -127,7 +144,7 @@ def tiles_router(engine: SearchEngine) -> APIRouter:
         if tile_format not in FORMATS:
             raise InvalidTileRequest(f"tile_format {tile_format!r}: give one of {', '.join(FORMATS)}")
         tms = tile_matrix_set(tileMatrixSetId)
-        view, item = item_at(request, collection_id, item_id)
+        view, item = _item_at(engine, request, collection_id, item_id)
         bands = item_bands(view, item, tuple(assets) if assets else None)
         with XarrayReader(bands[0][1], tms=tms) as reader:
             low, high = reader.minzoom, reader.maxzoom
@@ -155,6 +172,8 @@ def tiles_router(engine: SearchEngine) -> APIRouter:
             "center": [(west + east) / 2, (south + north) / 2, low],
         }
 
+
+def _search_tiles(router: APIRouter, engine: SearchEngine) -> None:
     # The route with an extension first, as for an item's tiles.
     @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
     @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
@@ -206,12 +225,12 @@ def tiles_router(engine: SearchEngine) -> APIRouter:
             limit=max_items,
         )
         items = engine.search(search, snapshot_id=snapshot_id).items
-        view = View(engine.repository, request.scope.get(SCOPE_REF) or snapshot_id, snapshot_id)
-        image = mosaic_tile(view, items, tms, (z, x, y), rendering)
+        try:
+            image = mosaic_tile(_view(engine, request), items, tms, (z, x, y), rendering)
+        except TileOutsideBounds:
+            image = empty_tile(tms, (z, x, y), rendering)
         content = encode(image, extension, rendering.colormap_name)
         return Response(content, media_type=FORMATS[extension][1], headers=headers)
-
-    return router
 
 
 def web_map_link(base: str, item: dict[str, Any]) -> dict[str, Any] | None:

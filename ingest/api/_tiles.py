@@ -207,6 +207,19 @@ def _with_expression(image: ImageData, expression: str, names: list[str], keys: 
         raise InvalidTileRequest(f"expression {expression!r}: {error}") from None
 
 
+def empty_tile(tms: Any, tile: tuple[int, int, int], rendering: Rendering) -> ImageData:
+    """A tile with no data (every pixel masked: a transparent PNG), of the size :func:`read_tile` would give."""
+    import numpy as np
+    from rio_tiler.models import ImageData
+
+    z, _, _ = tile
+    matrix = tms.matrix(z)
+    height, width = (
+        (rendering.tilesize, rendering.tilesize) if rendering.tilesize else (matrix.tileHeight, matrix.tileWidth)
+    )
+    return ImageData(np.ma.MaskedArray(np.zeros((1, height, width), dtype="uint8"), mask=True))
+
+
 def encode(image: ImageData, extension: str, colormap_name: str | None) -> bytes:
     """The image in format ``extension`` (a key of :data:`FORMATS`), colored by ``colormap_name`` if given."""
     from rasterio.errors import RasterioError

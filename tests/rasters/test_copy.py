@@ -263,7 +263,7 @@ def test_item_arrays_are_what_rioxarray_reads_and_the_stack_is_georeferenced(rep
 
     # The stack itself is a plain georeferenced Dataset: any xarray reads it without floe.
     (piece,) = read_arrays_asset(view.item("c", "item1")).pixels["visual"].pieces
-    stack = xr.open_zarr(view.session.store, group=piece.stack, consolidated=False)
+    stack = xr.open_zarr(view.session.store, group=piece.stack, consolidated=False, chunks=None)
     assert stack.rio.crs == CRS.from_user_input(UTM)
     row, column, height, width = piece.window
     np.testing.assert_array_equal(stack.x.values[column : column + width], item.x.values)
@@ -307,7 +307,7 @@ def test_nodata_and_scale_offset_are_kept_as_cf_attributes(repo, rasters):
 
     # The stacks' own arrays carry the same attributes: xarray decodes a stack the same way.
     (piece,) = read_arrays_asset(view.item("c", "item1")).pixels["scl"].pieces
-    stack = xr.open_zarr(view.session.store, group=piece.stack, consolidated=False)
+    stack = xr.open_zarr(view.session.store, group=piece.stack, consolidated=False, chunks=None)
     row, column, height, width = piece.window
     window = stack.scl.isel(slot=piece.slot, y=slice(row, row + height), x=slice(column, column + width))
     np.testing.assert_allclose(window.values, decoded_scl.values, equal_nan=True)
