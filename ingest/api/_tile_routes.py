@@ -240,6 +240,9 @@ def web_map_link(base: str, item: dict[str, Any]) -> dict[str, Any] | None:
         return None
     keys = sorted(arrays.pixels)
     query = "&".join(f"assets={quote(key, safe='')}" for key in keys[:1])
+    stretch = _statistics(item.get("assets", {}).get(keys[0]) or {})
+    if stretch is not None:
+        query += f"&rescale={stretch[0]:g},{stretch[1]:g}"
     collection, item_id = quote(str(item["collection"]), safe=""), quote(str(item["id"]), safe="")
     return {
         "rel": "xyz",
@@ -247,3 +250,16 @@ def web_map_link(base: str, item: dict[str, Any]) -> dict[str, Any] | None:
         "title": f"{keys[0]} of this release" if keys else "arrays",
         "href": f"{base}/collections/{collection}/items/{item_id}/tiles/WebMercatorQuad/{{z}}/{{x}}/{{y}}.png?{query}",
     }
+
+
+def _statistics(asset: dict[str, Any]) -> tuple[float, float] | None:
+    """The first band's minimum and maximum, as the asset states them (the raster extension's ``raster:bands``, or
+    STAC 1.1's ``bands``): the stretch a web map needs for pixels that are not 8-bit."""
+    for field in ("raster:bands", "bands"):
+        bands = asset.get(field)
+        if isinstance(bands, list) and bands and isinstance(bands[0], dict):
+            statistics = bands[0].get("statistics") or {}
+            low, high = statistics.get("minimum"), statistics.get("maximum")
+            if isinstance(low, int | float) and isinstance(high, int | float) and high > low:
+                return float(low), float(high)
+    return None

@@ -61,8 +61,18 @@ def stage_cog(
     item = make_item(name, "tiles", when=when)
     with rasterio.open(cog) as source:  # the footprint a search by bbox finds it by
         west, south, east, north = transform_bounds(source.crs, "EPSG:4326", *source.bounds)
+        valid = source.read(1, masked=True)
     ring = [[west, south], [east, south], [east, north], [west, north], [west, south]]
     item.update(geometry={"type": "Polygon", "coordinates": [ring]}, bbox=[west, south, east, north])
+    # The source asset, with the statistics rio-stac would give it (the stretch of the item's web-map link).
+    statistics = {"minimum": int(valid.min()), "maximum": int(valid.max())}
+    item["assets"] = {
+        "B04": {
+            "href": str(cog),
+            "type": "image/tiff; application=geotiff",
+            "raster:bands": [{"statistics": statistics}],
+        }
+    }
     writer.ensure_collection("tiles")
     if replace:
         stored = writer.stored_items([("tiles", name)])[("tiles", name)]

@@ -132,6 +132,8 @@ def test_items_with_arrays_carry_a_web_map_link_and_a_tilejson(served) -> None:
     item = httpx.get(f"{server.url}/refs/v1/collections/tiles/items/utm", timeout=30).json()
     (link,) = [link for link in item["links"] if link["rel"] == "xyz"]
     assert link["href"].startswith(f"{server.url}/refs/v1/collections/tiles/items/utm/tiles/WebMercatorQuad/{{z}}/")
+    statistics = item["assets"]["B04"]["raster:bands"][0]["statistics"]
+    assert link["href"].endswith(f"?assets=B04&rescale={statistics['minimum']},{statistics['maximum']}")
     assert any("web-map-links" in extension for extension in item["stac_extensions"])
     tilejson = httpx.get(
         f"{server.url}/refs/v1/collections/tiles/items/utm/WebMercatorQuad/tilejson.json", params={"rescale": "0,8000"}
