@@ -127,12 +127,17 @@ def tile_list(items: list[dict], count: int) -> list[tuple[str, Path, int, int, 
 
     tms = morecantile.tms.get("WebMercatorQuad")
     rng = random.Random(7)
+    from rio_tiler.io import Reader
+
     candidates = []
     for item in items:
         west, south, east, north = item["bbox"]
-        for zoom in (11, 12, 13, 14):
-            for tile in tms.tiles(west, south, east, north, [zoom]):
-                candidates.append((item["id"], Path(item["assets"]["B04"]["href"]), tile.z, tile.x, tile.y))
+        path = Path(item["assets"]["B04"]["href"])
+        with Reader(str(path)) as reader:  # not the tiles that only touch the granule's edge
+            for zoom in (11, 12, 13, 14):
+                for tile in tms.tiles(west, south, east, north, [zoom]):
+                    if reader.tile_exists(tile.x, tile.y, tile.z):
+                        candidates.append((item["id"], path, tile.z, tile.x, tile.y))
     return [rng.choice(candidates) for _ in range(count)]
 
 

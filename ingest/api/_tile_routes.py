@@ -12,6 +12,8 @@ docs/pixels.md#map-tiles.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
@@ -26,6 +28,7 @@ from ingest.api._tiles import (
     empty_tile,
     encode,
     item_bands,
+    load_tiling,
     mosaic_tile,
     render_tile,
     tile_matrix_set,
@@ -60,9 +63,10 @@ def not_modified(request: Request, headers: dict[str, str]) -> bool:
 def tiles_router(engine: SearchEngine) -> APIRouter:
     """The tile routes, for the STAC API app (the ref router has put the snapshot in each request's scope)."""
     router = APIRouter()
-    _item_tiles(router, engine)
-    _item_tilejson(router, engine)
-    _search_tiles(router, engine)
+    opened = OpenedItems(engine)
+    _item_tiles(router, opened)
+    _item_tilejson(router, opened)
+    _search_tiles(router, opened)
     return router
 
 
@@ -74,17 +78,57 @@ def _view(engine: SearchEngine, request: Request) -> Any:
     return View(engine.repository, request.scope.get(SCOPE_REF) or snapshot_id, snapshot_id)
 
 
-def _item_at(engine: SearchEngine, request: Request, collection_id: str, item_id: str) -> tuple[Any, dict[str, Any]]:
-    """The view at the request's snapshot and the item there (``CollectionNotFound``, ``ItemNotFound``)."""
+def _item_at(engine: SearchEngine, request: Request, collection_id: str, item_id: str) -> dict[str, Any]:
+    """The item at the request's snapshot (``CollectionNotFound``, ``ItemNotFound``)."""
     snapshot_id = request.scope[SCOPE_SNAPSHOT]
     engine.collection(snapshot_id, collection_id)
     page = engine.search(SearchRequest(collections=[collection_id], ids=[item_id], limit=1), snapshot_id=snapshot_id)
     if not page.items:
         raise ItemNotFound(f"no item {item_id!r} in collection {collection_id!r} at this ref")
-    return _view(engine, request), page.items[0]
+    return page.items[0]
 
 
-def _item_tiles(router: APIRouter, engine: SearchEngine) -> None:
+class OpenedItems:
+    """Items' lazy arrays (:func:`~ingest.api._tiles.item_bands`) by snapshot, collection, item and assets, the
+    ``size`` most recently used kept.
+
+    A map asks for a dozen tiles of one item at once, and a snapshot never
+    changes: the item's row and its arrays' metadata are read once, not per
+    tile (the pixels stay in the chunk cache, ``ingest.repository._chunks``).
+    """
+
+    def __init__(self, engine: SearchEngine, size: int = 256) -> None:
+        self.engine = engine
+        self.size = size
+        self._entries: OrderedDict[tuple[Any, ...], list[tuple[str, Any]]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def bands(
+        self, request: Request, collection_id: str, item_id: str, assets: tuple[str, ...] | None, item: Any = None
+    ) -> list[tuple[str, Any]]:
+        """The item's bands at the request's snapshot; ``item`` (its JSON, when a search gave it) spares a look-up.
+
+        Raises:
+            CollectionNotFound, ItemNotFound: no such collection or item there; the item has no arrays.
+            InvalidTileRequest: an asset the item has no arrays for.
+        """
+        key = (request.scope[SCOPE_SNAPSHOT], collection_id, item_id, assets)
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found
+        if item is None:
+            item = _item_at(self.engine, request, collection_id, item_id)
+        bands = item_bands(_view(self.engine, request), item, assets)
+        with self._lock:
+            self._entries[key] = bands
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return bands
+
+
+def _item_tiles(router: APIRouter, opened: OpenedItems) -> None:
     # The route with an extension first: FastAPI tries routes in the order they were added (innermost first).
     @router.get("/collections/{collection_id}/items/{item_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
     @router.get("/collections/{collection_id}/items/{item_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
@@ -104,6 +148,7 @@ def _item_tiles(router: APIRouter, engine: SearchEngine) -> None:
         colormap_name: Annotated[str | None, Query(description="a rio-tiler colormap for one band")] = None,
         tilesize: Annotated[int | None, Query(description="pixels of a side (default: the tile matrix's)")] = None,
     ) -> Response:
+        load_tiling()
         if extension not in FORMATS:
             raise InvalidTileRequest(f"format {extension!r}: give one of {', '.join(FORMATS)}")
         rendering = Rendering.of(
@@ -118,16 +163,16 @@ def _item_tiles(router: APIRouter, engine: SearchEngine) -> None:
         headers = caching_headers(request)
         if not_modified(request, headers):
             return Response(status_code=304, headers=headers)
-        view, item = _item_at(engine, request, collection_id, item_id)
+        bands = opened.bands(request, collection_id, item_id, rendering.assets)
         try:
-            image = render_tile(item_bands(view, item, rendering.assets), tms, (z, x, y), rendering)
+            image = render_tile(bands, tms, (z, x, y), rendering)
         except TileOutsideBounds:  # a map asks for every tile in view: beyond the item's arrays, an empty one
             image = empty_tile(tms, (z, x, y), rendering)
         content = encode(image, extension, rendering.colormap_name)
         return Response(content, media_type=FORMATS[extension][1], headers=headers)
 
 
-def _item_tilejson(router: APIRouter, engine: SearchEngine) -> None:
+def _item_tilejson(router: APIRouter, opened: OpenedItems) -> None:
     @router.get("/collections/{collection_id}/items/{item_id}/{tileMatrixSetId}/tilejson.json")
     def tilejson(  # noqa: PLR0917 - the route's parameters, passed by keyword by FastAPI
         request: Request,
@@ -141,11 +186,11 @@ def _item_tilejson(router: APIRouter, engine: SearchEngine) -> None:
     ) -> dict[str, Any]:
         from rio_tiler.io import XarrayReader
 
+        load_tiling()
         if tile_format not in FORMATS:
             raise InvalidTileRequest(f"tile_format {tile_format!r}: give one of {', '.join(FORMATS)}")
         tms = tile_matrix_set(tileMatrixSetId)
-        view, item = _item_at(engine, request, collection_id, item_id)
-        bands = item_bands(view, item, tuple(assets) if assets else None)
+        bands = opened.bands(request, collection_id, item_id, tuple(assets) if assets else None)
         with XarrayReader(bands[0][1], tms=tms) as reader:
             low, high = reader.minzoom, reader.maxzoom
             west, south, east, north = reader.get_geographic_bounds(tms.rasterio_geographic_crs)
@@ -173,7 +218,7 @@ def _item_tilejson(router: APIRouter, engine: SearchEngine) -> None:
         }
 
 
-def _search_tiles(router: APIRouter, engine: SearchEngine) -> None:
+def _search_tiles(router: APIRouter, opened: OpenedItems) -> None:
     # The route with an extension first, as for an item's tiles.
     @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
     @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
@@ -196,6 +241,7 @@ def _search_tiles(router: APIRouter, engine: SearchEngine) -> None:
         colormap_name: Annotated[str | None, Query()] = None,
         tilesize: Annotated[int | None, Query()] = None,
     ) -> Response:
+        load_tiling()
         if extension not in FORMATS:
             raise InvalidTileRequest(f"format {extension!r}: give one of {', '.join(FORMATS)}")
         rendering = Rendering.of(
@@ -224,9 +270,13 @@ def _search_tiles(router: APIRouter, engine: SearchEngine) -> None:
             sortby="-datetime",
             limit=max_items,
         )
-        items = engine.search(search, snapshot_id=snapshot_id).items
+        items = opened.engine.search(search, snapshot_id=snapshot_id).items
+
+        def bands_of(item: dict[str, Any]) -> list[tuple[str, Any]]:
+            return opened.bands(request, str(item["collection"]), str(item["id"]), rendering.assets, item)
+
         try:
-            image = mosaic_tile(_view(engine, request), items, tms, (z, x, y), rendering)
+            image = mosaic_tile(bands_of, items, tms, (z, x, y), rendering)
         except TileOutsideBounds:
             image = empty_tile(tms, (z, x, y), rendering)
         content = encode(image, extension, rendering.colormap_name)

@@ -10,6 +10,8 @@ tile is and how to ask for one: docs/pixels.md#map-tiles.
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,25 @@ from ingest.stac import read_arrays_asset
 if TYPE_CHECKING:
     import xarray as xr
     from rio_tiler.models import ImageData
+
+_loading = threading.Lock()
+
+
+def load_tiling() -> None:
+    """Import rio-tiler, morecantile and rioxarray once, under a lock, before a tile is drawn.
+
+    They load on the first tile, not when ``floe serve`` starts. Two threads
+    importing rio-tiler's submodules at once can meet its import cycle
+    half-initialised (``ImportError: cannot import name 'AsyncBaseReader'``,
+    seen under 10 clients), so the first request imports them all and the
+    others wait.
+    """
+    with _loading:
+        import morecantile  # noqa: F401
+        import rio_tiler.colormap
+        import rio_tiler.io
+        import rio_tiler.mosaic  # noqa: F401
+        import rioxarray  # noqa: F401
 
 
 #: Output formats, by the extension a tile's path ends with, and what each is sent as.
@@ -237,9 +258,15 @@ def encode(image: ImageData, extension: str, colormap_name: str | None) -> bytes
 
 
 def mosaic_tile(
-    view: Any, items: list[dict[str, Any]], tms: Any, tile: tuple[int, int, int], rendering: Rendering
+    bands_of: Callable[[dict[str, Any]], list[tuple[str, xr.DataArray]]],
+    items: list[dict[str, Any]],
+    tms: Any,
+    tile: tuple[int, int, int],
+    rendering: Rendering,
 ) -> ImageData:
     """The tile ``(z, x, y)`` of ``tms`` over ``items`` (newest first): each pixel from the first item that has it.
+
+    ``bands_of`` gives an item's bands (:func:`item_bands` with the rendering's assets, or a cache of them).
 
     Items without the rendering's assets are passed over; items are read
     only until the tile is full (rio-tiler's ``mosaic_reader``).
@@ -260,7 +287,7 @@ def mosaic_tile(
 
     def one(item: dict[str, Any], *_: Any, **__: Any) -> ImageData:
         try:
-            bands = item_bands(view, item, rendering.assets)
+            bands = bands_of(item)
         except (ItemNotFound, InvalidTileRequest):  # no arrays, or not these assets: another item may have them
             raise OutsideBounds(f"item {item['id']!r} has no arrays for {list(rendering.assets or ())}") from None
         image, item_names = read_tile(bands, tms, tile, rendering)
