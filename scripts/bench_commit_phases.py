@@ -1,16 +1,20 @@
 """Where a commit's time goes as history grows: phase timers around floe's commit path, early against late.
 
 Run:  .venv/bin/python scripts/bench_commit_phases.py 1000 /tmp/phases   (about a minute: 1,000 commits)
+      .venv/bin/python scripts/bench_commit_phases.py 5000 /tmp/phases --expire-keep 720
 
 Makes ``N`` commits of ``bench_commits.py``'s batch (10 items and one 64 x 64 granule) into a new repository at
 ``ROOT``, timing each commit and, inside it, the phases below (wrapped in this process only), then prints each
 phase's median over commits 5-15 against the last 10, with the ratio, and the sizes that grow with history:
 the metadata.json, the manifests of the current snapshot, and Icechunk's ``repo`` object (every branch, tag
 and snapshot of the repository, rewritten by each commit). Issue 52's flat-history item starts from this.
+With ``--expire-keep K``, ``floe gc --grace 0s --expire-older-than`` then expires all but the newest K commits
+(an hourly pipeline keeping 30 days: 720) and 20 more commits are timed: does expiry bring the cost back?
 """
 
 from __future__ import annotations
 
+import argparse
 import collections
 import functools
 import statistics
@@ -67,26 +71,62 @@ def summary(rows: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
     return out
 
 
-def main() -> None:
-    commits, root = int(sys.argv[1]), Path(sys.argv[2])
-    repository = Repository.create(root, Settings())
-    repository.ensure_groups(["bench"])
+def measured(repository: Repository, prefix: str, count: int) -> list[tuple[float, dict[str, float]]]:
+    """``count`` commits, each with its total and phase times."""
     rows = []
-    for number in range(commits):
+    for number in range(count):
         timers.clear()
         started = time.perf_counter()
-        bc.floe_commit(repository, f"h{number}", with_array=True)
+        bc.floe_commit(repository, f"{prefix}{number}", with_array=True)
         rows.append((time.perf_counter() - started, dict(timers)))
-    early, late = summary(rows[5:15]), summary(rows[-10:])
-    print(f"| phase | commits 5-15 (ms) | last 10 of {commits:,} (ms) | ratio |\n|---|---|---|---|")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("commits", type=int)
+    parser.add_argument("root", type=Path)
+    parser.add_argument(
+        "--expire-keep",
+        type=int,
+        default=None,
+        help="then expire all but the newest K commits (floe gc --grace 0s --expire-older-than) and time 20 more",
+    )
+    arguments = parser.parse_args()
+    commits, root = arguments.commits, arguments.root
+    repository = Repository.create(root, Settings())
+    repository.ensure_groups(["bench"])
+    rows, stamps = [], []
+    for number in range(commits):
+        rows += measured(repository, f"h{number}-", 1)
+        stamps.append(time.time())
+    repo_object = root / "arrays" / "repo"
+    columns = {"commits 5-15": summary(rows[5:15]), f"last 10 of {commits:,}": summary(rows[-10:])}
+    sizes = {"before": repo_object.stat().st_size}
+    if arguments.expire_keep is not None:
+        from datetime import timedelta
+
+        from ingest.lifecycle import gc
+
+        age = time.time() - stamps[-arguments.expire_keep]
+        started = time.perf_counter()
+        report = gc(repository, grace=timedelta(0), expire_older_than=timedelta(seconds=age))
+        print(f"gc with expiry: {time.perf_counter() - started:.1f} s, {len(report.deleted):,} files deleted")
+        repository = Repository.open(root, Settings())
+        columns[f"20 after expiring all but {arguments.expire_keep:,}"] = summary(measured(repository, "after-", 20))
+        sizes["after expiry"] = repo_object.stat().st_size
+    early = columns["commits 5-15"]
+    print("| phase | " + " | ".join(f"{name} (ms)" for name in columns) + " | last / early |")
+    print("|---|" + "---|" * len(columns) + "---|")
+    late = columns[f"last 10 of {commits:,}"]
     for label, value in early.items():
-        print(f"| {label} | {value * 1000:.1f} | {late[label] * 1000:.1f} | {late[label] / value:.2f}x |")
+        cells = " | ".join(f"{column.get(label, 0.0) * 1000:.1f}" for column in columns.values())
+        print(f"| {label} | {cells} | {late.get(label, 0.0) / value:.2f}x |")
     view = repository.view()
     manifests = len(view.table.current_snapshot().manifests(repository.io))
-    repo_object = root / "arrays" / "repo"
     print(
         f"\nmetadata.json {Path(view.metadata_location).stat().st_size:,} bytes; {manifests} manifests; "
-        f"Icechunk's repo object {repo_object.stat().st_size:,} bytes"
+        f"Icechunk's repo object: " + ", ".join(f"{size:,} bytes {when}" for when, size in sizes.items())
     )
 
 
