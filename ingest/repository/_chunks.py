@@ -134,7 +134,8 @@ async def read_chunks(
 
     ``arrays`` maps each path to its opened zarr ``AsyncArray`` (for the
     chunk keys and codecs); ``scope`` says which immutable state the store
-    shows (the repository and the snapshot), and keys the cache.
+    shows (the repository and the snapshot), and keys the cache; ``None``
+    (a store that may change, or one nobody named) reads past the cache.
     """
     wanted: dict[tuple[str, tuple[int, ...]], list[ChunkRead]] = {}
     for read in reads:
@@ -144,13 +145,14 @@ async def read_chunks(
 
     async def one(path: str, coords: tuple[int, ...], parts: list[ChunkRead]) -> None:
         key = (scope, path, coords)
-        found, chunk = _cache.get(key)
+        found, chunk = _cache.get(key) if scope is not None else (False, None)
         if not found:
             array = arrays[path]
             async with gate:
                 encoded = await store.get(f"{path}/{array.metadata.encode_chunk_key(coords)}", prototype=prototype)
             chunk = None if encoded is None else await _decode(array, encoded)
-            _cache.put(key, chunk)
+            if scope is not None:
+                _cache.put(key, chunk)
         _scatter(chunk, parts, out)
 
     await asyncio.gather(*(one(path, coords, parts) for (path, coords), parts in wanted.items()))

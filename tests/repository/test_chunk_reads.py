@@ -192,3 +192,16 @@ def test_a_local_repository_reads_each_object_in_one_request(tmp_path) -> None:
     saved = icechunk.Repository.fetch_config(created.location.icechunk_storage())
     assert saved.storage.concurrency.ideal_concurrent_request_size != 12 * 2**20
     assert Location.parse("s3://bucket/prefix", Settings()).icechunk_config() is None
+
+
+def test_a_read_without_a_scope_passes_the_cache_by(small_chunks: Repository) -> None:
+    """A ``PiecesArray`` given no scope (a store nobody named as immutable) neither fills nor reads the cache: two
+    repositories' arrays at the same path would otherwise share entries."""
+    from ingest.repository._series import PiecesArray
+
+    view = small_chunks.view()
+    where = read_arrays_asset(view.item("s2", "a")).pixels["data"]
+    lazy = PiecesArray(view.session.store, [where], np.dtype("uint16"), 0)
+    values = lazy._read((0, slice(None), slice(None), slice(None)))
+    np.testing.assert_array_equal(values, pixels("a"))
+    assert chunk_cache().size == 0 and chunk_cache().hits == 0
