@@ -10,6 +10,8 @@ the metadata.json, the manifests of the current snapshot, and Icechunk's ``repo`
 and snapshot of the repository, rewritten by each commit). Issue 52's flat-history item starts from this.
 With ``--expire-keep K``, ``floe gc --grace 0s --expire-older-than`` then expires all but the newest K commits
 (an hourly pipeline keeping 30 days: 720) and 20 more commits are timed: does expiry bring the cost back?
+``--updates-per-file U`` creates the repository with Icechunk's ``num_updates_per_repo_info_file`` at U (the
+ops log the repo object carries; 1,000 by default).
 """
 
 from __future__ import annotations
@@ -92,8 +94,25 @@ def main() -> None:
         default=None,
         help="then expire all but the newest K commits (floe gc --grace 0s --expire-older-than) and time 20 more",
     )
+    parser.add_argument(
+        "--updates-per-file",
+        type=int,
+        default=None,
+        help="Icechunk's num_updates_per_repo_info_file for the new repository (its default: 1,000)",
+    )
     arguments = parser.parse_args()
     commits, root = arguments.commits, arguments.root
+    if arguments.updates_per_file is not None:
+        import ingest.repository._repo as repo_module
+
+        made = repo_module.stack_config
+
+        def with_fewer_updates(split: int) -> object:
+            config = made(split)
+            config.num_updates_per_repo_info_file = arguments.updates_per_file
+            return config
+
+        repo_module.stack_config = with_fewer_updates  # type: ignore[assignment]
     repository = Repository.create(root, Settings())
     repository.ensure_groups(["bench"])
     rows, stamps = [], []
