@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request, Response
+from stac_fastapi.types.requests import get_base_url
 
 from ingest.api._request import SearchRequest
 from ingest.api._router import SCOPE_PINNED, SCOPE_REF, SCOPE_SNAPSHOT
@@ -200,7 +201,7 @@ def _item_tilejson(router: APIRouter, opened: OpenedItems) -> None:
         kept = "&".join(
             part for part in query.split("&") if part and not part.startswith(("tile_format=", "minzoom=", "maxzoom="))
         )
-        base = str(request.base_url).rstrip("/") + request.scope.get("root_path", "")
+        base = get_base_url(request).rstrip("/")  # the ref's root, as the API's own links are built
         url = (
             f"{base}/collections/{quote(collection_id, safe='')}/items/{quote(item_id, safe='')}/tiles/"
             f"{tileMatrixSetId}/{{z}}/{{x}}/{{y}}.{tile_format}"

@@ -138,7 +138,9 @@ def test_items_with_arrays_carry_a_web_map_link_and_a_tilejson(served) -> None:
     tilejson = httpx.get(
         f"{server.url}/refs/v1/collections/tiles/items/utm/WebMercatorQuad/tilejson.json", params={"rescale": "0,8000"}
     ).json()
-    assert tilejson["tiles"][0].endswith("/tiles/WebMercatorQuad/{z}/{x}/{y}.png?rescale=0%2C8000")
+    assert tilejson["tiles"] == [
+        f"{server.url}/refs/v1/collections/tiles/items/utm/tiles/WebMercatorQuad/{{z}}/{{x}}/{{y}}.png?rescale=0%2C8000"
+    ]
     with rasterio.open(cogs["utm"]) as source:
         expected = transform_bounds(source.crs, "EPSG:4326", *source.bounds)
     np.testing.assert_allclose(tilejson["bounds"], expected, atol=1e-3)
