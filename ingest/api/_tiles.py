@@ -42,6 +42,9 @@ def load_tiling() -> None:
         import rioxarray  # noqa: F401
 
 
+#: zlib's level for PNG tiles: 1 encodes a 256 px tile in 2.6 ms where GDAL's default (6) takes 13.2, for 11%
+#: more bytes (41 KiB against 37 on bench_tiles' tiles); a tile is drawn on every request, sent once.
+PNG_ZLEVEL = 1
 #: Output formats, by the extension a tile's path ends with, and what each is sent as.
 FORMATS = {
     "png": ("PNG", "image/png"),
@@ -249,8 +252,9 @@ def encode(image: ImageData, extension: str, colormap_name: str | None) -> bytes
 
     driver, _ = FORMATS[extension]
     colormap = cmap.get(colormap_name) if colormap_name else None
+    options: dict[str, Any] = {"ZLEVEL": PNG_ZLEVEL} if driver == "PNG" else {}
     try:
-        return image.render(img_format=driver, colormap=colormap)
+        return image.render(img_format=driver, colormap=colormap, **options)
     except (RioTilerError, RasterioError, ValueError) as error:  # e.g. uint16 in WEBP
         raise InvalidTileRequest(
             f"format {extension!r} cannot hold these pixels ({error}); rescale them (rescale=min,max) or ask for png"
