@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
@@ -129,6 +130,32 @@ class OpenedItems:
         return bands
 
 
+def _tile_response(
+    request: Request,
+    tile_matrix_set_id: str,
+    tile: tuple[int, int, int],
+    extension: str,
+    *,
+    rendering: Rendering,
+    draw: Callable[[Any], Any],
+) -> Response:
+    """The tile ``draw`` makes for the tile matrix set, encoded as ``extension``, with its caching headers: 304
+    when the client holds it already (nothing is drawn), an empty tile where there is no data (a map asks for
+    every tile in view)."""
+    if extension not in FORMATS:
+        raise InvalidTileRequest(f"format {extension!r}: give one of {', '.join(FORMATS)}")
+    tms = tile_matrix_set(tile_matrix_set_id)
+    headers = caching_headers(request)
+    if not_modified(request, headers):
+        return Response(status_code=304, headers=headers)
+    try:
+        image = draw(tms)
+    except TileOutsideBounds:
+        image = empty_tile(tms, tile, rendering)
+    content = encode(image, extension, rendering.colormap_name)
+    return Response(content, media_type=FORMATS[extension][1], headers=headers)
+
+
 def _item_tiles(router: APIRouter, opened: OpenedItems) -> None:
     # The route with an extension first: FastAPI tries routes in the order they were added (innermost first).
     @router.get("/collections/{collection_id}/items/{item_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
@@ -150,8 +177,6 @@ def _item_tiles(router: APIRouter, opened: OpenedItems) -> None:
         tilesize: Annotated[int | None, Query(description="pixels of a side (default: the tile matrix's)")] = None,
     ) -> Response:
         load_tiling()
-        if extension not in FORMATS:
-            raise InvalidTileRequest(f"format {extension!r}: give one of {', '.join(FORMATS)}")
         rendering = Rendering.of(
             assets=assets,
             bidx=bidx,
@@ -160,17 +185,12 @@ def _item_tiles(router: APIRouter, opened: OpenedItems) -> None:
             colormap_name=colormap_name,
             tilesize=tilesize,
         )
-        tms = tile_matrix_set(tileMatrixSetId)
-        headers = caching_headers(request)
-        if not_modified(request, headers):
-            return Response(status_code=304, headers=headers)
-        bands = opened.bands(request, collection_id, item_id, rendering.assets)
-        try:
-            image = render_tile(bands, tms, (z, x, y), rendering)
-        except TileOutsideBounds:  # a map asks for every tile in view: beyond the item's arrays, an empty one
-            image = empty_tile(tms, (z, x, y), rendering)
-        content = encode(image, extension, rendering.colormap_name)
-        return Response(content, media_type=FORMATS[extension][1], headers=headers)
+
+        def draw(tms: Any) -> Any:
+            bands = opened.bands(request, collection_id, item_id, rendering.assets)
+            return render_tile(bands, tms, (z, x, y), rendering)
+
+        return _tile_response(request, tileMatrixSetId, (z, x, y), extension, rendering=rendering, draw=draw)
 
 
 def _item_tilejson(router: APIRouter, opened: OpenedItems) -> None:
@@ -243,8 +263,6 @@ def _search_tiles(router: APIRouter, opened: OpenedItems) -> None:
         tilesize: Annotated[int | None, Query()] = None,
     ) -> Response:
         load_tiling()
-        if extension not in FORMATS:
-            raise InvalidTileRequest(f"format {extension!r}: give one of {', '.join(FORMATS)}")
         rendering = Rendering.of(
             assets=assets,
             bidx=bidx,
@@ -253,35 +271,29 @@ def _search_tiles(router: APIRouter, opened: OpenedItems) -> None:
             colormap_name=colormap_name,
             tilesize=tilesize,
         )
-        tms = tile_matrix_set(tileMatrixSetId)
-        headers = caching_headers(request)
-        if not_modified(request, headers):
-            return Response(status_code=304, headers=headers)
-        from morecantile import Tile
 
-        check_tile(tms, (z, x, y))
-        west, south, east, north = tms.bounds(Tile(x=x, y=y, z=z))
-        snapshot_id = request.scope[SCOPE_SNAPSHOT]
-        search = SearchRequest(
-            collections=collections.split(",") if collections else None,
-            datetime=datetime,
-            filter=filter,
-            filter_lang=filter_lang,
-            bbox=[west, south, east, north],
-            sortby="-datetime",
-            limit=max_items,
-        )
-        items = opened.engine.search(search, snapshot_id=snapshot_id).items
+        def draw(tms: Any) -> Any:
+            from morecantile import Tile
 
-        def bands_of(item: dict[str, Any]) -> list[tuple[str, Any]]:
-            return opened.bands(request, str(item["collection"]), str(item["id"]), rendering.assets, item)
+            check_tile(tms, (z, x, y))
+            west, south, east, north = tms.bounds(Tile(x=x, y=y, z=z))
+            search = SearchRequest(
+                collections=collections.split(",") if collections else None,
+                datetime=datetime,
+                filter=filter,
+                filter_lang=filter_lang,
+                bbox=[west, south, east, north],
+                sortby="-datetime",
+                limit=max_items,
+            )
+            items = opened.engine.search(search, snapshot_id=request.scope[SCOPE_SNAPSHOT]).items
 
-        try:
-            image = mosaic_tile(bands_of, items, tms, (z, x, y), rendering)
-        except TileOutsideBounds:
-            image = empty_tile(tms, (z, x, y), rendering)
-        content = encode(image, extension, rendering.colormap_name)
-        return Response(content, media_type=FORMATS[extension][1], headers=headers)
+            def bands_of(item: dict[str, Any]) -> list[tuple[str, Any]]:
+                return opened.bands(request, str(item["collection"]), str(item["id"]), rendering.assets, item)
+
+            return mosaic_tile(bands_of, items, tms, (z, x, y), rendering)
+
+        return _tile_response(request, tileMatrixSetId, (z, x, y), extension, rendering=rendering, draw=draw)
 
 
 def web_map_link(base: str, item: dict[str, Any]) -> dict[str, Any] | None:
