@@ -50,6 +50,7 @@ from ingest.api._tile_routes import WEB_MAP_LINKS, tiles_router, web_map_link
 from ingest.api._transactions import TransactionsExtension, item_etag
 from ingest.errors import InvalidInput, ItemNotFound
 from ingest.repository import Repository
+from ingest.stac import served_collection
 
 SNAPSHOT_HEADER = "Floe-Snapshot"
 """The response header naming the snapshot a page of items was read at (every page of a paged search names one)."""
@@ -118,8 +119,10 @@ class FloeClient(BaseCoreClient):
         item["links"] = links
         return item
 
-    def _collection_document(self, base: str, collection: dict[str, Any]) -> dict[str, Any]:
+    def _collection_document(self, base: str, collection: dict[str, Any], snapshot_id: str) -> dict[str, Any]:
         document = dict(collection)
+        if self.engine.has_stacks(snapshot_id, document["id"]):
+            document = served_collection(document, self.engine.arrays, snapshot_id)
         url = f"{base}/collections/{quote(document['id'], safe='')}"
         own = [
             link
@@ -205,9 +208,10 @@ class FloeClient(BaseCoreClient):
     def all_collections(self, **kwargs: Any) -> Response:  # type: ignore[override]  # a Response
         request: Request = kwargs["request"]
         base = self._base(request)
+        snapshot_id = _snapshot(request)
         collections = [
-            self._collection_document(base, collection)
-            for collection in self.engine.collections(_snapshot(request)).values()
+            self._collection_document(base, collection, snapshot_id)
+            for collection in self.engine.collections(snapshot_id).values()
         ]
         return _JSON(
             {
@@ -222,8 +226,9 @@ class FloeClient(BaseCoreClient):
 
     def get_collection(self, collection_id: str, **kwargs: Any) -> Response:  # type: ignore[override]  # a Response
         request: Request = kwargs["request"]
-        collection = self.engine.collection(_snapshot(request), collection_id)
-        return _JSON(self._collection_document(self._base(request), collection))
+        snapshot_id = _snapshot(request)
+        collection = self.engine.collection(snapshot_id, collection_id)
+        return _JSON(self._collection_document(self._base(request), collection, snapshot_id))
 
     def item_collection(  # type: ignore[override]  # a Response
         self,

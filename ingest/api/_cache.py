@@ -282,6 +282,8 @@ class SnapshotState:
     """Every live data file, in path order (token positions index this list)."""
     collections: dict[str, dict[str, Any]] | None = None
     """Collection documents by id, filled on first use (under ``lock``)."""
+    stacked: frozenset[str] = frozenset()
+    """The collections with stacks (arrays), filled with ``collections``."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     bounds: BoxBounds | None = None
     """The files' bbox bounds as arrays, made on first use (under ``lock``)."""

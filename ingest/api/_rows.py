@@ -22,7 +22,7 @@ import shapely
 from ingest.api._cache import FILE_INDEX, ROW_NUMBER, ColumnCache, SnapshotState
 from ingest.api._ids import IdIndexes
 from ingest.api._plan import RowTest, RowTests, SearchPlan, row_tests
-from ingest.stac import arrow_to_items, served_arrays_asset
+from ingest.stac import ServedArrays, arrow_to_items, served_arrays_asset
 
 NO_ROWS = np.empty(0, dtype=np.int64)
 POSITION = (FILE_INDEX, ROW_NUMBER)
@@ -37,13 +37,13 @@ _Out = TypeVar("_Out")
 class FileRows:
     """The rows of a snapshot's data files that searches read, through the engine's column cache and id indexes."""
 
-    def __init__(self, columns: ColumnCache, id_indexes: IdIndexes, reads_at_once: int, arrays_url: str) -> None:
+    def __init__(self, columns: ColumnCache, id_indexes: IdIndexes, reads_at_once: int, arrays: ServedArrays) -> None:
         self.columns = columns
         self.id_indexes = id_indexes
         self.reads_at_once = reads_at_once
         """Files read at once (1 on a local disk, where threads would only add their cost)."""
-        self.arrays_url = arrays_url
-        """Where the repository's arrays are: the served ``floe:arrays`` asset names it."""
+        self.arrays = arrays
+        """Where the repository's arrays are: the served ``floe:arrays`` and stack assets name it."""
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -167,8 +167,9 @@ class FileRows:
         return list(pool.map(on_pool, entries))
 
     def items(self, snapshot_id: str, table: pa.Table) -> list[dict[str, Any]]:
-        """The items of ``table``'s rows, their ``floe:arrays`` asset naming the arrays at ``snapshot_id``."""
-        return [served_arrays_asset(item, self.arrays_url, snapshot_id) for item in arrow_to_items(table)]
+        """The items of ``table``'s rows, their ``floe:arrays`` and stack assets naming the arrays at
+        ``snapshot_id``."""
+        return [served_arrays_asset(item, self.arrays, snapshot_id) for item in arrow_to_items(table)]
 
     def passing(self, test: RowTest, table: pa.Table) -> pa.Table:
         """The rows of ``table`` that pass the test's Arrow filter and geometries.

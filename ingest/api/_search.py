@@ -48,6 +48,7 @@ from ingest.api._sorted import sorted_page
 from ingest.api._turns import Turns
 from ingest.errors import CollectionNotFound, InvalidSearch, RefNotFound
 from ingest.repository import READS_AT_ONCE, Repository, data_manifests
+from ingest.stac import ServedArrays, s3_storage_scheme
 from ingest.storage import ARRAYS_DIR
 
 # Items of a file with a residual are built (and matched) this many rows at a time: a page that fills early
@@ -55,6 +56,18 @@ from ingest.storage import ARRAYS_DIR
 _RESIDUAL_CHUNK = 256
 _IDS_CHUNK_FILES = 64
 """Files a search by ids gathers rows from before it filters them together."""
+
+
+def served_arrays(repository: Repository) -> ServedArrays:
+    """Where ``repository``'s arrays are, as its served items say: the Icechunk repository, its bucket's storage
+    scheme on object storage, and the stacks' tile."""
+    location = repository.location
+    url = location.join(ARRAYS_DIR)
+    scheme = None
+    if not location.is_local:
+        s3 = location.s3
+        scheme = s3_storage_scheme(location.bucket, s3.region, s3.endpoint_url, anonymous=bool(s3.anonymous))
+    return ServedArrays(url, scheme, repository.settings.arrays.tile)
 
 
 class SearchEngine:
@@ -80,7 +93,8 @@ class SearchEngine:
         self.max_limit = max_limit
         self.refuse_over_limit = refuse_over_limit
         self.refuse_unknown_properties = refuse_unknown_properties
-        self.arrays_url = repository.location.join(ARRAYS_DIR)
+        self.arrays = served_arrays(repository)
+        """Where the arrays are, as served items say (``floe:arrays`` and the stacks' assets)."""
         # Files read at once: on object storage each read is a round trip, worth overlapping; on a local disk a
         # read takes microseconds once cached, and threads would only add their cost and contend for the GIL.
         self.reads_at_once = 1 if repository.location.is_local else READS_AT_ONCE
@@ -90,7 +104,7 @@ class SearchEngine:
         self.id_indexes = IdIndexes(repository.io, self.columns, self.manifests)
         self._snapshots = SnapshotCache(self._load_state)
         self._tags: dict[str, str] = {}
-        self.rows = FileRows(self.columns, self.id_indexes, self.reads_at_once, self.arrays_url)
+        self.rows = FileRows(self.columns, self.id_indexes, self.reads_at_once, self.arrays)
         """The rows of the data files a search reads, and the items they make (``_rows.py``)."""
         self.candidates = Candidates(
             self.columns, self.rows.overlapped, self.reads_at_once, self.rows.rows_of_ids_by_file
@@ -150,8 +164,14 @@ class SearchEngine:
             if state.collections is None:
                 # Named as a snapshot: one look-up, not a branch's and a tag's first (each a request on S3).
                 stored = self.repository.collections(f"snapshot:{snapshot_id}")
+                state.stacked = self.repository.stacked_collections(f"snapshot:{snapshot_id}")
                 state.collections = collection_documents(stored, extents(state, self.columns))
             return state.collections
+
+    def has_stacks(self, snapshot_id: str, collection_id: str) -> bool:
+        """Whether arrays were written to the collection at the snapshot (it has stacks)."""
+        self.collections(snapshot_id)
+        return collection_id in self.state(snapshot_id).stacked
 
     def collection(self, snapshot_id: str, collection_id: str) -> dict[str, Any]:
         """One collection's JSON at a snapshot; CollectionNotFound if it has neither a document nor items."""

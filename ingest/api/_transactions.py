@@ -31,7 +31,7 @@ from ingest.errors import (
     ReadOnlyRef,
     StaleVersion,
 )
-from ingest.stac import ARRAYS_ASSET, validate_item, with_arrays_asset, without_arrays_asset
+from ingest.stac import ARRAYS_ASSET, validate_item, with_arrays_asset, without_arrays_asset, without_served_assets
 
 if TYPE_CHECKING:
     from ingest.api._search import SearchEngine
@@ -48,7 +48,7 @@ Key = tuple[str, str]
 
 def item_etag(item: dict[str, Any]) -> str:
     """The entity tag of an item: a digest of what it stores (not its links, nor what serving adds)."""
-    body = {key: value for key, value in item.items() if key != "links"}
+    body = {key: value for key, value in without_served_assets(item).items() if key != "links"}
     assets = body.get("assets")
     if isinstance(assets, dict) and isinstance(assets.get(ARRAYS_ASSET), dict):
         asset = {key: value for key, value in assets[ARRAYS_ASSET].items() if key not in _SERVED_ONLY}
@@ -132,7 +132,8 @@ class TransactionsExtension(ApiExtension):
         return ref.split(":", 1)[1] if ref.startswith("branch:") else ref
 
     def _item(self, body: Any, collection_id: str, source: str, item_id: str | None = None) -> dict[str, Any]:
-        """A body's item, validated, in ``collection_id`` (and named ``item_id``); its ``floe:arrays`` dropped."""
+        """A body's item, validated, in ``collection_id`` (and named ``item_id``); its ``floe:arrays`` and the stacks'
+        assets a server adds dropped."""
         if not isinstance(body, dict) or body.get("type") != "Feature":
             raise InvalidItem("expected a STAC Item (a GeoJSON Feature)", source=source)
         if body.get("collection", collection_id) != collection_id:
@@ -143,7 +144,8 @@ class TransactionsExtension(ApiExtension):
             )
         if item_id is not None and body.get("id") != item_id:
             raise InvalidItem(f"the item's id {body.get('id')!r} is not the path's {item_id!r}", source=source)
-        item = validate_item(without_arrays_asset(body), source=source, default_collection=collection_id)
+        stored = without_arrays_asset(without_served_assets(body))
+        item = validate_item(stored, source=source, default_collection=collection_id)
         return item
 
     def _stored(self, writer: Writer, key: Key) -> dict[str, Any] | None:

@@ -40,6 +40,7 @@ from ingest.repository._history import LogEntry, Ref, check_ref_name, create_ref
 from ingest.repository._layout import check_repository_layout, root_attributes
 from ingest.repository._rooted import ITEMS_TABLE_DIR, check_rooted
 from ingest.repository._snapshots import KnownSnapshots
+from ingest.stac import STACKS
 from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
 
 if TYPE_CHECKING:
@@ -511,6 +512,18 @@ class Repository:
             if isinstance(stored, Mapping):
                 found[name] = dict(stored)
         return found
+
+    def stacked_collections(self, ref: str | None = None) -> frozenset[str]:
+        """The collections at ``ref`` that have stacks (arrays were written to them), by id.
+
+        Args:
+            ref: as for :meth:`collections`.
+
+        Raises:
+            RefNotFound: no branch, tag or snapshot of that name exists.
+        """
+        root = self.view(ref).arrays()
+        return frozenset(name for name, group in root.groups() if STACKS in group)
 
     # -- writing -----------------------------------------------------------------------------
     def writer(self, branch: str | None = None) -> Writer:

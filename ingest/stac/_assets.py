@@ -1,7 +1,7 @@
 """floe's STAC vocabulary: the ``floe:arrays`` asset that ties an item's row to its arrays.
 
-:func:`arrays_asset` builds its stored form, :func:`read_arrays_asset` reads it and :func:`served_arrays_asset` makes
-its served form; neither form is built or parsed anywhere else, and the names of the stack layout's nodes are
+:func:`arrays_asset` builds its stored form and :func:`read_arrays_asset` reads it (``ingest.stac._served`` makes
+its served form); neither form is built or parsed anywhere else, and the names of the stack layout's nodes are
 defined here too, since the asset refers to them. The asset's fields: docs/pixels.md#reading-without-floe.
 """
 
@@ -36,8 +36,6 @@ _VARIABLES = "floe:variables"
 _PIECES = "floe:pieces"
 _SOURCES = "floe:sources"
 _VIRTUAL = "floe:virtual"
-_REPOSITORY = "floe:repository"
-_SNAPSHOT = "floe:snapshot"
 
 
 @dataclass
@@ -214,17 +212,3 @@ def moved_slots(item: dict[str, Any], moves: Mapping[tuple[str, int], int]) -> d
         for key, where in asset[_PIECES].items()
     }
     return with_arrays_asset(item, {**asset, _PIECES: pieces})
-
-
-def served_arrays_asset(item: dict[str, Any], repository_url: str, snapshot_id: str) -> dict[str, Any]:
-    """Turn the item's stored ``floe:arrays`` asset, in place, into the form a server returns; returns ``item``.
-
-    ``href`` becomes the repository, and ``floe:repository`` and
-    ``floe:snapshot`` say which repository, at which version, the pieces are in.
-    """
-    asset = (item.get("assets") or {}).get(ARRAYS_ASSET)
-    if isinstance(asset, dict):
-        asset[_SNAPSHOT] = snapshot_id
-        asset[_REPOSITORY] = repository_url
-        asset["href"] = repository_url
-    return item

@@ -1,7 +1,7 @@
 """Run stac-api-validator offline: the JSON schemas it fetches come from tests/data/stac-schemas.
 
 The validator (and stac-validator, stac-check and pystac under it) fetch
-schemas with urllib and requests from schemas.stacspec.org,
+schemas with urllib, urllib3 (pystac's own validation) and requests from schemas.stacspec.org,
 stac-extensions.github.io and geojson.org. This script serves the vendored
 copies from a local HTTP server on 127.0.0.1 and rewrites those URLs to it
 before running the validator in-process; any other URL is left alone (and
@@ -61,6 +61,14 @@ def patch(base: str) -> None:
         return original_request(self, method, local(str(url), base), *args, **kwargs)
 
     requests.Session.request = session_request  # type: ignore[method-assign]
+    import urllib3
+
+    original_pool_request = urllib3.PoolManager.request
+
+    def pool_request(self, method, url, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return original_pool_request(self, method, local(str(url), base), *args, **kwargs)
+
+    urllib3.PoolManager.request = pool_request  # type: ignore[method-assign]
     import stac_validator.utilities
 
     stac_validator.utilities.urlopen = urlopen  # imported by name

@@ -4,7 +4,7 @@ the search's cursor, and each collection fetched before its first item.
 
 Items and collections read from an API lose the links an API makes for itself (``self``, ``root``, ``parent``,
 ``collection``, ...): floe's API makes its own. A ``floe:arrays`` asset names the other repository's arrays and is
-dropped too.
+dropped too, with the stacks' assets served beside it (and a collection's asset of the whole store).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 from ingest.pipeline.sources._api_io import failure_reason
 from ingest.pipeline.sources._api_lanes import Window, outside, owned, timestamp
-from ingest.stac import ARRAYS_ASSET
+from ingest.stac import ARRAYS_ASSET, without_served_assets
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +127,10 @@ def strip_links(document: dict[str, Any], structural: frozenset[str]) -> dict[st
 
 
 def item_from_api(item: dict[str, Any]) -> dict[str, Any]:
-    """A page's item without the links the API writes about it, nor a floe source's arrays asset.
+    """A page's item without the links the API writes about it, nor a floe source's arrays and stacks' assets.
 
-    Changed in place, not copied: the page was decoded for this search alone.
+    Changed in place, not copied: the page was decoded for this search alone
+    (a floe source's stack assets are dropped on a copy, the rare case).
     """
     links = item.get("links")
     if isinstance(links, list) and links:
@@ -137,7 +138,7 @@ def item_from_api(item: dict[str, Any]) -> dict[str, Any]:
     assets = item.get("assets")
     if isinstance(assets, dict) and ARRAYS_ASSET in assets:
         item["assets"] = {key: value for key, value in assets.items() if key != ARRAYS_ASSET}
-    return item
+    return without_served_assets(item)
 
 
 def collection_url(root: str, collection_id: str) -> str:
@@ -146,7 +147,8 @@ def collection_url(root: str, collection_id: str) -> str:
 
 
 def fetch_collection(io: Any, root: str, collection_id: str) -> dict[str, Any] | None:
-    """The collection's document from the API, without its API links; None (logged) when it cannot be read."""
+    """The collection's document from the API, without its API links nor a floe source's store asset; None
+    (logged) when it cannot be read."""
     url = collection_url(root, collection_id)
     try:
         document = io.read_json(url)
@@ -157,4 +159,4 @@ def fetch_collection(io: Any, root: str, collection_id: str) -> dict[str, Any] |
         return None
     if not isinstance(document, dict) or document.get("type") != "Collection":
         return None
-    return strip_links(document, COLLECTION_STRUCTURAL)
+    return without_served_assets(strip_links(document, COLLECTION_STRUCTURAL))
