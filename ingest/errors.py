@@ -10,7 +10,8 @@ that every error is in it)::
     │   ├── RefNotFound
     │   ├── CollectionNotFound
     │   ├── ItemNotFound
-    │   └── TileOutsideBounds
+    │   ├── TileOutsideBounds
+    │   └── SearchNotFound
     ├── AlreadyExists                                       409
     │   ├── RepositoryExists
     │   ├── RefExists
@@ -93,13 +94,20 @@ class ItemNotFound(NotFound):
     kind = "item-not-found"
 
 
-# -- already exists -------------------------------------------------------------------------------
 class TileOutsideBounds(NotFound):
     """A map tile asked of an item's arrays lies outside them (titiler's convention: 404)."""
 
     kind = "tile-outside-bounds"
 
 
+class SearchNotFound(NotFound):
+    """No mosaic search has that id: a registered search's id is the search itself, and this one does not decode
+    to a search."""
+
+    kind = "search-not-found"
+
+
+# -- already exists -------------------------------------------------------------------------------
 class AlreadyExists(FloeError):
     """Something to be created exists already."""
 

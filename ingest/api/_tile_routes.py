@@ -1,10 +1,9 @@
 """The map tile routes of the STAC API, at every ref: one item's tiles, a search's mosaic, TileJSON.
 
 ``/collections/{c}/items/{id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}[.{format}]``,
-``/collections/{c}/items/{id}/{tileMatrixSetId}/tilejson.json`` and
-``/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}[.{format}]`` (the search in
-the query, newest on top), read at the snapshot the request's ref resolved
-to (``_router``). A tile at a tag or a snapshot never changes: its ``ETag``
+``/collections/{c}/items/{id}/{tileMatrixSetId}/tilejson.json``, and a
+search's mosaic (``_mosaic_routes``), read at the snapshot the request's ref
+resolved to (``_router``). A tile at a tag or a snapshot never changes: its ``ETag``
 names the snapshot and it is ``immutable``. Drawing is ``_tiles``;
 docs/pixels.md#map-tiles.
 """
@@ -18,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from stac_fastapi.types.requests import get_base_url
 
 from ingest.api._request import SearchRequest
@@ -26,12 +25,10 @@ from ingest.api._router import SCOPE_PINNED, SCOPE_REF, SCOPE_SNAPSHOT
 from ingest.api._tiles import (
     FORMATS,
     Rendering,
-    check_tile,
     empty_tile,
     encode,
     item_bands,
     load_tiling,
-    mosaic_tile,
     render_tile,
     tile_matrix_set,
 )
@@ -68,7 +65,9 @@ def tiles_router(engine: SearchEngine) -> APIRouter:
     opened = OpenedItems(engine)
     _item_tiles(router, opened)
     _item_tilejson(router, opened)
-    _search_tiles(router, opened)
+    from ingest.api._mosaic_routes import mosaic_routes  # it imports this module (tile_response)
+
+    mosaic_routes(router, opened)
     return router
 
 
@@ -130,7 +129,27 @@ class OpenedItems:
         return bands
 
 
-def _tile_response(
+def rendering_query(  # noqa: PLR0917 - the query parameters, passed by keyword by FastAPI
+    assets: Annotated[list[str] | None, Query(description="asset keys (default: every asset with arrays)")] = None,
+    bidx: Annotated[list[int] | None, Query(description="band numbers, from 1, of each asset")] = None,
+    expression: Annotated[str | None, Query(description="band math: b1.., {asset}_b{n} or {asset}")] = None,
+    rescale: Annotated[list[str] | None, Query(description="min,max of each band, to 0-255")] = None,
+    colormap_name: Annotated[str | None, Query(description="a rio-tiler colormap for one band")] = None,
+    tilesize: Annotated[int | None, Query(description="pixels of a side (default: the tile matrix's)")] = None,
+) -> Rendering:
+    """How a tile route's query says to draw (titiler's parameters), checked: a FastAPI dependency."""
+    load_tiling()
+    return Rendering.of(
+        assets=assets,
+        bidx=bidx,
+        expression=expression,
+        rescale=rescale,
+        colormap_name=colormap_name,
+        tilesize=tilesize,
+    )
+
+
+def tile_response(
     request: Request,
     tile_matrix_set_id: str,
     tile: tuple[int, int, int],
@@ -168,29 +187,14 @@ def _item_tiles(router: APIRouter, opened: OpenedItems) -> None:
         z: int,
         x: int,
         y: int,
+        rendering: Annotated[Rendering, Depends(rendering_query)],
         extension: str = "png",
-        assets: Annotated[list[str] | None, Query(description="asset keys (default: every asset with arrays)")] = None,
-        bidx: Annotated[list[int] | None, Query(description="band numbers, from 1, of each asset")] = None,
-        expression: Annotated[str | None, Query(description="band math: b1.., {asset}_b{n} or {asset}")] = None,
-        rescale: Annotated[list[str] | None, Query(description="min,max of each band, to 0-255")] = None,
-        colormap_name: Annotated[str | None, Query(description="a rio-tiler colormap for one band")] = None,
-        tilesize: Annotated[int | None, Query(description="pixels of a side (default: the tile matrix's)")] = None,
     ) -> Response:
-        load_tiling()
-        rendering = Rendering.of(
-            assets=assets,
-            bidx=bidx,
-            expression=expression,
-            rescale=rescale,
-            colormap_name=colormap_name,
-            tilesize=tilesize,
-        )
-
         def draw(tms: Any) -> Any:
             bands = opened.bands(request, collection_id, item_id, rendering.assets)
             return render_tile(bands, tms, (z, x, y), rendering)
 
-        return _tile_response(request, tileMatrixSetId, (z, x, y), extension, rendering=rendering, draw=draw)
+        return tile_response(request, tileMatrixSetId, (z, x, y), extension, rendering=rendering, draw=draw)
 
 
 def _item_tilejson(router: APIRouter, opened: OpenedItems) -> None:
@@ -237,63 +241,6 @@ def _item_tilejson(router: APIRouter, opened: OpenedItems) -> None:
             "bounds": [west, south, east, north],
             "center": [(west + east) / 2, (south + north) / 2, low],
         }
-
-
-def _search_tiles(router: APIRouter, opened: OpenedItems) -> None:
-    # The route with an extension first, as for an item's tiles.
-    @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
-    @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
-    def search_tile(  # noqa: PLR0917 - the route's parameters, passed by keyword by FastAPI
-        request: Request,
-        tileMatrixSetId: str,  # titiler's and OGC's name
-        z: int,
-        x: int,
-        y: int,
-        extension: str = "png",
-        collections: Annotated[str | None, Query(description="comma-separated collection ids")] = None,
-        datetime: Annotated[str | None, Query(description="an RFC 3339 date-time or interval")] = None,
-        filter: Annotated[str | None, Query(description="a CQL2 filter")] = None,
-        filter_lang: Annotated[str | None, Query(alias="filter-lang")] = None,
-        max_items: Annotated[int, Query(ge=1, le=500, description="items read at most, newest first")] = 50,
-        assets: Annotated[list[str] | None, Query(description="asset keys to draw (needed)")] = None,
-        bidx: Annotated[list[int] | None, Query()] = None,
-        expression: Annotated[str | None, Query()] = None,
-        rescale: Annotated[list[str] | None, Query()] = None,
-        colormap_name: Annotated[str | None, Query()] = None,
-        tilesize: Annotated[int | None, Query()] = None,
-    ) -> Response:
-        load_tiling()
-        rendering = Rendering.of(
-            assets=assets,
-            bidx=bidx,
-            expression=expression,
-            rescale=rescale,
-            colormap_name=colormap_name,
-            tilesize=tilesize,
-        )
-
-        def draw(tms: Any) -> Any:
-            from morecantile import Tile
-
-            check_tile(tms, (z, x, y))
-            west, south, east, north = tms.bounds(Tile(x=x, y=y, z=z))
-            search = SearchRequest(
-                collections=collections.split(",") if collections else None,
-                datetime=datetime,
-                filter=filter,
-                filter_lang=filter_lang,
-                bbox=[west, south, east, north],
-                sortby="-datetime",
-                limit=max_items,
-            )
-            items = opened.engine.search(search, snapshot_id=request.scope[SCOPE_SNAPSHOT]).items
-
-            def bands_of(item: dict[str, Any]) -> list[tuple[str, Any]]:
-                return opened.bands(request, str(item["collection"]), str(item["id"]), rendering.assets, item)
-
-            return mosaic_tile(bands_of, items, tms, (z, x, y), rendering)
-
-        return _tile_response(request, tileMatrixSetId, (z, x, y), extension, rendering=rendering, draw=draw)
 
 
 def web_map_link(base: str, item: dict[str, Any]) -> dict[str, Any] | None:

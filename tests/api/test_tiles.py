@@ -219,3 +219,57 @@ def test_a_search_mosaic_puts_the_newest_item_on_top(served) -> None:
     assert unknown.status_code == 404 and "none-such" in unknown.json()["description"]
     unnamed = httpx.get(f"{server.url}/{path}", params={"collections": "tiles"}, timeout=60)
     assert unnamed.status_code == 400 and "assets" in unnamed.json()["description"]
+
+
+def test_a_registered_search_draws_what_the_encoded_one_does_at_any_ref(served) -> None:
+    """``POST /searches/register`` answers an id; the id's tiles are the encoded search's, at each ref; the id
+    reads back as the search, its TileJSON points at its tiles, and a bad body or id is refused naming why."""
+    server, _repo, cogs, _snapshot, _folder = served
+    tile = _centre_tile(cogs["utm"], 15)
+    body = {"collections": ["tiles"], "datetime": "2024-01-01T00:00:00Z/2024-12-31T00:00:00Z"}
+    registered = httpx.post(f"{server.url}/searches/register", json=body, timeout=60)
+    assert registered.status_code == 200, registered.text
+    search_id = registered.json()["id"]
+    assert httpx.get(f"{server.url}/refs/v1/searches/{search_id}", timeout=60).json()["search"] == body
+    params = {"assets": "B04"}
+    for ref in ("", "/refs/v1"):
+        by_id = httpx.get(
+            f"{server.url}{ref}/searches/{search_id}/tiles/WebMercatorQuad/{tile.z}/{tile.x}/{tile.y}.tif",
+            params=params,
+            timeout=60,
+        )
+        encoded = httpx.get(
+            f"{server.url}{ref}/search/tiles/WebMercatorQuad/{tile.z}/{tile.x}/{tile.y}.tif",
+            params={**params, "collections": "tiles", "datetime": body["datetime"]},
+            timeout=60,
+        )
+        assert by_id.status_code == 200 and by_id.content == encoded.content
+    with Reader(str(cogs["utm"])) as reader:  # the tag holds the UTM granule alone there
+        older = reader.tile(tile.x, tile.y, tile.z)
+    _agree(_decoded(by_id.content), (older.data[0], ~older.array.mask[0]))
+
+    tilejson = httpx.get(f"{server.url}/refs/v1/searches/{search_id}/WebMercatorQuad/tilejson.json", timeout=60)
+    assert tilejson.json()["tiles"] == [
+        f"{server.url}/refs/v1/searches/{search_id}/tiles/WebMercatorQuad/{{z}}/{{x}}/{{y}}.png"
+    ]
+    # A search's own bbox bounds its mosaic: a tile outside it is empty.
+    west = {**body, "bbox": [0.0, 0.0, 1.0, 1.0]}
+    outside_id = httpx.post(f"{server.url}/searches/register", json=west, timeout=60).json()["id"]
+    outside = httpx.get(
+        f"{server.url}/searches/{outside_id}/tiles/WebMercatorQuad/{tile.z}/{tile.x}/{tile.y}.tif",
+        params=params,
+        timeout=60,
+    )
+    assert outside.status_code == 200 and not _decoded(outside.content)[1].any()
+
+    refused = {
+        "unknown collection": ({"collections": ["none-such"]}, 404, "none-such"),
+        "bad filter": ({"filter": "eo:cloud_cover <<< 3"}, 400, "filter"),
+        "unknown field": ({"sortby": "datetime"}, 400, "sortby"),
+        "bad bbox": ({"bbox": [1, 2, 3]}, 400, "bbox"),
+    }
+    for name, (bad, status, named) in refused.items():
+        answer = httpx.post(f"{server.url}/searches/register", json=bad, timeout=60)
+        assert answer.status_code == status and named in answer.json()["description"], (name, answer.text)
+    unknown = httpx.get(f"{server.url}/searches/not-a-search/tiles/WebMercatorQuad/1/1/1.png", timeout=60)
+    assert unknown.status_code == 404 and "POST /searches/register" in unknown.json()["description"]
