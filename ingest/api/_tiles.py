@@ -1,4 +1,5 @@
-"""Drawing map tiles of items' arrays: rio-tiler's ``XarrayReader`` over each item's lazy stacks.
+"""Drawing map tiles of items' arrays: each tile's window of an item's lazy stacks warped by GDAL (``_tile_reads``),
+then rio-tiler's ``ImageData`` for expressions, rescaling, mosaics and encoding.
 
 A tile of one item (:func:`render_tile`) or of a search's items, newest on
 top (:func:`mosaic_tile`), with titiler's parameters (:class:`Rendering`),
@@ -169,22 +170,21 @@ def read_tile(
         TileOutsideBounds: no asset reaches the tile.
         InvalidTileRequest: a band the assets do not have.
     """
-    from rio_tiler.errors import TileOutsideBounds as OutsideBounds
-    from rio_tiler.io import XarrayReader
     from rio_tiler.models import ImageData
 
+    from ingest.api._tile_reads import warped_tile
+
     z, x, y = tile
+    size = tile_size(tms, tile, rendering)
     images = []
     names = []
     for key, array in bands:
         count = array.sizes["band"]
         if rendering.bidx is not None and max(rendering.bidx) > count:
             raise InvalidTileRequest(f"bidx {list(rendering.bidx)}: asset {key!r} has {count} band(s)")
-        with XarrayReader(array, tms=tms) as reader:
-            try:
-                image = reader.tile(x, y, z, tilesize=rendering.tilesize, indexes=rendering.bidx)
-            except OutsideBounds:
-                continue
+        image = warped_tile(array, tms, tile, size, rendering.bidx)
+        if image is None:
+            continue
         images.append(image)
         taken = rendering.bidx or tuple(range(1, count + 1))
         names += [f"{key}_b{band}" for band in taken]
@@ -231,16 +231,20 @@ def _with_expression(image: ImageData, expression: str, names: list[str], keys: 
         raise InvalidTileRequest(f"expression {expression!r}: {error}") from None
 
 
+def tile_size(tms: Any, tile: tuple[int, int, int], rendering: Rendering) -> tuple[int, int]:
+    """Height and width of a tile: the rendering's ``tilesize``, else the tile matrix's."""
+    if rendering.tilesize:
+        return rendering.tilesize, rendering.tilesize
+    matrix = tms.matrix(tile[0])
+    return matrix.tileHeight, matrix.tileWidth
+
+
 def empty_tile(tms: Any, tile: tuple[int, int, int], rendering: Rendering) -> ImageData:
     """A tile with no data (every pixel masked: a transparent PNG), of the size :func:`read_tile` would give."""
     import numpy as np
     from rio_tiler.models import ImageData
 
-    z, _, _ = tile
-    matrix = tms.matrix(z)
-    height, width = (
-        (rendering.tilesize, rendering.tilesize) if rendering.tilesize else (matrix.tileHeight, matrix.tileWidth)
-    )
+    height, width = tile_size(tms, tile, rendering)
     return ImageData(np.ma.MaskedArray(np.zeros((1, height, width), dtype="uint8"), mask=True))
 
 
