@@ -48,9 +48,11 @@ def warped_tile(
     from rasterio.warp import Resampling, reproject
     from rio_tiler.models import ImageData
 
+    from ingest.api._tiles import tiling_crs
+
     z, x, y = tile
     bounds = tuple(tms.xy_bounds(Tile(x=x, y=y, z=z)))
-    source_crs, target_crs = array.rio.crs, tms.rasterio_crs
+    source_crs, target_crs = array.rio.crs, tiling_crs(tms.id)
     window = _window(array, _source_bounds(bounds, target_crs, source_crs))
     if window is None:
         return None
