@@ -43,6 +43,7 @@ from ingest.api._errors import add_floe_exception_handlers
 from ingest.api._fields import apply_fields, requested_fields
 from ingest.api._iceberg import IcebergCatalog
 from ingest.api._models import FloeFilterExtension, ItemsGetRequest, SearchGetRequest, SearchPostRequest
+from ingest.api._mosaic_routes import mosaic_routes
 from ingest.api._request import SearchPage, SearchRequest
 from ingest.api._router import SCOPE_PINNED, SCOPE_REF, SCOPE_SNAPSHOT, RefRouter
 from ingest.api._search import SearchEngine
@@ -439,7 +440,7 @@ def create_app(
         items_get_request_model=items_model,
         response_class=_JSON,
     )
-    api.app.include_router(tiles_router(engine), tags=["Map tiles"])
+    api.app.include_router(tiles_router(engine, mosaic_routes), tags=["Map tiles"])
     add_floe_exception_handlers(api.app)
     return RefRouter(
         api.app,

@@ -16,6 +16,7 @@ mosaics and encoding stay rio-tiler's.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +49,6 @@ def warped_tile(
     from rasterio.warp import Resampling, reproject
     from rio_tiler.models import ImageData
 
-    from ingest.api._tiles import tiling_crs
-
     z, x, y = tile
     bounds = tuple(tms.xy_bounds(Tile(x=x, y=y, z=z)))
     source_crs, target_crs = array.rio.crs, tiling_crs(tms.id)
@@ -77,6 +76,20 @@ def warped_tile(
         valid = drawn != nodata
     names = [f"b{index}" for index in (indexes or range(1, pixels.shape[0] + 1))]
     return ImageData(np.ma.MaskedArray(drawn, mask=~valid), bounds=bounds, crs=target_crs, band_names=names)
+
+
+@functools.cache
+def known_set(identifier: str) -> Any:
+    """morecantile's tile matrix set ``identifier``, made once (``tms.get`` copies it on every call)."""
+    import morecantile
+
+    return morecantile.tms.get(identifier)
+
+
+@functools.cache
+def tiling_crs(identifier: str) -> Any:
+    """The rasterio CRS of tile matrix set ``identifier``, made once (``rasterio_crs`` parses it on every read)."""
+    return known_set(identifier).rasterio_crs
 
 
 def _source_bounds(bounds: tuple[float, ...], target_crs: Any, source_crs: Any) -> tuple[float, ...] | None:

@@ -59,15 +59,15 @@ def not_modified(request: Request, headers: dict[str, str]) -> bool:
     return asked.strip() == "*" or headers["ETag"] in (tag.strip().removeprefix("W/") for tag in asked.split(","))
 
 
-def tiles_router(engine: SearchEngine) -> APIRouter:
-    """The tile routes, for the STAC API app (the ref router has put the snapshot in each request's scope)."""
+def tiles_router(engine: SearchEngine, *more: Callable[[APIRouter, OpenedItems], None]) -> APIRouter:
+    """The tile routes, for the STAC API app (the ref router has put the snapshot in each request's scope): an
+    item's, and those ``more`` adds (the search mosaics', ``_mosaic_routes``), sharing one :class:`OpenedItems`."""
     router = APIRouter()
     opened = OpenedItems(engine)
     _item_tiles(router, opened)
     _item_tilejson(router, opened)
-    from ingest.api._mosaic_routes import mosaic_routes  # it imports this module (tile_response)
-
-    mosaic_routes(router, opened)
+    for add in more:
+        add(router, opened)
     return router
 
 

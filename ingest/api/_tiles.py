@@ -10,13 +10,13 @@ tile is and how to ask for one: docs/pixels.md#map-tiles.
 
 from __future__ import annotations
 
-import functools
 import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ingest.api._tile_reads import known_set
 from ingest.errors import InvalidTileRequest, ItemNotFound, TileOutsideBounds
 from ingest.stac import read_arrays_asset
 
@@ -111,27 +111,14 @@ def tile_matrix_set(identifier: str) -> Any:
 
     ``morecantile.tms.get`` copies the set on every call (0.33 ms), and its
     ``rasterio_crs`` parses the CRS anew on every read (0.9 ms): a tile needs
-    both, so both are kept (:func:`tiling_crs`).
+    both, so both are kept (``_tile_reads.known_set`` and ``tiling_crs``).
     """
     import morecantile
 
     if identifier not in morecantile.tms.list():
         known = ", ".join(sorted(morecantile.tms.list()))
         raise InvalidTileRequest(f"tileMatrixSetId {identifier!r}: no such tile matrix set (known: {known})")
-    return _known_set(identifier)
-
-
-@functools.cache
-def _known_set(identifier: str) -> Any:
-    import morecantile
-
-    return morecantile.tms.get(identifier)
-
-
-@functools.cache
-def tiling_crs(identifier: str) -> Any:
-    """The rasterio CRS of tile matrix set ``identifier`` (see :func:`tile_matrix_set`)."""
-    return _known_set(identifier).rasterio_crs
+    return known_set(identifier)
 
 
 def item_bands(view: Any, item: dict[str, Any], assets: tuple[str, ...] | None) -> list[tuple[str, xr.DataArray]]:
