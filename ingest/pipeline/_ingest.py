@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from ingest._stages import budget, measuring, timed
 from ingest.pipeline._batch import commit_batch
 from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._prune import SourceScope, prune_keys
@@ -123,7 +124,7 @@ def ingest_items(
         options=options,
     )
     compactor = AutoCompactor(repository, branch, report)
-    with rare_collections() as collect:
+    with measuring() as clock, rare_collections() as collect:
         batches = batched(granules, sizer, raster_bytes)
         number = 0
         started = Stopwatch()
@@ -131,9 +132,10 @@ def ingest_items(
             delete = prune_keys(repository, branch, scope, report) if prune and last else []
             metadata = cursor_metadata(options.searches) if last else None
             committing = Stopwatch()
-            outcome = commit_batch(
-                repository, branch, batch, f"{message} (batch {number})", delete=delete, metadata=metadata
-            )
+            with timed("commit"):
+                outcome = commit_batch(
+                    repository, branch, batch, f"{message} (batch {number})", delete=delete, metadata=metadata
+                )
             sizer.observe(started.seconds(), committing.waiting())
             started = Stopwatch()
             record(report, outcome)
@@ -154,6 +156,8 @@ def ingest_items(
         if prune and number == 0 and (delete := prune_keys(repository, branch, scope, report)):
             # The sources hold no item at all: the deletions are a commit of their own.
             record(report, commit_batch(repository, branch, [], f"{message} (prune)", delete=delete))
+        report.stages, report.seconds = dict(clock.seconds), clock.wall()
+    log.info("%s", budget(report.stages, report.seconds))
     compactor.finish()
     if progress:
         progress(report)

@@ -65,6 +65,11 @@ class IngestReport:
     compactions: list[OptimizeResult] = field(default_factory=list)
     """Compactions of the partitions the run made due (``[optimize]`` thresholds)."""
     compaction_errors: list[str] = field(default_factory=list)
+    stages: dict[str, float] = field(default_factory=dict)
+    """Seconds per stage of an in-process ingest (``ingest._stages``: parse, validate, to Arrow, write, commit);
+    empty for a Ray ingest, whose stages run in its actors."""
+    seconds: float = 0.0
+    """Wall seconds of the run the stages were measured over."""
     prune_skipped: str | None = None
     """Why ``--prune`` deleted nothing although asked to (some input could not be read), or None."""
     landed_sink: TextIO | None = field(default=None, repr=False)

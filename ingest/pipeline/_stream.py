@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from ingest._stages import add, timed
 from ingest.errors import FloeError, InvalidInput
 from ingest.pipeline._granules import Granule, granule_from_item
 from ingest.pipeline._prune import SourceScope, with_last
@@ -77,7 +79,7 @@ def granule_stream(
         branches = {ref.name for ref in repository.refs() if ref.kind == "branch"}
         options.recorded = repository.source_cursors(f"branch:{branch}") if branch in branches else {}
     pending: list[SourcedItem] = []
-    for sourced in read_items(sources, options):
+    for sourced in _reading(read_items(sources, options)):
         if sourced.collection is not None:
             if isinstance(sourced.collection.get("id"), str):
                 scope.collections.add(sourced.collection["id"])
@@ -96,6 +98,25 @@ def granule_stream(
         # A search read to its end holds every item of the collections it names, even those it found empty.
         if search.complete:
             scope.collections.update(search.parameters.collections)
+
+
+def _reading(items: Iterator[SourcedItem]) -> Iterator[SourcedItem]:
+    """``items``, the time spent getting each (reading the sources and parsing them, or waiting for the thread
+    that does) added to the ``parse`` stage (``ingest._stages``) every thousand items and at the end."""
+    waited = 0.0
+    count = 0
+    while True:
+        started = time.perf_counter()
+        sourced = next(items, None)
+        waited += time.perf_counter() - started
+        if sourced is None:
+            add("parse", waited)
+            return
+        count += 1
+        if count % 1000 == 0:
+            add("parse", waited)
+            waited = 0.0
+        yield sourced
 
 
 def batched(
@@ -216,6 +237,13 @@ def _validated(
     """Each pending item validated (or the error that refuses it); geometries parsed in one call. An item
     checked already (``SourcedItem.checked``: by a search's page reader, in its own process) is not checked
     again."""
+    with timed("validate"):
+        return _checked(pending, default_collection)
+
+
+def _checked(
+    pending: list[SourcedItem], default_collection: str | None
+) -> list[tuple[SourcedItem, dict[str, object] | InvalidInput]]:
     checked: list[tuple[SourcedItem, dict[str, object] | InvalidInput]] = []
     items = [item_as_dict(sourced.item) for sourced in pending]
     todo = [item for sourced, item in zip(pending, items, strict=True) if not sourced.checked]

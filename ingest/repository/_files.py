@@ -42,6 +42,7 @@ from pyiceberg.types import BinaryType, DoubleType, PrimitiveType, StringType
 
 from ingest._compat import geoparquet_metadata
 from ingest._faults import fault_point
+from ingest._stages import timed
 from ingest.repository._sketch import fingerprints
 from ingest.stac import HILBERT, RESERVED, items_to_arrow, normalize_type, parse_datetime
 
@@ -161,7 +162,8 @@ def _plan_columns(
 ) -> tuple[pa.Table, frozenset[str]]:
     """Convert items so every typed column fits the table; conflicting columns go to the overflow."""
     while True:
-        table = items_to_arrow(items, untyped=untyped)
+        with timed("to Arrow"):
+            table = items_to_arrow(items, untyped=untyped)
         conflicts = {
             name
             for name in table.column_names
@@ -274,6 +276,11 @@ def write_parquet(
     schema, so every file floe writes (a batch, a copy without replaced rows,
     a compacted partition) is GeoParquet that other readers recognise.
     """
+    with timed("write"):
+        return _write_parquet(io, path, table, row_group_size)
+
+
+def _write_parquet(io: FileIO, path: str, table: pa.Table, row_group_size: int | None) -> tuple[int, pq.FileMetaData]:
     schema = table.schema.with_metadata(geoparquet_metadata(table.schema, schema_version="1.1.0"))
     sink = pa.BufferOutputStream()
     dictionary = repeating_columns(table)
