@@ -184,27 +184,36 @@ def _registration(router: APIRouter, opened: OpenedItems) -> None:
         return _described(request, MosaicSearch.from_id(search_id))
 
 
-def _draw(opened: OpenedItems, request: Request, search: MosaicSearch, rendering: Rendering, limit: int) -> Any:
-    """The drawing of one tile of ``search``'s mosaic at the request's snapshot (for ``_tile_response``)."""
+def _mosaic_response(
+    opened: OpenedItems,
+    request: Request,
+    search: MosaicSearch,
+    *,
+    rendering: Rendering,
+    max_items: int,
+    tile_matrix_set_id: str,
+    tile: tuple[int, int, int],
+    extension: str,
+) -> Response:
+    """One tile of ``search``'s mosaic at the request's snapshot, as ``tile_response`` answers it."""
 
-    def draw(tms: Any, tile: tuple[int, int, int]) -> Any:
+    def draw(tms: Any) -> Any:
         from morecantile import Tile
 
         check_tile(tms, tile)
         z, x, y = tile
         bounds = tms.bounds(Tile(x=x, y=y, z=z))
-        found = opened.engine.search(search.request(bounds, limit), snapshot_id=request.scope[SCOPE_SNAPSHOT])
+        found = opened.engine.search(search.request(bounds, max_items), snapshot_id=request.scope[SCOPE_SNAPSHOT])
 
         def bands_of(item: dict[str, Any]) -> list[tuple[str, Any]]:
             return opened.bands(request, str(item["collection"]), str(item["id"]), rendering.assets, item)
 
         return mosaic_tile(bands_of, found.items, tms, tile, rendering)
 
-    return draw
+    return tile_response(request, tile_matrix_set_id, tile, extension, rendering=rendering, draw=draw)
 
 
 def _encoded_tiles(router: APIRouter, opened: OpenedItems) -> None:
-
     # The route with an extension first: FastAPI tries routes in the order they were added (innermost first).
     @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
     @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
@@ -228,14 +237,19 @@ def _encoded_tiles(router: APIRouter, opened: OpenedItems) -> None:
             filter=filter,
             filter_lang=filter_lang,
         )
-        draw = _draw(opened, request, search, rendering, max_items)
-        return tile_response(
-            request, tileMatrixSetId, (z, x, y), extension, rendering=rendering, draw=lambda tms: draw(tms, (z, x, y))
+        return _mosaic_response(
+            opened,
+            request,
+            search,
+            rendering=rendering,
+            max_items=max_items,
+            tile_matrix_set_id=tileMatrixSetId,
+            tile=(z, x, y),
+            extension=extension,
         )
 
 
 def _registered_tiles(router: APIRouter, opened: OpenedItems) -> None:
-
     @router.get("/searches/{search_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
     @router.get("/searches/{search_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
     def registered_tile(  # noqa: PLR0917 - the route's parameters, passed by keyword by FastAPI
@@ -250,9 +264,15 @@ def _registered_tiles(router: APIRouter, opened: OpenedItems) -> None:
         max_items: Annotated[int, Query(ge=1, le=500, description="items read at most, newest first")] = MAX_ITEMS,
     ) -> Response:
         search = MosaicSearch.from_id(search_id)
-        draw = _draw(opened, request, search, rendering, max_items)
-        return tile_response(
-            request, tileMatrixSetId, (z, x, y), extension, rendering=rendering, draw=lambda tms: draw(tms, (z, x, y))
+        return _mosaic_response(
+            opened,
+            request,
+            search,
+            rendering=rendering,
+            max_items=max_items,
+            tile_matrix_set_id=tileMatrixSetId,
+            tile=(z, x, y),
+            extension=extension,
         )
 
     @router.get("/searches/{search_id}/{tileMatrixSetId}/tilejson.json")
