@@ -8,6 +8,10 @@ same run and the ratio:
 
 * metadata-only ingest of generated items (items/s) against stac-geoparquet
   writing the same items to one Parquet file;
+* issue 52's limits: ``floe ingest --workers 0`` at its defaults from NDJSON
+  and from stac-geoparquet, against orjson alone parsing the same lines and
+  pyarrow alone reading and rewriting the same file (``--metadata-only
+  --items 1000000`` runs only these);
 * raster ingest in copy mode through Ray (granules/s, MB/s), actor start-up
   included, against writing the same rasters straight into an Icechunk
   repository with rioxarray (no floe); floe and the baseline run alternately
@@ -82,6 +86,7 @@ def bench_metadata(workdir: Path, count: int) -> list[tuple[str, str, str, str]]
     table = pa.Table.from_batches(sga.parse_stac_items_to_arrow(items))
     sga.to_parquet(table, workdir / "baseline.parquet")
     baseline = count / (time.perf_counter() - started)
+    del items, table
 
     repository = Repository.create(workdir / "metadata-repo", Settings())
     started = time.perf_counter()
@@ -94,8 +99,52 @@ def bench_metadata(workdir: Path, count: int) -> list[tuple[str, str, str, str]]
             f"{floe_rate:,.0f}",
             f"{baseline:,.0f} (stac-geoparquet to one Parquet file, from dicts)",
             f"{floe_rate / baseline:.2f}x",
-        )
+        ),
+        *bench_limits(workdir, source, workdir / "baseline.parquet", count),
     ]
+
+
+def bench_limits(workdir: Path, ndjson: Path, geoparquet: Path, count: int) -> list[tuple[str, str, str, str]]:
+    """Issue 52's rows: ``floe ingest --workers 0`` at its defaults from NDJSON and from stac-geoparquet, each
+    against the machine's limit measured in the same run: orjson alone parsing the same lines, and pyarrow
+    alone reading the same stac-geoparquet file and writing it again. The stage budget of each floe run is
+    printed on stderr."""
+    import orjson
+    import pyarrow.parquet as pq
+
+    from ingest._stages import budget
+
+    started = time.perf_counter()
+    with ndjson.open("rb") as lines:
+        for line in lines:
+            orjson.loads(line)
+    parse = time.perf_counter() - started
+
+    started = time.perf_counter()
+    pq.write_table(pq.read_table(geoparquet), workdir / "rewritten.parquet", compression="zstd")
+    rewrite = time.perf_counter() - started
+
+    rows = []
+    for name, path, limit, what in (
+        ("NDJSON", ndjson, parse, "orjson alone parsing the same lines"),
+        ("stac-geoparquet", geoparquet, rewrite, "pyarrow alone reading the same file and writing it again"),
+    ):
+        repository = Repository.create(workdir / f"limit-{name}", Settings())
+        started = time.perf_counter()
+        report = ingest_items(repository, [path])
+        seconds = time.perf_counter() - started
+        assert report.rows_added == count and not report.rejected, report.rejected[:3]
+        print(f"{name}: {budget(report.stages, report.seconds)}", file=sys.stderr)
+        rows.append(
+            (
+                f"metadata-only ingest of {count:,} items from {name}, `--workers 0` at its defaults (items/s; "
+                "ratio: times the limit's time)",
+                f"{count / seconds:,.0f}",
+                f"{count / limit:,.0f} ({what})",
+                f"{seconds / limit:.1f}x",
+            )
+        )
+    return rows
 
 
 def direct_write(root: Path, item_files: list[Path]) -> float:
@@ -244,17 +293,20 @@ def main() -> None:
     parser.add_argument("--granules", type=int, default=300, help="small COG granules for the raster part")
     parser.add_argument("--scenes", type=int, default=120, help="3x1024x1024 COG scenes for the raster part")
     parser.add_argument("--rounds", type=int, default=2, help="alternate runs of floe and baseline (fastest counts)")
+    parser.add_argument(
+        "--metadata-only", action="store_true", help="only the metadata rows (issue 52's: e.g. --items 1000000)"
+    )
     arguments = parser.parse_args()
     items = 5_000 if arguments.quick else arguments.items
     granules = 12 if arguments.quick else arguments.granules
     with tempfile.TemporaryDirectory(prefix="floe-bench-ingest-") as temporary:
         workdir = Path(temporary)
         scenes = 6 if arguments.quick else arguments.scenes
-        rows = bench_metadata(workdir, items) + bench_rasters(
-            workdir, granules, scenes, 1 if arguments.quick else arguments.rounds
-        )
-        sizes = (512,) if arguments.quick else (1024, 2048)
-        rows += bench_virtual(workdir, 6 if arguments.quick else 20, sizes)
+        rows = bench_metadata(workdir, items)
+        if not arguments.metadata_only:
+            rows += bench_rasters(workdir, granules, scenes, 1 if arguments.quick else arguments.rounds)
+            sizes = (512,) if arguments.quick else (1024, 2048)
+            rows += bench_virtual(workdir, 6 if arguments.quick else 20, sizes)
     print("| figure | floe | baseline (same run) | ratio |")
     print("|---|---|---|---|")
     for row in rows:
