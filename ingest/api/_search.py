@@ -163,9 +163,9 @@ class SearchEngine:
         with state.lock:
             if state.collections is None:
                 # Named as a snapshot: one look-up, not a branch's and a tag's first (each a request on S3).
-                stored = self.repository.collections(f"snapshot:{snapshot_id}")
-                state.stacked = self.repository.stacked_collections(f"snapshot:{snapshot_id}")
-                state.collections = collection_documents(stored, extents(state, self.columns))
+                groups = self.repository.collection_groups(f"snapshot:{snapshot_id}")
+                state.stacked = groups.stacked
+                state.collections = collection_documents(groups.documents, extents(state, self.columns))
             return state.collections
 
     def has_stacks(self, snapshot_id: str, collection_id: str) -> bool:

@@ -18,11 +18,11 @@ from ingest._faults import fault_point
 from ingest.config import Settings, load_settings
 from ingest.errors import (
     CorruptRepository,
-    InvalidCollection,
     RefNotFound,
     RepositoryExists,
     RepositoryNotFound,
 )
+from ingest.repository._collections import CollectionGroups, collection_groups, store_collection
 from ingest.repository._commit import (
     decode_pointer,
     encode_pointer,
@@ -40,7 +40,6 @@ from ingest.repository._history import LogEntry, Ref, check_ref_name, create_ref
 from ingest.repository._layout import check_repository_layout, root_attributes
 from ingest.repository._rooted import ITEMS_TABLE_DIR, check_rooted
 from ingest.repository._snapshots import KnownSnapshots
-from ingest.stac import STACKS
 from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
 
 if TYPE_CHECKING:
@@ -56,8 +55,6 @@ if TYPE_CHECKING:
     from ingest.repository._writer import Writer
 
 log = logging.getLogger(__name__)
-
-COLLECTION_ATTR = "stac:collection"
 
 
 class Repository:
@@ -481,15 +478,7 @@ class Repository:
             RefNotFound: no branch of that name exists.
             ConflictRetriesExhausted: every attempt met a concurrent change of the same group.
         """
-        from ingest.stac import check_name
-
-        try:
-            collection_id = check_name(collection.get("id"), "collection id")
-        except ValueError as error:
-            raise InvalidCollection(f"STAC Collection refused: {error}") from None
-        return self.ensure_groups(
-            [collection_id], branch=branch, attributes={collection_id: {COLLECTION_ATTR: collection}}
-        )
+        return store_collection(self, collection, branch)
 
     def collections(self, ref: str | None = None) -> dict[str, dict[str, Any]]:
         """The STAC Collections stored at ``ref``, by id.
@@ -505,25 +494,12 @@ class Repository:
             RefNotFound: no branch, tag or snapshot of that name exists.
             CorruptRepository: the snapshot carries no items-table pointer.
         """
-        root = self.view(ref).arrays()
-        found: dict[str, dict[str, Any]] = {}
-        for name, group in root.groups():
-            stored = group.attrs.get(COLLECTION_ATTR)
-            if isinstance(stored, Mapping):
-                found[name] = dict(stored)
-        return found
+        return collection_groups(self, ref).documents
 
-    def stacked_collections(self, ref: str | None = None) -> frozenset[str]:
-        """The collections at ``ref`` that have stacks (arrays were written to them), by id.
-
-        Args:
-            ref: as for :meth:`collections`.
-
-        Raises:
-            RefNotFound: no branch, tag or snapshot of that name exists.
-        """
-        root = self.view(ref).arrays()
-        return frozenset(name for name, group in root.groups() if STACKS in group)
+    def collection_groups(self, ref: str | None = None) -> CollectionGroups:
+        """The collections stored at ``ref`` and those with stacks, from one listing (``_collections.py``);
+        raises as :meth:`collections` does."""
+        return collection_groups(self, ref)
 
     # -- writing -----------------------------------------------------------------------------
     def writer(self, branch: str | None = None) -> Writer:
