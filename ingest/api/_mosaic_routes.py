@@ -31,7 +31,7 @@ from stac_fastapi.types.requests import get_base_url
 
 from ingest.api._request import SearchRequest
 from ingest.api._router import SCOPE_SNAPSHOT
-from ingest.api._tile_routes import OpenedItems, rendering_query, tile_response
+from ingest.api._tile_routes import OpenedItems, TileAddress, rendering_query, tile_address, tile_response
 from ingest.api._tiles import FORMATS, Rendering, check_tile, load_tiling, mosaic_tile, tile_matrix_set
 from ingest.errors import InvalidSearch, InvalidTileRequest, SearchNotFound, TileOutsideBounds
 
@@ -191,26 +191,24 @@ def _mosaic_response(
     *,
     rendering: Rendering,
     max_items: int,
-    tile_matrix_set_id: str,
-    tile: tuple[int, int, int],
-    extension: str,
+    where: TileAddress,
 ) -> Response:
     """One tile of ``search``'s mosaic at the request's snapshot, as ``tile_response`` answers it."""
 
     def draw(tms: Any) -> Any:
         from morecantile import Tile
 
-        check_tile(tms, tile)
-        z, x, y = tile
+        check_tile(tms, where.tile)
+        z, x, y = where.tile
         bounds = tms.bounds(Tile(x=x, y=y, z=z))
         found = opened.engine.search(search.request(bounds, max_items), snapshot_id=request.scope[SCOPE_SNAPSHOT])
 
         def bands_of(item: dict[str, Any]) -> list[tuple[str, Any]]:
             return opened.bands(request, str(item["collection"]), str(item["id"]), rendering.assets, item)
 
-        return mosaic_tile(bands_of, found.items, tms, tile, rendering)
+        return mosaic_tile(bands_of, found.items, tms, where.tile, rendering)
 
-    return tile_response(request, tile_matrix_set_id, tile, extension, rendering=rendering, draw=draw)
+    return tile_response(request, where, rendering=rendering, draw=draw)
 
 
 def _encoded_tiles(router: APIRouter, opened: OpenedItems) -> None:
@@ -219,12 +217,8 @@ def _encoded_tiles(router: APIRouter, opened: OpenedItems) -> None:
     @router.get("/search/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
     def search_tile(  # noqa: PLR0917 - the route's parameters, passed by keyword by FastAPI
         request: Request,
-        tileMatrixSetId: str,  # titiler's and OGC's name
-        z: int,
-        x: int,
-        y: int,
+        where: Annotated[TileAddress, Depends(tile_address)],
         rendering: Annotated[Rendering, Depends(rendering_query)],
-        extension: str = "png",
         collections: Annotated[str | None, Query(description="comma-separated collection ids")] = None,
         datetime: Annotated[str | None, Query(description="an RFC 3339 date-time or interval")] = None,
         filter: Annotated[str | None, Query(description="a CQL2 filter")] = None,
@@ -243,24 +237,18 @@ def _encoded_tiles(router: APIRouter, opened: OpenedItems) -> None:
             search,
             rendering=rendering,
             max_items=max_items,
-            tile_matrix_set_id=tileMatrixSetId,
-            tile=(z, x, y),
-            extension=extension,
+            where=where,
         )
 
 
 def _registered_tiles(router: APIRouter, opened: OpenedItems) -> None:
     @router.get("/searches/{search_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
     @router.get("/searches/{search_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
-    def registered_tile(  # noqa: PLR0917 - the route's parameters, passed by keyword by FastAPI
+    def registered_tile(
         request: Request,
         search_id: str,
-        tileMatrixSetId: str,  # titiler's and OGC's name
-        z: int,
-        x: int,
-        y: int,
+        where: Annotated[TileAddress, Depends(tile_address)],
         rendering: Annotated[Rendering, Depends(rendering_query)],
-        extension: str = "png",
         max_items: Annotated[int, Query(ge=1, le=500, description="items read at most, newest first")] = MAX_ITEMS,
     ) -> Response:
         search = MosaicSearch.from_id(search_id)
@@ -270,9 +258,7 @@ def _registered_tiles(router: APIRouter, opened: OpenedItems) -> None:
             search,
             rendering=rendering,
             max_items=max_items,
-            tile_matrix_set_id=tileMatrixSetId,
-            tile=(z, x, y),
-            extension=extension,
+            where=where,
         )
 
     @router.get("/searches/{search_id}/{tileMatrixSetId}/tilejson.json")

@@ -14,6 +14,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
@@ -149,52 +150,62 @@ def rendering_query(  # noqa: PLR0917 - the query parameters, passed by keyword 
     )
 
 
+@dataclass(frozen=True)
+class TileAddress:
+    """Which tile a route's path names: the tile matrix set, ``(z, x, y)`` and the format's extension."""
+
+    tile_matrix_set_id: str
+    tile: tuple[int, int, int]
+    extension: str
+
+
+def tile_address(
+    tileMatrixSetId: str,  # titiler's and OGC's name
+    z: int,
+    x: int,
+    y: int,
+    extension: str = "png",
+) -> TileAddress:
+    """The tile a tile route's path names (a FastAPI dependency: path parameters read once for every route)."""
+    return TileAddress(tileMatrixSetId, (z, x, y), extension)
+
+
 def tile_response(
-    request: Request,
-    tile_matrix_set_id: str,
-    tile: tuple[int, int, int],
-    extension: str,
-    *,
-    rendering: Rendering,
-    draw: Callable[[Any], Any],
+    request: Request, where: TileAddress, *, rendering: Rendering, draw: Callable[[Any], Any]
 ) -> Response:
-    """The tile ``draw`` makes for the tile matrix set, encoded as ``extension``, with its caching headers: 304
-    when the client holds it already (nothing is drawn), an empty tile where there is no data (a map asks for
-    every tile in view)."""
-    if extension not in FORMATS:
-        raise InvalidTileRequest(f"format {extension!r}: give one of {', '.join(FORMATS)}")
-    tms = tile_matrix_set(tile_matrix_set_id)
+    """The tile ``draw`` makes for the tile matrix set, encoded as the address's extension, with its caching
+    headers: 304 when the client holds it already (nothing is drawn), an empty tile where there is no data (a map
+    asks for every tile in view)."""
+    if where.extension not in FORMATS:
+        raise InvalidTileRequest(f"format {where.extension!r}: give one of {', '.join(FORMATS)}")
+    tms = tile_matrix_set(where.tile_matrix_set_id)
     headers = caching_headers(request)
     if not_modified(request, headers):
         return Response(status_code=304, headers=headers)
     try:
         image = draw(tms)
     except TileOutsideBounds:
-        image = empty_tile(tms, tile, rendering)
-    content = encode(image, extension, rendering.colormap_name)
-    return Response(content, media_type=FORMATS[extension][1], headers=headers)
+        image = empty_tile(tms, where.tile, rendering)
+    content = encode(image, where.extension, rendering.colormap_name)
+    return Response(content, media_type=FORMATS[where.extension][1], headers=headers)
 
 
 def _item_tiles(router: APIRouter, opened: OpenedItems) -> None:
     # The route with an extension first: FastAPI tries routes in the order they were added (innermost first).
     @router.get("/collections/{collection_id}/items/{item_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}")
     @router.get("/collections/{collection_id}/items/{item_id}/tiles/{tileMatrixSetId}/{z}/{x}/{y}.{extension}")
-    def tile(  # noqa: PLR0917 - the route's parameters, passed by keyword by FastAPI
+    def tile(
         request: Request,
         collection_id: str,
         item_id: str,
-        tileMatrixSetId: str,  # titiler's and OGC's name
-        z: int,
-        x: int,
-        y: int,
+        where: Annotated[TileAddress, Depends(tile_address)],
         rendering: Annotated[Rendering, Depends(rendering_query)],
-        extension: str = "png",
     ) -> Response:
         def draw(tms: Any) -> Any:
             bands = opened.bands(request, collection_id, item_id, rendering.assets)
-            return render_tile(bands, tms, (z, x, y), rendering)
+            return render_tile(bands, tms, where.tile, rendering)
 
-        return tile_response(request, tileMatrixSetId, (z, x, y), extension, rendering=rendering, draw=draw)
+        return tile_response(request, where, rendering=rendering, draw=draw)
 
 
 def _item_tilejson(router: APIRouter, opened: OpenedItems) -> None:
