@@ -270,6 +270,15 @@ class Settings(BaseSettings):
     batch_max_size: int = Field(default=40_000, ge=1)
     # ... or fewer, once the local rasters a batch copies reach this many MB.
     batch_raster_mb: int = Field(default=512, ge=1)
+    # A metadata backfill with Ray (`floe ingest --assets none`) reads NDJSON files in parts of this many MB, and
+    # stac-geoparquet files in runs of row groups about as large on disk: an actor reads one part at a time.
+    part_mb: float = Field(default=64.0, gt=0)
+
+    @property
+    def part_bytes(self) -> int:
+        """``part_mb`` in bytes (at least 1)."""
+        return max(1, int(self.part_mb * (1 << 20)))
+
     s3: S3Settings = Field(default_factory=S3Settings)
     remote: RemoteSettings = Field(default_factory=RemoteSettings)
     commit: CommitSettings = Field(default_factory=CommitSettings)

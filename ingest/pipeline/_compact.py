@@ -23,11 +23,11 @@ class AutoCompactor:
     refused) is logged and recorded; the items are committed either way.
     """
 
-    def __init__(self, repository: Repository, branch: str, report: IngestReport) -> None:
+    def __init__(self, repository: Repository, branch: str, report: IngestReport, *, enabled: bool = True) -> None:
         self.repository = repository
         self.branch = branch
         self.report = report
-        self.every = repository.settings.optimize.small_files
+        self.every = repository.settings.optimize.small_files if enabled else 0
         self._commits_since = 0
 
     def after(self, outcome: BatchOutcome) -> None:

@@ -6,7 +6,6 @@ import gc
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TextIO
 
 from ingest._stages import budget, measuring, timed
@@ -16,7 +15,7 @@ from ingest.pipeline._prune import SourceScope, prune_keys
 from ingest.pipeline._report import IngestReport, ProgressCallback, record
 from ingest.pipeline._sizing import BatchSizer, Stopwatch
 from ingest.pipeline._stream import VALIDATION_CHUNK, batched, granule_stream
-from ingest.pipeline.sources import SourceOptions, cursor_metadata
+from ingest.pipeline.sources import SourceName, SourceOptions, cursor_metadata
 from ingest.repository import Repository
 from ingest.stac import paused_collection
 
@@ -56,7 +55,7 @@ def rare_collections() -> Iterator[Callable[[int], None]]:
 
 def ingest_items(
     repository: Repository,
-    sources: Iterable[str | Path],
+    sources: Iterable[SourceName],
     *,
     branch: str | None = None,
     batch_size: int | None = None,
@@ -66,6 +65,7 @@ def ingest_items(
     prune: bool = False,
     options: SourceOptions | None = None,
     report_to: TextIO | None = None,
+    compact: bool = True,
 ) -> IngestReport:
     """Ingest every item found in ``sources`` in this process (metadata only), one commit per ``batch_size`` items.
 
@@ -91,6 +91,8 @@ def ingest_items(
         options: how to reach remote sources and what to ask STAC APIs (default: nothing asked); the searches
             read are added to its ``searches``.
         report_to: gets a JSON line per committed item as its batch lands.
+        compact: compact the partitions the run makes due as it goes (``[optimize]``); a backfill's actors leave
+            that to their driver.
 
     Returns:
         What the run did: items read, skipped and replaced, the commits, the rejections, the compactions.
@@ -123,7 +125,7 @@ def ingest_items(
         scope=scope,
         options=options,
     )
-    compactor = AutoCompactor(repository, branch, report)
+    compactor = AutoCompactor(repository, branch, report, enabled=compact)
     with measuring() as clock, rare_collections() as collect:
         batches = batched(granules, sizer, raster_bytes)
         number = 0

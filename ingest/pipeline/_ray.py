@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 from ingest._compat import keep_local_ray_on_loopback
 from ingest.config import Settings
 from ingest.errors import FloeError, RayUnavailable
+from ingest.pipeline._backfill import backfill_with_ray
 from ingest.pipeline._batch import changed_granules, commit_batch
 from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._granules import Granule, select_assets
 from ingest.pipeline._ingest import rare_collections
 from ingest.pipeline._prune import SourceScope, prune_keys
 from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback, record
-from ingest.pipeline._stream import VALIDATION_CHUNK, granule_stream, routed_batches
-from ingest.pipeline.sources import SourceOptions, cursor_metadata
+from ingest.pipeline._stream import VALIDATION_CHUNK, granule_stream, reaching, routed_batches
+from ingest.pipeline.sources import SourceName, SourceOptions, cursor_metadata, split_sources
 from ingest.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -129,7 +131,7 @@ def _join_failure(address: str, error: BaseException) -> str:
 
 def ingest_with_ray(
     repository: Repository,
-    sources: Iterable[str | Path],
+    sources: Iterable[SourceName],
     *,
     workers: int = 2,
     batch_size: int | None = None,
@@ -148,8 +150,11 @@ def ingest_with_ray(
 
     Batches without rasters are committed by this process; Ray starts with the
     first batch that has rasters to write (an unchanged batch is skipped without
-    it). With ``prune``, the last batch is committed by the driver once the
-    actors are done, with the deletions of the items the sources no longer hold
+    it). A run that copies no rasters (``assets="none"``), of files only and
+    without ``prune``, is a metadata backfill instead: its files are cut into
+    parts that the actors read, check and commit themselves (``_backfill.py``).
+    With ``prune``, the last batch is committed by the driver once the actors
+    are done, with the deletions of the items the sources no longer hold
     (see ``_prune.py``); so is it when ``options`` name STAC API searches, with
     their cursors. A compaction that fails is recorded in the report
     (``compaction_errors``), not raised. Batches committed before an error stay;
@@ -196,8 +201,24 @@ def ingest_with_ray(
     batch_size = batch_size or repository.settings.batch_size
     raster_bytes = repository.settings.batch_raster_mb << 20
     message = message or "floe ingest"
-    report = IngestReport(landed_sink=report_to)
     sources = list(sources)
+    options = reaching(repository, options if options is not None else SourceOptions())
+    parts = split_sources(sources, repository.settings.part_bytes, options) if assets.strip() == "none" else None
+    if parts is not None and not (virtual or prune):
+        with _ray_for(workers, ray_address, needed=bool(parts)):
+            return backfill_with_ray(
+                repository,
+                parts,
+                workers=workers,
+                branch=branch,
+                batch_size=batch_size,
+                message=message,
+                default_collection=default_collection,
+                progress=progress,
+                options=options,
+                report_to=report_to,
+            )
+    report = IngestReport(landed_sink=report_to)
     if virtual:
         _allow_virtual_sources(repository, sources)
     pool = _ActorPool(
@@ -205,7 +226,6 @@ def ingest_with_ray(
     )
     known_collections: set[str] = set()
     scope = SourceScope()
-    options = options if options is not None else SourceOptions()
     granules = granule_stream(
         repository,
         sources,
@@ -270,9 +290,24 @@ def ingest_with_ray(
     return report
 
 
-def _allow_virtual_sources(repository: Repository, sources: list[str | Path]) -> None:
+@contextmanager
+def _ray_for(workers: int, address: str | None, *, needed: bool) -> Iterator[None]:
+    """Ray started (or ``address`` joined) for a block, if ``needed`` or an address is named, and shut down after
+    it if this started it."""
+    started = start_ray(workers, address) if needed or address else False
+    try:
+        yield
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+
+
+def _allow_virtual_sources(repository: Repository, sources: list[SourceName]) -> None:
     """Actors read the repository config when they open it: the virtual chunk containers must be there first."""
-    local = [Path(source).resolve() for source in sources if str(source) != "-" and Path(source).exists()]
+    paths = [Path(source) for source in sources if isinstance(source, (str, Path)) and str(source) != "-"]
+    local = [path.resolve() for path in paths if path.exists()]
     try:
         repository.allow_virtual_sources(local)
     except ValueError as error:  # a path a file:// URL cannot hold: those granules are copied, and say why

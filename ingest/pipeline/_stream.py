@@ -11,14 +11,13 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 
 from ingest._stages import add, timed
 from ingest.errors import FloeError, InvalidInput
 from ingest.pipeline._granules import Granule, granule_from_item
 from ingest.pipeline._prune import SourceScope, with_last
 from ingest.pipeline._report import IngestReport, Rejection
-from ingest.pipeline.sources import SourcedItem, SourceOptions, is_api_url, read_items
+from ingest.pipeline.sources import SourcedItem, SourceName, SourceOptions, is_api_url, read_items
 from ingest.remote import is_remote
 from ingest.repository import Repository
 from ingest.stac import item_as_dict, plainly_valid, refused_geometries, shorten, validate_item
@@ -32,7 +31,7 @@ METADATA_ONLY: frozenset[str] = frozenset()
 
 def granule_stream(
     repository: Repository,
-    sources: Iterable[str | Path],
+    sources: Iterable[SourceName],
     report: IngestReport,
     *,
     branch: str,
@@ -69,11 +68,7 @@ def granule_stream(
         Each valid granule whose (collection, id) the run has not seen before, in the sources' order.
     """
     scope = scope if scope is not None else SourceScope()
-    options = options if options is not None else SourceOptions()
-    if options.s3 is None and repository.settings.s3.given():
-        options.s3 = repository.settings.s3  # FLOE_S3__* reach s3:// sources too (over the AWS_* environment)
-    if options.remote is None:
-        options.remote = repository.settings.remote  # FLOE_REMOTE__*: timeouts, public prefixes
+    options = reaching(repository, options if options is not None else SourceOptions())
     sources = list(sources)
     if options.since == "last" and any(is_api_url(str(source)) for source in sources):
         branches = {ref.name for ref in repository.refs() if ref.kind == "branch"}
@@ -98,6 +93,15 @@ def granule_stream(
         # A search read to its end holds every item of the collections it names, even those it found empty.
         if search.complete:
             scope.collections.update(search.parameters.collections)
+
+
+def reaching(repository: Repository, options: SourceOptions) -> SourceOptions:
+    """``options``, given the repository's S3 and remote settings where it has none (in place; returned)."""
+    if options.s3 is None and repository.settings.s3.given():
+        options.s3 = repository.settings.s3  # FLOE_S3__* reach s3:// sources too (over the AWS_* environment)
+    if options.remote is None:
+        options.remote = repository.settings.remote  # FLOE_REMOTE__*: timeouts, public prefixes
+    return options
 
 
 def _reading(items: Iterator[SourcedItem]) -> Iterator[SourcedItem]:

@@ -47,10 +47,10 @@ def geoparquet_items(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     return rows
 
 
-def row_group_batches(opened: pq.ParquetFile) -> Iterator[pa.RecordBatch]:
-    """The file's record batches, row group by row group (a batch never spans two, so a row group that cannot
-    be read fails after every row before it)."""
-    for group in range(opened.num_row_groups):
+def row_group_batches(opened: pq.ParquetFile, groups: range | None = None) -> Iterator[pa.RecordBatch]:
+    """The file's record batches (of the row groups ``groups``; default: all), row group by row group (a batch
+    never spans two, so a row group that cannot be read fails after every row before it)."""
+    for group in groups if groups is not None else range(opened.num_row_groups):
         yield from opened.iter_batches(row_groups=[group])
 
 

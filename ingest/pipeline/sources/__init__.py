@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ingest._lazy import lazy_names
@@ -22,13 +21,16 @@ from ingest.pipeline.sources._types import (
     SearchParameters,
     Source,
     SourcedItem,
+    SourceName,
     SourceOptions,
+    SourcePart,
 )
 
 if TYPE_CHECKING:
     from ingest.pipeline.sources._api import ApiSearch, StacApi, cursor_metadata, filter_json, is_api_url, parse_since
     from ingest.pipeline.sources._files import LocalFiles, expand_paths
     from ingest.pipeline.sources._objects import ObjectFiles, RemoteReader
+    from ingest.pipeline.sources._parts import PartFiles, count_lines, numbered, split_sources
 
 # The kinds' modules load when first used (``ingest._lazy``): the page reader, a process of its own, imports the
 # STAC API's modules alone, not pystac's catalogs or obstore.
@@ -39,30 +41,33 @@ _HOMES = {
     ),
     **dict.fromkeys(("LocalFiles", "expand_paths"), "ingest.pipeline.sources._files"),
     **dict.fromkeys(("ObjectFiles", "RemoteReader"), "ingest.pipeline.sources._objects"),
+    **dict.fromkeys(("PartFiles", "count_lines", "numbered", "split_sources"), "ingest.pipeline.sources._parts"),
 }
 __getattr__ = lazy_names(__name__, globals(), _HOMES)
 
 
 @functools.cache
 def registered() -> tuple[Source, ...]:
-    """The kinds of source, in the order they are asked: local files, a STAC API, then files at URLs (an
-    ``https://`` URL without a file's suffix names an API). Made on first use: each kind's module loads then.
+    """The kinds of source, in the order they are asked: parts of files (a backfill's), local files, a STAC API,
+    then files at URLs (an ``https://`` URL without a file's suffix names an API). Made on first use: each kind's
+    module loads then.
 
     A new kind is a module with a class that meets :class:`Source`, added here before any kind that would recognise
     its sources too."""
     from ingest.pipeline.sources._api import StacApi
     from ingest.pipeline.sources._files import LocalFiles
     from ingest.pipeline.sources._objects import ObjectFiles
+    from ingest.pipeline.sources._parts import PartFiles
 
-    return (LocalFiles(), StacApi(), ObjectFiles())
+    return (PartFiles(), LocalFiles(), StacApi(), ObjectFiles())
 
 
-def source_kind(source: str | Path) -> Source | None:
+def source_kind(source: SourceName) -> Source | None:
     """The kind of source that reads ``source`` (None: none recognises it)."""
     return next((kind for kind in registered() if kind.recognises(source)), None)
 
 
-def read_items(sources: Iterable[str | Path], options: SourceOptions | None = None) -> Iterator[SourcedItem]:
+def read_items(sources: Iterable[SourceName], options: SourceOptions | None = None) -> Iterator[SourcedItem]:
     """Every item in ``sources``, in order, each with its label (or the error that kept it out).
 
     Each source is read by the first kind of source (:func:`registered`) that recognises it. A source that cannot
@@ -70,7 +75,8 @@ def read_items(sources: Iterable[str | Path], options: SourceOptions | None = No
 
     Args:
         sources: each a local path (file or folder), ``-`` (standard input), a ``file://``, ``s3://`` or
-            ``http(s)://`` URL of a file (or an ``s3://`` folder, ending in ``/``), or a STAC API.
+            ``http(s)://`` URL of a file (or an ``s3://`` folder, ending in ``/``), a STAC API, or a part of a
+            file (:class:`SourcePart`).
         options: how to reach S3 (settings that are set win over the ``AWS_*`` environment) and what to ask STAC
             APIs (default: nothing asked); each STAC API search read is added to its ``searches``.
 
@@ -96,18 +102,24 @@ __all__ = [
     "ApiSearch",
     "LocalFiles",
     "ObjectFiles",
+    "PartFiles",
     "RemoteReader",
     "SearchParameters",
     "Source",
+    "SourceName",
     "SourceOptions",
+    "SourcePart",
     "SourcedItem",
     "StacApi",
+    "count_lines",
     "cursor_metadata",
     "expand_paths",
     "filter_json",
     "is_api_url",
+    "numbered",
     "parse_since",
     "read_items",
     "registered",
     "source_kind",
+    "split_sources",
 ]

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
@@ -23,7 +23,7 @@ from ingest.pipeline.sources._api_lanes import Lane, irregular, lanes_for, plan_
 from ingest.pipeline.sources._api_pages import PAGES_AHEAD, Lanes, PageRequest
 from ingest.pipeline.sources._api_reader import SENT_PAGES_AHEAD, SearchPages
 from ingest.pipeline.sources._api_walk import UpdatedCount, WalkedPage, collection_url, walk_page
-from ingest.pipeline.sources._types import FILE_SUFFIXES, SearchParameters, SourcedItem, SourceOptions
+from ingest.pipeline.sources._types import FILE_SUFFIXES, SearchParameters, SourcedItem, SourceName, SourceOptions
 from ingest.remote import Headers
 from ingest.stac import shown
 
@@ -38,10 +38,10 @@ class StacApi:
 
     name = "a STAC API"
 
-    def recognises(self, source: str | Path) -> bool:
+    def recognises(self, source: SourceName) -> bool:
         return isinstance(source, str) and is_api_url(source)
 
-    def read(self, source: str | Path, options: SourceOptions) -> Iterator[SourcedItem]:
+    def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
         url = str(source)
         try:
             search = ApiSearch.parse(url, options.search)

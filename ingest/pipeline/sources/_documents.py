@@ -48,9 +48,12 @@ def document_items(document: Any, source: str, path: Path | None = None) -> Iter
         yield SourcedItem(source, item=document, path=path)
 
 
-def ndjson_items(lines: Iterable[bytes], label: str, path: Path | None = None) -> Iterator[SourcedItem]:
-    """Each line on its own: a line that is not UTF-8 or not JSON is rejected alone, by its number."""
-    for number, raw in enumerate(lines, start=1):
+def ndjson_items(
+    lines: Iterable[bytes], label: str, path: Path | None = None, *, first: int = 1
+) -> Iterator[SourcedItem]:
+    """Each line on its own: a line that is not UTF-8 or not JSON is rejected alone, by its number (the first
+    line's is ``first``: a part of a file numbers its lines as the whole file does)."""
+    for number, raw in enumerate(lines, start=first):
         if not raw.strip():
             continue
         source = f"{label}:{number}"

@@ -27,7 +27,9 @@ from ingest.pipeline.sources._types import (
     STDIN,
     TIFF_SUFFIXES,
     SourcedItem,
+    SourceName,
     SourceOptions,
+    SourcePart,
 )
 from ingest.remote import file_url_path, url_scheme
 from ingest.stac import loads_json
@@ -38,10 +40,13 @@ class LocalFiles:
 
     name = "local files"
 
-    def recognises(self, source: str | Path) -> bool:
-        return not isinstance(source, str) or url_scheme(source) in (None, "file")
+    def recognises(self, source: SourceName) -> bool:
+        if isinstance(source, SourcePart):
+            return False
+        return isinstance(source, Path) or url_scheme(source) in (None, "file")
 
-    def read(self, source: str | Path, options: SourceOptions) -> Iterator[SourcedItem]:
+    def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
+        assert not isinstance(source, SourcePart), "a part is read by its own kind (recognises() refuses it)"
         if isinstance(source, str) and url_scheme(source) == "file":
             try:
                 source = file_url_path(source)

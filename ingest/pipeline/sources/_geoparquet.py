@@ -23,17 +23,26 @@ if TYPE_CHECKING:
 
 
 def geoparquet_file_items(
-    file: Path | Any, label: str, *, path: Path | None = None, base: str | None = None
+    file: Path | Any,
+    label: str,
+    *,
+    path: Path | None = None,
+    base: str | None = None,
+    groups: range | None = None,
+    first_row: int = 0,
 ) -> Iterator[SourcedItem]:
     """The items of the stac-geoparquet ``file`` (a local path, or a seekable file object read from ``base``, a
-    URL: its batches are then read on a thread ahead, and the items' relative asset hrefs made absolute)."""
+    URL: its batches are then read on a thread ahead, and the items' relative asset hrefs made absolute).
+
+    ``groups``: only these row groups (a part of the file), whose first row is the file's row ``first_row``.
+    """
     import pyarrow.parquet as pq
 
     def batches() -> Iterator[pa.RecordBatch]:
         with pq.ParquetFile(file) as opened:
-            yield from row_group_batches(opened)
+            yield from row_group_batches(opened, groups)
 
-    row = 0
+    row = first_row
     try:
         # From a URL: read and decoded on a thread ahead (Ctrl-C reaches a stalled transfer), while the last
         # batch becomes items here.

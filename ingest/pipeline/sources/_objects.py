@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
@@ -32,6 +32,7 @@ from ingest.pipeline.sources._types import (
     PARQUET_SUFFIXES,
     TIFF_SUFFIXES,
     SourcedItem,
+    SourceName,
     SourceOptions,
 )
 from ingest.remote import RemoteError, Stores, describe, url_scheme
@@ -89,10 +90,10 @@ class ObjectFiles:
 
     name = "object-store files"
 
-    def recognises(self, source: str | Path) -> bool:
+    def recognises(self, source: SourceName) -> bool:
         return isinstance(source, str) and url_scheme(source) not in (None, "file")
 
-    def read(self, source: str | Path, options: SourceOptions) -> Iterator[SourcedItem]:
+    def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
         yield from RemoteReader(options.stores()).read(str(source))
 
 
@@ -151,19 +152,12 @@ class RemoteReader:
     def _read_folder(self, target: _Target, *, named_as: str | None = None) -> Iterator[SourcedItem]:
         """The metadata files listed under ``target``, each read as named; ``named_as``: the URL the source
         named (without the ``/``), which a failure names."""
-        address = blob_address(target.url, self.stores.tokens.path_style)
         try:
-            if address is not None:
-                # An Azure container's folder: listed (and its objects read) through the container's store.
-                store, prefix = self.stores.blob_store(address), address.name
-            else:
-                store, prefix = target.store, target.path
-            listed = _waited(lambda: [meta["path"] for chunk in obstore.list(store, prefix or None) for meta in chunk])
-        except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
-            yield SourcedItem(named_as or target.url, error=InvalidSource(f"cannot be listed ({describe(error)})"))
+            children = self._listed(target)
+        except RemoteError as error:
+            yield SourcedItem(named_as or target.url, error=InvalidSource(error.reason))
             return
-        keys = sorted(key for key in listed if PurePosixPath(key).suffix.lower() in METADATA_SUFFIXES)
-        if not keys:
+        if not children:
             suffixes = " ".join(sorted(METADATA_SUFFIXES))
             reason = (
                 f"holds no STAC metadata files ({suffixes})"
@@ -172,15 +166,6 @@ class RemoteReader:
             )
             yield SourcedItem(named_as or target.url, error=InvalidSource(reason))
             return
-        if address is not None:
-            children = [_Target(store, key, address.url_of(key), listable=True) for key in keys]
-        else:
-            bucket = urlparse(target.url).netloc
-            # Each object through the store its own key calls for (a public prefix of the bucket reads unsigned).
-            children = [
-                _Target(self.stores.bucket_store(bucket, key), key, f"s3://{bucket}/{key}", listable=True)
-                for key in keys
-            ]
         # Each object is a round trip: one after another, a folder of item JSONs 25 ms away arrives at 40 items/s.
         # Whole documents are fetched FOLDER_READS at a time, in order; streams (NDJSON, Parquet) are read as named.
         kinds = [_kind(child) for child in children]
@@ -195,6 +180,58 @@ class RemoteReader:
                     yield from self._read_object(child, named=False)
         finally:
             pool.shutdown(wait=False, cancel_futures=True)  # what runs still is a read whose answer is not wanted
+
+    def _listed(self, target: _Target) -> list[_Target]:
+        """The metadata files under the folder ``target``, sorted by key.
+
+        Raises:
+            RemoteError: the folder cannot be listed.
+        """
+        address = blob_address(target.url, self.stores.tokens.path_style)
+        try:
+            if address is not None:
+                # An Azure container's folder: listed (and its objects read) through the container's store.
+                store, prefix = self.stores.blob_store(address), address.name
+            else:
+                store, prefix = target.store, target.path
+            listed = _waited(lambda: [meta["path"] for chunk in obstore.list(store, prefix or None) for meta in chunk])
+        except Exception as error:
+            raise RemoteError(target.url, f"cannot be listed ({describe(error)})") from error
+        keys = sorted(key for key in listed if PurePosixPath(key).suffix.lower() in METADATA_SUFFIXES)
+        if address is not None:
+            return [_Target(store, key, address.url_of(key), listable=True) for key in keys]
+        bucket = urlparse(target.url).netloc
+        # Each object through the store its own key calls for (a public prefix of the bucket reads unsigned).
+        return [
+            _Target(self.stores.bucket_store(bucket, key), key, f"s3://{bucket}/{key}", listable=True) for key in keys
+        ]
+
+    # -- what a backfill splits (sources/_parts.py) --------------------------------------------
+    def files(self, url: str) -> list[str]:
+        """The URLs of the metadata files ``url`` names: itself, or those listed under a folder (ending in ``/``).
+
+        Raises:
+            RemoteError: the URL is not supported, or its folder cannot be listed.
+        """
+        target = self.target(url)
+        if target.name == "" or target.name.endswith("/"):
+            return [child.url for child in self._listed(target)] if target.listable else [url]
+        return [url]
+
+    def open_file(self, url: str) -> _ArrowFile:
+        """The object at ``url`` as a seekable binary file, read by range requests.
+
+        Raises:
+            RemoteError: it cannot be opened.
+        """
+        target = self.target(url)
+        try:
+            reader = _waited(
+                lambda: obstore.open_reader(target.store, target.path, buffer_size=self.transport.reader_buffer)
+            )
+        except Exception as error:
+            raise RemoteError(url, describe(error)) from error
+        return _ArrowFile(reader)
 
     def _fetch(self, target: _Target) -> bytes | RemoteError:
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ingest.remote import Stores
 
@@ -31,6 +31,36 @@ STDIN = "-"
 
 PAGE_SIZE = 1000
 """Items asked of a STAC API per page (a server may send fewer)."""
+
+
+@dataclass(frozen=True)
+class SourcePart:
+    """A part of one file, read as a source of its own: lines of NDJSON or row groups of stac-geoparquet.
+
+    Several readers share a large file this way (a metadata backfill on a cluster: ``ingest/pipeline/_backfill.py``),
+    each labelling what it reads with the file's own line and row numbers, as one reader of the whole file does.
+    Parts are planned by :func:`ingest.pipeline.sources.split_sources` and read by the ``PartFiles`` kind.
+    """
+
+    file: str
+    """A local path or a URL."""
+    kind: Literal["ndjson", "geoparquet"]
+    start: int
+    """NDJSON: the first byte; the part holds every line that starts at or after it and before :attr:`stop`.
+    stac-geoparquet: the first row group."""
+    stop: int
+    """NDJSON: the byte after the part; stac-geoparquet: the row group after the part."""
+    first: int = 1
+    """The number of the part's first line (NDJSON, counted from 1, blank lines included) or row (stac-geoparquet,
+    counted from 0)."""
+
+    def __str__(self) -> str:
+        unit = "bytes" if self.kind == "ndjson" else "row groups"
+        return f"{self.file} ({unit} {self.start}-{self.stop})"
+
+
+SourceName = str | Path | SourcePart
+"""What names a source: a path, a URL (or ``-``), or a part of a file."""
 
 
 @dataclass(slots=True)
@@ -109,11 +139,11 @@ class Source(Protocol):
     name: str
     """What the kind is called in messages ("local files", "a STAC API")."""
 
-    def recognises(self, source: str | Path) -> bool:
+    def recognises(self, source: SourceName) -> bool:
         """Whether ``source`` names one of this kind (by its form alone: nothing is read)."""
         ...
 
-    def read(self, source: str | Path, options: SourceOptions) -> Iterator[SourcedItem]:
+    def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
         """Every item (or collection, or failure) ``source`` holds, in order, each labelled with where it came
         from. A failure is a :class:`SourcedItem` with its ``error``, never an exception: the other sources go
         on."""

@@ -1,0 +1,210 @@
+"""Parts of files as sources: several readers share a large NDJSON or stac-geoparquet file, each labelling what it
+reads with the file's own line and row numbers.
+
+:func:`split_sources` plans the parts of a run's sources (a file of NDJSON in byte ranges, one of stac-geoparquet
+in runs of row groups, anything else whole); :class:`PartFiles` is the kind of source that reads a
+:class:`~ingest.pipeline.sources.SourcePart`, locally or by range requests. The metadata backfill
+(``ingest/pipeline/_backfill.py``) hands the parts to Ray actors. docs/ingest.md#a-metadata-backfill-on-a-cluster.
+
+An NDJSON part holds the lines that *start* in its byte range: its reader steps back one byte and skips to the end
+of the line there, then reads lines until one starts at or past the range's end. So every line belongs to exactly
+one part wherever the cuts fall, and a line longer than a part leaves that part empty. A part's first line number
+is the number of lines the parts before it hold (:func:`count_lines`, counted by the same reader), plus one.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
+
+from ingest.errors import InvalidSource
+from ingest.pipeline.sources._documents import absolute_hrefs, ndjson_items
+from ingest.pipeline.sources._files import expand_paths
+from ingest.pipeline.sources._geoparquet import geoparquet_file_items
+from ingest.pipeline.sources._types import (
+    NDJSON_SUFFIXES,
+    PARQUET_SUFFIXES,
+    STDIN,
+    SourcedItem,
+    SourceName,
+    SourceOptions,
+    SourcePart,
+)
+from ingest.remote import RemoteError, describe, file_url_path, url_scheme
+
+READ_BUFFER = 1 << 20
+"""Bytes a part's reader buffers (local files and range requests alike)."""
+
+
+class PartFiles:
+    """Parts of files (:class:`~ingest.pipeline.sources.SourcePart`): byte ranges of NDJSON, row groups of
+    stac-geoparquet, on this machine or at a URL."""
+
+    name = "parts of files"
+
+    def recognises(self, source: SourceName) -> bool:
+        return isinstance(source, SourcePart)
+
+    def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
+        assert isinstance(source, SourcePart), "recognises() takes parts only"
+        remote = url_scheme(source.file) is not None
+        try:
+            stream = _opened(source.file, options)
+        except (OSError, RemoteError) as error:
+            reason = error.reason if isinstance(error, RemoteError) else f"cannot be read ({error})"
+            yield SourcedItem(str(source), error=InvalidSource(reason))
+            return
+        path = None if remote else Path(source.file)
+        with stream:
+            if source.kind == "geoparquet":
+                groups = range(source.start, source.stop)
+                base = source.file if remote else None
+                yield from geoparquet_file_items(
+                    stream, source.file, path=path, base=base, groups=groups, first_row=source.first
+                )
+                return
+            try:
+                for sourced in ndjson_items(_part_lines(stream, source), source.file, path, first=source.first):
+                    if remote:
+                        absolute_hrefs(sourced.item, source.file)
+                        absolute_hrefs(sourced.collection, source.file)
+                    yield sourced
+            except (OSError, RemoteError) as error:
+                reason = error.reason if isinstance(error, RemoteError) else describe(error)
+                yield SourcedItem(str(source), error=InvalidSource(f"the read broke off ({reason})"))
+
+
+def count_lines(part: SourcePart, options: SourceOptions) -> int:
+    """How many lines (blank ones too) the NDJSON ``part`` holds: what numbers the next part's first line.
+
+    Raises:
+        OSError, RemoteError: the file cannot be read.
+    """
+    with _opened(part.file, options) as stream:
+        return sum(1 for _ in _part_lines(stream, part))
+
+
+def numbered(parts: list[SourcePart], counts: Iterable[int]) -> list[SourcePart]:
+    """The NDJSON ``parts`` of one file, in order, each given its first line's number from the line ``counts`` of
+    the parts before it."""
+    first = 1
+    out = []
+    for part, count in zip(parts, counts, strict=True):
+        out.append(replace(part, first=first))
+        first += count
+    return out
+
+
+def split_sources(sources: Iterable[SourceName], part_bytes: int, options: SourceOptions) -> list[SourceName] | None:
+    """The parts a run's ``sources`` are read in: NDJSON files cut into byte ranges of about ``part_bytes``,
+    stac-geoparquet files into runs of row groups of about as many bytes on disk, anything else whole (a JSON file,
+    a folder's other files). NDJSON parts after a file's first still need their first line's number
+    (:func:`count_lines`, :func:`numbered`).
+
+    A file that cannot be looked at here (it is missing, unreadable, not Parquet) is left whole: reading it reports
+    why, as a single reader would.
+
+    Returns:
+        The parts, in the sources' order; None if some source cannot be split at all (a STAC API, standard input):
+        the run is then read by one reader.
+    """
+    from ingest.pipeline.sources import source_kind
+    from ingest.pipeline.sources._files import LocalFiles
+    from ingest.pipeline.sources._objects import ObjectFiles, RemoteReader
+
+    parts: list[SourceName] = []
+    reader: RemoteReader | None = None
+    for source in sources:
+        kind = source_kind(source)
+        if isinstance(kind, LocalFiles):
+            local: SourceName = file_url_path(source) if isinstance(source, str) and url_scheme(source) else source
+            for path in expand_paths([local]):  # type: ignore[list-item]  # a part is not a LocalFiles source
+                if path == STDIN:
+                    return None
+                parts.extend(_file_parts(str(path), part_bytes, options))
+        elif isinstance(kind, ObjectFiles):
+            reader = reader or RemoteReader(options.stores())
+            try:
+                urls = reader.files(str(source))
+            except RemoteError:
+                parts.append(source)  # its read says why it cannot be listed
+                continue
+            for url in urls:
+                parts.extend(_file_parts(url, part_bytes, options))
+        else:
+            return None
+    return parts
+
+
+def _file_parts(file: str, part_bytes: int, options: SourceOptions) -> list[SourceName]:
+    """One file's parts (the file itself when it is read whole)."""
+    suffix = PurePosixPath(file.split("?", 1)[0]).suffix.lower()
+    remote = url_scheme(file) is not None
+    whole: list[SourceName] = [file if remote else Path(file)]
+    try:
+        if suffix in NDJSON_SUFFIXES:
+            size = _size(file, options)
+            count = max(1, -(-size // max(1, part_bytes)))
+            cuts = [size * index // count for index in range(count + 1)]
+            return [SourcePart(file, "ndjson", start, stop) for start, stop in itertools.pairwise(cuts)]
+        if suffix in PARQUET_SUFFIXES:
+            return list(_row_group_parts(file, part_bytes, options)) or whole
+    except (OSError, RemoteError, ValueError):
+        return whole  # reading it whole reports why it cannot be read
+    return whole
+
+
+def _row_group_parts(file: str, part_bytes: int, options: SourceOptions) -> Iterator[SourcePart]:
+    """Runs of the file's row groups of about ``part_bytes`` on disk each (a row group is never cut)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        with _opened(file, options) as stream:
+            metadata = pq.ParquetFile(stream).metadata
+    except pa.ArrowException as error:
+        raise ValueError(str(error)) from error
+    start, row, first, taken = 0, 0, 0, 0
+    for group in range(metadata.num_row_groups):
+        described = metadata.row_group(group)
+        taken += sum(described.column(column).total_compressed_size for column in range(described.num_columns))
+        row += described.num_rows
+        if taken >= part_bytes or group == metadata.num_row_groups - 1:
+            yield SourcePart(file, "geoparquet", start, group + 1, first=first)
+            start, first, taken = group + 1, row, 0
+
+
+def _size(file: str, options: SourceOptions) -> int:
+    if url_scheme(file) is None:
+        return Path(file).stat().st_size
+    from ingest.remote import head
+
+    return int(head(options.stores(), file)["size"])
+
+
+def _opened(file: str, options: SourceOptions) -> IO[bytes]:
+    """``file`` (a path or a URL) as a buffered, seekable binary stream."""
+    if url_scheme(file) is None:
+        return open(file, "rb", buffering=READ_BUFFER)
+    from ingest.pipeline.sources._objects import RemoteReader
+
+    raw: Any = RemoteReader(options.stores()).open_file(file)
+    return io.BufferedReader(raw, buffer_size=READ_BUFFER)
+
+
+def _part_lines(stream: IO[bytes], part: SourcePart) -> Iterator[bytes]:
+    """The lines (with their ``\\n``) that start within the part's byte range."""
+    if part.start > 0:
+        stream.seek(part.start - 1)
+        stream.readline()  # the rest of the line that began before the part (or the newline just before it)
+    position = stream.tell()
+    while position < part.stop:
+        line = stream.readline()
+        if not line:
+            return
+        position += len(line)
+        yield line
