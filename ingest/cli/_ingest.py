@@ -74,7 +74,9 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             min=0,
             help=(
                 "Ray actors copying granules and committing batches (0: no Ray, metadata only). Batches of items "
-                "without rasters are committed by this process; Ray starts with the first batch that has some."
+                "without rasters are committed by this process; Ray starts with the first batch that has some. With "
+                "--assets none (a metadata backfill), the actors read the files themselves, in parts (byte ranges of "
+                "NDJSON, row groups of stac-geoparquet: part_mb), and commit them."
             ),
         ),
     ] = 2,
@@ -94,7 +96,8 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
         typer.Option(
             "--assets",
             help=(
-                "Raster assets to copy into arrays: all (GeoTIFFs; remote ones with --remote-assets), none, or KEY,KEY."
+                "Raster assets to copy into arrays: all (GeoTIFFs; remote ones with --remote-assets), none, or "
+                "KEY,KEY. none: items become rows only, and with Ray the files are split over the actors."
             ),
         ),
     ] = "all",

@@ -1,4 +1,5 @@
-"""A Ray cluster of two nodes: `floe ingest --ray-address` spreads granules over both.
+"""A Ray cluster of two nodes: `floe ingest --ray-address` spreads granules, and a metadata backfill's parts, over
+both.
 
 The nodes are a head and a worker started with Ray's own `ray start` command
 on this machine, both on 127.0.0.1 (through tests/_ray_node.py, which keeps
@@ -13,6 +14,7 @@ Ray on the machine).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import secrets
@@ -29,8 +31,12 @@ from pathlib import Path
 import pytest
 
 from ingest import Repository, Settings
+from ingest.export import export_ndjson
+from ingest.pipeline import ingest_items
+from ingest.pipeline.sources import SourceOptions
 from ingest.sample import make_archive
 from tests.conftest import MotoServer, free_port
+from tests.pipeline._backfill_sources import write_sources
 from tests.pipeline._remote_archive import assert_arrays_equal_the_files, upload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -70,6 +76,9 @@ def _stop_node(node: subprocess.Popen) -> None:
             return
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
+            # The leader reaped once it exits: a zombie still counts as a member of its group (and the group would
+            # look alive for the whole grace, 80 s a test).
+            node.poll()
             try:
                 os.killpg(node.pid, 0)
             except ProcessLookupError:
@@ -174,3 +183,45 @@ def test_granules_are_ingested_by_actors_on_both_nodes(tmp_path, two_nodes, moto
     repository = Repository.open(root, Settings(s3=moto_server.s3_settings()))
     assert {line["snapshot"] for line in committed} <= {entry.snapshot_id for entry in repository.log()}
     assert_arrays_equal_the_files(repository, archive, item_files, f"s3://{bucket}/archive/")
+
+
+def test_a_metadata_backfill_spreads_its_parts_over_both_nodes(tmp_path, two_nodes, moto_server):
+    """`--assets none` with `--ray-address`: the actors of both nodes read parts of the files on S3 (byte ranges of
+    NDJSON, row groups of stac-geoparquet) and commit them; the export equals one process reading the files whole."""
+    address, env = two_nodes
+    write_sources(tmp_path / "sources")
+    bucket, url = upload(moto_server, tmp_path / "sources")
+    root = f"s3://{bucket}/repo"
+    report_path = tmp_path / "report.jsonl"
+    command = [sys.executable, "-m", "ingest.cli", "--root", root, "ingest", url, "--assets", "none"]
+    command += ["--workers", "2", "--batch-size", "100", "--ray-address", address, "--report", str(report_path)]
+
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env={**env, **_s3_environment(moto_server), "FLOE_PART_MB": str(48 / 1024)},
+        cwd=REPO_ROOT,
+        timeout=600,
+        check=False,
+    )
+
+    # Exit 3: the two bad lines are rejected, by their lines in the file, as one reader rejects them.
+    assert done.returncode == 3, done.stderr[-3000:]
+    settings = Settings(s3=moto_server.s3_settings())
+    alone = Repository.create(tmp_path / "alone", settings)
+    expected = ingest_items(alone, [url], batch_size=100, options=SourceOptions(s3=moto_server.s3_settings()))
+    lines = [json.loads(line) for line in report_path.read_text().splitlines()]
+    rejected = [(line["source"], line["reason"]) for line in lines if line["outcome"] == "rejected"]
+    assert rejected == [(rejection.source, rejection.reason) for rejection in expected.rejected[:2]]
+    committed = [line for line in lines if line["outcome"] == "committed"]
+    assert len({line["node"] for line in committed}) == 2
+    assert len({line["snapshot"] for line in committed}) > 4
+    spread = Repository.open(root, settings)
+    assert _exported(spread) == _exported(alone)
+
+
+def _exported(repository: Repository) -> list[str]:
+    stream = io.StringIO()
+    export_ndjson(repository.view("main"), stream)
+    return sorted(stream.getvalue().splitlines())
