@@ -89,7 +89,8 @@ def test_an_export_onto_a_folder_names_the_folder(repo: Path, tmp_path: Path, fo
     folder.mkdir()
     result = floe_here(str(repo), "export", str(folder), "--format", format)
     assert result.exit_code == 1
-    assert f"{folder} is a folder" in _error_line(result.output)
+    # Compared without spaces: where rich wraps a line at a space depends on how long the temporary path is.
+    assert f"{folder}isafolder" in "".join(_error_line(result.output).split())
     assert list(folder.iterdir()) == []
 
 

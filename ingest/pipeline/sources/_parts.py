@@ -112,14 +112,19 @@ def split_sources(sources: Iterable[SourceName], part_bytes: int, options: Sourc
         The parts, in the sources' order; None if some source cannot be split at all (a STAC API, standard input):
         the run is then read by one reader.
     """
-    from ingest.pipeline.sources import source_kind
+    from ingest.pipeline.sources._api import StacApi
     from ingest.pipeline.sources._files import LocalFiles
     from ingest.pipeline.sources._objects import ObjectFiles, RemoteReader
 
     parts: list[SourceName] = []
     reader: RemoteReader | None = None
+    # The kinds asked in the registry's order (a STAC API's URL is an https:// URL too).
+    kinds = (LocalFiles(), StacApi(), ObjectFiles())
     for source in sources:
-        kind = source_kind(source)
+        if isinstance(source, SourcePart):
+            parts.append(source)
+            continue
+        kind = next((kind for kind in kinds if kind.recognises(source)), None)
         if isinstance(kind, LocalFiles):
             local: SourceName = file_url_path(source) if isinstance(source, str) and url_scheme(source) else source
             for path in expand_paths([local]):  # type: ignore[list-item]  # a part is not a LocalFiles source
