@@ -271,7 +271,7 @@ class Settings(BaseSettings):
     # ... or fewer, once the local rasters a batch copies reach this many MB.
     batch_raster_mb: int = Field(default=512, ge=1)
     # A metadata backfill with Ray (`floe ingest --assets none`) reads NDJSON files in parts of this many MB, and
-    # stac-geoparquet files in runs of row groups about as large on disk: an actor reads one part at a time.
+    # stac-geoparquet files in runs of rows about as large on disk: an actor reads one part at a time.
     part_mb: float = Field(default=64.0, gt=0)
 
     @property

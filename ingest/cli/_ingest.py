@@ -76,7 +76,7 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
                 "Ray actors copying granules and committing batches (0: no Ray, metadata only). Batches of items "
                 "without rasters are committed by this process; Ray starts with the first batch that has some. With "
                 "--assets none (a metadata backfill), the actors read the files themselves, in parts (byte ranges of "
-                "NDJSON, row groups of stac-geoparquet: part_mb), and commit them."
+                "NDJSON, runs of rows of stac-geoparquet: part_mb), and commit them."
             ),
         ),
     ] = 2,

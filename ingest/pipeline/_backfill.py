@@ -2,7 +2,7 @@
 
 Where a run copies no rasters (``floe ingest --assets none``), the driver has nothing to do but read, and one
 process reads no faster than one core parses. So :func:`backfill_with_ray` cuts the sources into parts
-(:func:`~ingest.pipeline.sources.split_sources`: files, byte ranges of NDJSON, runs of row groups of
+(:func:`~ingest.pipeline.sources.split_sources`: files, byte ranges of NDJSON, runs of rows of
 stac-geoparquet) and gives them, one at a time, to :class:`PartIngester` actors. Each reads its part as a source
 of its own and ingests it as :func:`~ingest.pipeline.ingest_items` does (checks, de-duplication within the part,
 data files written by the actor, one commit per batch through the commit protocol, racing the other actors'

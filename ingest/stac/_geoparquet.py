@@ -47,11 +47,27 @@ def geoparquet_items(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     return rows
 
 
-def row_group_batches(opened: pq.ParquetFile, groups: range | None = None) -> Iterator[pa.RecordBatch]:
-    """The file's record batches (of the row groups ``groups``; default: all), row group by row group (a batch
-    never spans two, so a row group that cannot be read fails after every row before it)."""
-    for group in groups if groups is not None else range(opened.num_row_groups):
-        yield from opened.iter_batches(row_groups=[group])
+def row_group_batches(opened: pq.ParquetFile, rows: range | None = None) -> Iterator[pa.RecordBatch]:
+    """The file's record batches, row group by row group (a batch never spans two, so a row group that cannot
+    be read fails after every row before it).
+
+    ``rows``: only these rows of the file (a part of it), read from the row groups that hold them and cut to them.
+    """
+    if rows is None:
+        for group in range(opened.num_row_groups):
+            yield from opened.iter_batches(row_groups=[group])
+        return
+    first = 0
+    for group in range(opened.num_row_groups):
+        count = opened.metadata.row_group(group).num_rows
+        if first < rows.stop and first + count > rows.start:
+            position = first
+            for batch in opened.iter_batches(row_groups=[group]):
+                low, high = max(rows.start - position, 0), min(rows.stop - position, batch.num_rows)
+                if high > low:
+                    yield batch.slice(low, high - low)
+                position += batch.num_rows
+        first += count
 
 
 def _wkb_paths(batch: pa.RecordBatch) -> list[tuple[str, ...]]:

@@ -34,7 +34,7 @@ def test_a_backfill_gives_what_one_process_gives(tmp_path, ray_cluster):
     alone_lines = io.StringIO()
     expected = ingest_items(alone, sources, batch_size=200, report_to=alone_lines)
 
-    # Parts of about 16 kB: the NDJSON file in dozens of byte ranges, the Parquet file in runs of row groups.
+    # Parts of about 16 kB: the NDJSON file in dozens of byte ranges, the Parquet file in runs of rows.
     spread = Repository.create(tmp_path / "spread", Settings(part_mb=16 / 1024))
     spread_lines = io.StringIO()
     got = ingest_with_ray(spread, sources, workers=2, assets="none", batch_size=200, report_to=spread_lines)

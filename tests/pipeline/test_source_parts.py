@@ -98,19 +98,22 @@ def _geoparquet(path: Path, rows: int, group: int) -> Path:
     return path
 
 
-def test_geoparquet_parts_are_runs_of_row_groups_labelled_with_the_file_rows(tmp_path):
+@pytest.mark.parametrize("part_bytes", [1, 300, 5_000, 1 << 30])
+def test_geoparquet_parts_are_runs_of_rows_labelled_with_the_file_rows(tmp_path, part_bytes):
+    """Cuts fall inside row groups too (a file written as one big row group still splits)."""
     path = _geoparquet(tmp_path / "rows.parquet", rows=50, group=7)
     whole = _as_read([path])
     assert [label for label, _ in whole] == [f"{path}#row{n}" for n in range(50)]
 
-    parts = split_sources([path], 1, SourceOptions())  # every row group a part of its own
-    assert parts is not None
-    assert [(part.start, part.stop, part.first) for part in parts] == [(g, g + 1, 7 * g) for g in range(8)]
+    parts = split_sources([path], part_bytes, SourceOptions())
+    assert parts is not None and all(isinstance(part, SourcePart) for part in parts)
+    assert parts[0].start == 0 and parts[-1].stop == 50
+    assert all(before.stop == after.start for before, after in itertools.pairwise(parts))
+    if part_bytes == 1:
+        assert len(parts) == 50  # a row each
+    if part_bytes == 5_000:
+        assert 1 < len(parts) < 50 and any(part.start % 7 for part in parts)  # some cut inside a row group
     assert _as_read(parts) == whole
-
-    larger = split_sources([path], 10_000, SourceOptions())
-    assert larger is not None and 1 <= len(larger) < len(parts)
-    assert _as_read(larger) == whole
 
 
 def test_what_cannot_be_cut_is_read_whole_or_leaves_the_run_to_one_reader(tmp_path):

@@ -187,7 +187,7 @@ def test_granules_are_ingested_by_actors_on_both_nodes(tmp_path, two_nodes, moto
 
 def test_a_metadata_backfill_spreads_its_parts_over_both_nodes(tmp_path, two_nodes, moto_server):
     """`--assets none` with `--ray-address`: the actors of both nodes read parts of the files on S3 (byte ranges of
-    NDJSON, row groups of stac-geoparquet) and commit them; the export equals one process reading the files whole."""
+    NDJSON, runs of rows of stac-geoparquet) and commit them; the export equals one process reading the files whole."""
     address, env = two_nodes
     write_sources(tmp_path / "sources")
     bucket, url = upload(moto_server, tmp_path / "sources")

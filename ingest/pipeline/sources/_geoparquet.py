@@ -28,21 +28,20 @@ def geoparquet_file_items(
     *,
     path: Path | None = None,
     base: str | None = None,
-    groups: range | None = None,
-    first_row: int = 0,
+    rows: range | None = None,
 ) -> Iterator[SourcedItem]:
     """The items of the stac-geoparquet ``file`` (a local path, or a seekable file object read from ``base``, a
     URL: its batches are then read on a thread ahead, and the items' relative asset hrefs made absolute).
 
-    ``groups``: only these row groups (a part of the file), whose first row is the file's row ``first_row``.
+    ``rows``: only these rows of the file (a part of it), labelled with their numbers in the file.
     """
     import pyarrow.parquet as pq
 
     def batches() -> Iterator[pa.RecordBatch]:
         with pq.ParquetFile(file) as opened:
-            yield from row_group_batches(opened, groups)
+            yield from row_group_batches(opened, rows)
 
-    row = first_row
+    row = rows.start if rows is not None else 0
     try:
         # From a URL: read and decoded on a thread ahead (Ctrl-C reaches a stalled transfer), while the last
         # batch becomes items here.

@@ -2,7 +2,7 @@
 reads with the file's own line and row numbers.
 
 :func:`split_sources` plans the parts of a run's sources (a file of NDJSON in byte ranges, one of stac-geoparquet
-in runs of row groups, anything else whole); :class:`PartFiles` is the kind of source that reads a
+in runs of rows, anything else whole); :class:`PartFiles` is the kind of source that reads a
 :class:`~ingest.pipeline.sources.SourcePart`, locally or by range requests. The metadata backfill
 (``ingest/pipeline/_backfill.py``) hands the parts to Ray actors. docs/ingest.md#a-metadata-backfill-on-a-cluster.
 
@@ -41,7 +41,7 @@ READ_BUFFER = 1 << 20
 
 
 class PartFiles:
-    """Parts of files (:class:`~ingest.pipeline.sources.SourcePart`): byte ranges of NDJSON, row groups of
+    """Parts of files (:class:`~ingest.pipeline.sources.SourcePart`): byte ranges of NDJSON, runs of rows of
     stac-geoparquet, on this machine or at a URL."""
 
     name = "parts of files"
@@ -61,11 +61,9 @@ class PartFiles:
         path = None if remote else Path(source.file)
         with stream:
             if source.kind == "geoparquet":
-                groups = range(source.start, source.stop)
+                rows = range(source.start, source.stop)
                 base = source.file if remote else None
-                yield from geoparquet_file_items(
-                    stream, source.file, path=path, base=base, groups=groups, first_row=source.first
-                )
+                yield from geoparquet_file_items(stream, source.file, path=path, base=base, rows=rows)
                 return
             try:
                 for sourced in ndjson_items(_part_lines(stream, source), source.file, path, first=source.first):
@@ -101,7 +99,7 @@ def numbered(parts: list[SourcePart], counts: Iterable[int]) -> list[SourcePart]
 
 def split_sources(sources: Iterable[SourceName], part_bytes: int, options: SourceOptions) -> list[SourceName] | None:
     """The parts a run's ``sources`` are read in: NDJSON files cut into byte ranges of about ``part_bytes``,
-    stac-geoparquet files into runs of row groups of about as many bytes on disk, anything else whole (a JSON file,
+    stac-geoparquet files into runs of rows of about as many bytes on disk, anything else whole (a JSON file,
     a folder's other files). NDJSON parts after a file's first still need their first line's number
     (:func:`count_lines`, :func:`numbered`).
 
@@ -157,14 +155,15 @@ def _file_parts(file: str, part_bytes: int, options: SourceOptions) -> list[Sour
             cuts = [size * index // count for index in range(count + 1)]
             return [SourcePart(file, "ndjson", start, stop) for start, stop in itertools.pairwise(cuts)]
         if suffix in PARQUET_SUFFIXES:
-            return list(_row_group_parts(file, part_bytes, options)) or whole
+            return list(_row_parts(file, part_bytes, options)) or whole
     except (OSError, RemoteError, ValueError):
         return whole  # reading it whole reports why it cannot be read
     return whole
 
 
-def _row_group_parts(file: str, part_bytes: int, options: SourceOptions) -> Iterator[SourcePart]:
-    """Runs of the file's row groups of about ``part_bytes`` on disk each (a row group is never cut)."""
+def _row_parts(file: str, part_bytes: int, options: SourceOptions) -> Iterator[SourcePart]:
+    """Runs of the file's rows of about ``part_bytes`` on disk each (by the file's average row). A part may cut a row
+    group: its reader decodes the whole group and keeps its rows, which costs little beside making items of them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -173,14 +172,16 @@ def _row_group_parts(file: str, part_bytes: int, options: SourceOptions) -> Iter
             metadata = pq.ParquetFile(stream).metadata
     except pa.ArrowException as error:
         raise ValueError(str(error)) from error
-    start, row, first, taken = 0, 0, 0, 0
-    for group in range(metadata.num_row_groups):
-        described = metadata.row_group(group)
-        taken += sum(described.column(column).total_compressed_size for column in range(described.num_columns))
-        row += described.num_rows
-        if taken >= part_bytes or group == metadata.num_row_groups - 1:
-            yield SourcePart(file, "geoparquet", start, group + 1, first=first)
-            start, first, taken = group + 1, row, 0
+    rows = metadata.num_rows
+    size = sum(
+        metadata.row_group(group).column(column).total_compressed_size
+        for group in range(metadata.num_row_groups)
+        for column in range(metadata.num_columns)
+    )
+    count = max(1, min(rows, -(-size // max(1, part_bytes))))
+    cuts = [rows * index // count for index in range(count + 1)]
+    for start, stop in itertools.pairwise(cuts):
+        yield SourcePart(file, "geoparquet", start, stop)
 
 
 def _size(file: str, options: SourceOptions) -> int:

@@ -47,15 +47,15 @@ class SourcePart:
     kind: Literal["ndjson", "geoparquet"]
     start: int
     """NDJSON: the first byte; the part holds every line that starts at or after it and before :attr:`stop`.
-    stac-geoparquet: the first row group."""
+    stac-geoparquet: the first row (counted from 0)."""
     stop: int
-    """NDJSON: the byte after the part; stac-geoparquet: the row group after the part."""
+    """NDJSON: the byte after the part; stac-geoparquet: the row after the part."""
     first: int = 1
-    """The number of the part's first line (NDJSON, counted from 1, blank lines included) or row (stac-geoparquet,
-    counted from 0)."""
+    """NDJSON: the number of the part's first line (counted from 1, blank lines included), which the lines of the
+    parts before it give."""
 
     def __str__(self) -> str:
-        unit = "bytes" if self.kind == "ndjson" else "row groups"
+        unit = "bytes" if self.kind == "ndjson" else "rows"
         return f"{self.file} ({unit} {self.start}-{self.stop})"
 
 
