@@ -10,8 +10,9 @@ same run and the ratio:
   writing the same items to one Parquet file;
 * issue 52's limits: ``floe ingest --workers 0`` at its defaults from NDJSON
   and from stac-geoparquet, against orjson alone parsing the same lines and
-  pyarrow alone reading and rewriting the same file (``--metadata-only
-  --items 1000000`` runs only these);
+  pyarrow alone reading and rewriting the same file, and each as a metadata
+  backfill (``--assets none --workers 2``) against the ``--workers 0`` run
+  (``--metadata-only --items 1000000`` runs only these);
 * raster ingest in copy mode through Ray (granules/s, MB/s), actor start-up
   included, against writing the same rasters straight into an Icechunk
   repository with rioxarray (no floe); floe and the baseline run alternately
@@ -104,11 +105,13 @@ def bench_metadata(workdir: Path, count: int) -> list[tuple[str, str, str, str]]
     ]
 
 
-def bench_limits(workdir: Path, ndjson: Path, geoparquet: Path, count: int) -> list[tuple[str, str, str, str]]:
+def bench_limits(
+    workdir: Path, ndjson: Path, geoparquet: Path, count: int, workers: int = 2
+) -> list[tuple[str, str, str, str]]:
     """Issue 52's rows: ``floe ingest --workers 0`` at its defaults from NDJSON and from stac-geoparquet, each
     against the machine's limit measured in the same run: orjson alone parsing the same lines, and pyarrow
-    alone reading the same stac-geoparquet file and writing it again. The stage budget of each floe run is
-    printed on stderr."""
+    alone reading the same stac-geoparquet file and writing it again; then each as a metadata backfill with
+    ``workers`` Ray actors. The stage budget of each floe run is printed on stderr."""
     import orjson
     import pyarrow.parquet as pq
 
@@ -144,7 +147,29 @@ def bench_limits(workdir: Path, ndjson: Path, geoparquet: Path, count: int) -> l
                 f"{seconds / limit:.1f}x",
             )
         )
+        rows.append(backfill_row(workdir, name, path, count, seconds, workers))
     return rows
+
+
+def backfill_row(
+    workdir: Path, name: str, path: Path, count: int, alone: float, workers: int
+) -> tuple[str, str, str, str]:
+    """The same file as a metadata backfill (``--assets none --workers N``: parts read and committed by Ray actors,
+    a local Ray started inside the timing), against the ``--workers 0`` run just measured."""
+    from ingest._stages import budget
+
+    repository = Repository.create(workdir / f"backfill-{name}", Settings())
+    started = time.perf_counter()
+    report = ingest_with_ray(repository, [path], workers=workers, assets="none")
+    seconds = time.perf_counter() - started
+    assert report.rows_added == count and not report.rejected, report.rejected[:3]
+    print(f"{name} backfill: {budget(report.stages, report.seconds)} (summed over actors)", file=sys.stderr)
+    return (
+        f"the same as a metadata backfill, `--assets none --workers {workers}` (items/s; ratio: speed-up)",
+        f"{count / seconds:,.0f}",
+        f"{count / alone:,.0f} (`--workers 0`, above)",
+        f"{alone / seconds:.2f}x",
+    )
 
 
 def direct_write(root: Path, item_files: list[Path]) -> float:
