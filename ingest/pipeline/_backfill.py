@@ -2,15 +2,16 @@
 
 Where a run copies no rasters (``floe ingest --assets none``), the driver has nothing to do but read, and one
 process reads no faster than one core parses. So :func:`backfill_with_ray` cuts the sources into parts
-(:func:`~ingest.pipeline.sources.split_sources`: files, byte ranges of NDJSON, runs of rows of
-stac-geoparquet) and gives them, one at a time, to :class:`PartIngester` actors. Each reads its part as a source
-of its own and ingests it as :func:`~ingest.pipeline.ingest_items` does (checks, de-duplication within the part,
-data files written by the actor, one commit per batch through the commit protocol, racing the other actors'
-commits); the driver only plans, numbers and gathers. docs/ingest.md#a-metadata-backfill-on-a-cluster.
+(:func:`~ingest.pipeline.sources.split_sources`: byte ranges of NDJSON, runs of rows of stac-geoparquet,
+small files several together) and gives these shares, one at a time, to :class:`PartIngester` actors. Each reads
+its share as sources of its own and ingests them as :func:`~ingest.pipeline.ingest_items` does (checks,
+de-duplication within the share, data files written by the actor, one commit per batch through the commit
+protocol, racing the other actors' commits); the driver only plans, numbers and gathers.
+docs/ingest.md#a-metadata-backfill-on-a-cluster.
 
 Rejections name the file's own lines and rows (an NDJSON part's first line number is counted by the actors
-first) and come back in the sources' order. What differs from one reader: an id repeated in two parts is not
-rejected as a duplicate; the table still holds it once (every row is staged as a replacement), as the part whose
+first) and come back in the sources' order. What differs from one reader: an id repeated in two shares is not
+rejected as a duplicate; the table still holds it once (every row is staged as a replacement), as the share whose
 commit landed last has it.
 """
 
@@ -63,7 +64,7 @@ class PartIngester:
 
     def ingest(
         self,
-        part: SourceName,
+        share: list[SourceName],
         message: str,
         batch_size: int | None,
         default_collection: str | None,
@@ -74,7 +75,7 @@ class PartIngester:
         sink = io.StringIO() if keep_landed else None
         report = ingest_items(
             self.repository,
-            [part],
+            share,
             branch=self.branch,
             batch_size=batch_size,
             message=message,
@@ -90,7 +91,7 @@ class PartIngester:
 
 def backfill_with_ray(
     repository: Repository,
-    parts: Sequence[SourceName],
+    shares: Sequence[list[SourceName]],
     *,
     workers: int,
     branch: str,
@@ -101,19 +102,19 @@ def backfill_with_ray(
     options: SourceOptions,
     report_to: TextIO | None = None,
 ) -> IngestReport:
-    """Ingest ``parts`` (metadata only) with ``workers`` Ray actors, each committing its part's batches itself.
+    """Ingest ``shares`` (metadata only) with ``workers`` Ray actors, each committing its share's batches itself.
 
     Ray is initialized already (``ingest_with_ray`` starts or joins it); the actors are stopped at the end.
 
     Args:
         repository: the repository to ingest into.
-        parts: what :func:`~ingest.pipeline.sources.split_sources` planned.
+        shares: what :func:`~ingest.pipeline.sources.split_sources` planned.
         workers: the actors (one CPU each).
         branch: the branch the actors commit to.
         batch_size: items per commit of each actor.
-        message: the commit message, each batch's followed by `` (part N) (batch M)``.
+        message: the commit message, each batch's followed by `` (share N) (batch M)``.
         default_collection: the collection of items that name none.
-        progress: called with the run's report as parts land.
+        progress: called with the run's report as shares land.
         options: how to reach remote sources (shipped to the actors without its open stores).
         report_to: gets a JSON line per committed item, naming the node whose actor committed it.
 
@@ -127,7 +128,7 @@ def backfill_with_ray(
     import ray
 
     report = IngestReport(landed_sink=report_to)
-    if not parts:
+    if not shares:
         return report
     actor_class: Any = ray.remote(num_cpus=1)(PartIngester)
     settings, url = repository.settings.model_dump(), repository.location.url
@@ -135,18 +136,18 @@ def backfill_with_ray(
     actors = [actor_class.remote(url, settings, branch, shipped) for _ in range(workers)]
     compactor = AutoCompactor(repository, branch, report)
     try:
-        numbered_parts = _numbered(actors, list(parts))
-        log.info("backfill: %d parts over %d actors", len(numbered_parts), len(actors))
+        numbered_shares = _numbered(actors, shares)
+        log.info("backfill: %d shares over %d actors", len(numbered_shares), len(actors))
         keep_landed = report_to is not None
         outcomes: dict[int, PartOutcome] = {}
 
         def ingest(actor: Any, index: int) -> Any:
             return actor.ingest.remote(
-                numbered_parts[index], f"{message} (part {index + 1})", batch_size, default_collection, keep_landed
+                numbered_shares[index], f"{message} (share {index + 1})", batch_size, default_collection, keep_landed
             )
 
         outcome: PartOutcome
-        for index, outcome in _spread(actors, range(len(numbered_parts)), ingest):
+        for index, outcome in _spread(actors, range(len(numbered_shares)), ingest):
             outcomes[index] = outcome
             _gather(report, outcome, compactor)
             if progress:
@@ -165,9 +166,11 @@ def backfill_with_ray(
     return report
 
 
-def _numbered(actors: list[Any], parts: list[SourceName]) -> list[SourceName]:
-    """``parts`` with each NDJSON part's first line number, from the lines the parts before it in its file hold
+def _numbered(actors: list[Any], shares: Sequence[list[SourceName]]) -> list[list[SourceName]]:
+    """``shares`` with each NDJSON part's first line number, from the lines the parts before it in its file hold
     (counted by the actors, a part each)."""
+    places = [(share, place) for share, sources in enumerate(shares) for place in range(len(sources))]
+    parts = [shares[share][place] for share, place in places]
     by_file: dict[str, list[int]] = {}
     for index, part in enumerate(parts):
         if isinstance(part, SourcePart) and part.kind == "ndjson":
@@ -175,13 +178,14 @@ def _numbered(actors: list[Any], parts: list[SourceName]) -> list[SourceName]:
     # A file's last part numbers no other: only the parts before it are counted.
     counted = [index for indexes in by_file.values() if len(indexes) > 1 for index in indexes[:-1]]
     counts: dict[int, int] = dict(_spread(actors, counted, lambda actor, index: actor.count_lines.remote(parts[index])))
-    out = list(parts)
+    out = [list(sources) for sources in shares]
     for indexes in by_file.values():
         if len(indexes) > 1:
             file_parts = [parts[index] for index in indexes]
             lines = [counts.get(index, 0) for index in indexes]
             for index, part in zip(indexes, numbered(file_parts, lines), strict=True):  # type: ignore[arg-type]
-                out[index] = part
+                share, place = places[index]
+                out[share][place] = part
     return out
 
 

@@ -203,12 +203,13 @@ def ingest_with_ray(
     message = message or "floe ingest"
     sources = list(sources)
     options = reaching(repository, options if options is not None else SourceOptions())
-    parts = split_sources(sources, repository.settings.part_bytes, options) if assets.strip() == "none" else None
-    if parts is not None and not (virtual or prune):
-        with _ray_for(workers, ray_address, needed=bool(parts)):
+    shares = split_sources(sources, repository.settings.part_bytes, options) if assets.strip() == "none" else None
+    # One share is one reader's work: the driver reads it (below) without starting Ray for it.
+    if shares is not None and (len(shares) > 1 or ray_address) and not (virtual or prune):
+        with _ray_for(workers, ray_address, needed=bool(shares)):
             return backfill_with_ray(
                 repository,
-                parts,
+                shares,
                 workers=workers,
                 branch=branch,
                 batch_size=batch_size,

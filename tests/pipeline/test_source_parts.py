@@ -38,6 +38,12 @@ def _awkward_ndjson(path: Path) -> Path:
     return path
 
 
+def _split(sources: list, part_bytes: int, options: SourceOptions) -> list | None:
+    """The parts and files of every share, in order."""
+    shares = split_sources(sources, part_bytes, options)
+    return None if shares is None else [source for share in shares for source in share]
+
+
 def _as_read(sources: list, options: SourceOptions | None = None) -> list[tuple]:
     """Every entry read: its label, and its item or the reason it was refused."""
     entries = []
@@ -69,7 +75,7 @@ def test_ndjson_parts_hold_every_line_once_numbered_as_in_the_whole_file(tmp_pat
     whole = _as_read([path])
     assert len(whole) == 40 + 3  # 41 items, the bad JSON and the bytes that are not UTF-8
 
-    parts = split_sources([path], part_bytes, options)
+    parts = _split([path], part_bytes, options)
     assert parts is not None
     size = path.stat().st_size
     expected_parts = min(size, -(-size // part_bytes))
@@ -84,7 +90,7 @@ def test_ndjson_parts_hold_every_line_once_numbered_as_in_the_whole_file(tmp_pat
 def test_unnumbered_parts_would_name_the_wrong_lines(tmp_path):
     """The numbering matters: parts read without it label their lines from 1 again."""
     path = _awkward_ndjson(tmp_path / "items.ndjson")
-    parts = split_sources([path], 2000, SourceOptions())
+    parts = _split([path], 2000, SourceOptions())
     assert parts is not None and len(parts) > 2
     assert _as_read(parts) != _as_read([path])
     assert sorted(label for label, _ in _as_read(parts)) != sorted(label for label, _ in _as_read([path]))
@@ -105,7 +111,7 @@ def test_geoparquet_parts_are_runs_of_rows_labelled_with_the_file_rows(tmp_path,
     whole = _as_read([path])
     assert [label for label, _ in whole] == [f"{path}#row{n}" for n in range(50)]
 
-    parts = split_sources([path], part_bytes, SourceOptions())
+    parts = _split([path], part_bytes, SourceOptions())
     assert parts is not None and all(isinstance(part, SourcePart) for part in parts)
     assert parts[0].start == 0 and parts[-1].stop == 50
     assert all(before.stop == after.start for before, after in itertools.pairwise(parts))
@@ -124,7 +130,7 @@ def test_what_cannot_be_cut_is_read_whole_or_leaves_the_run_to_one_reader(tmp_pa
     missing = tmp_path / "missing.ndjson"
     options = SourceOptions()
 
-    parts = split_sources([item_file, not_parquet, missing], 10, options)
+    parts = _split([item_file, not_parquet, missing], 10, options)
     assert parts == [item_file, not_parquet, missing]
     # Read whole, each says what is wrong, as it would to one reader.
     assert _as_read(parts) == _as_read([item_file, not_parquet, missing])
@@ -145,12 +151,63 @@ def test_parts_of_objects_on_s3_are_read_by_ranges_as_the_whole_objects_are(moto
     options = SourceOptions(s3=moto_server.s3_settings())
     folder = f"s3://{bucket}/in/"
 
-    parts = split_sources([folder], 600, options)
+    parts = _split([folder], 600, options)
     assert parts is not None
     kinds = [part.kind if isinstance(part, SourcePart) else part for part in parts]
     assert kinds.count("ndjson") > 3 and kinds.count("geoparquet") > 1
-    assert f"s3://{bucket}/in/one.json" in kinds
+    assert kinds.count("member") == 1  # one.json, read as the folder reads it
 
     whole = _as_read([folder], options)
     assert len(whole) == 43 + 30 + 1
     assert sorted(_as_read(_numbered_parts(parts, options), options)) == sorted(whole)
+
+
+def test_small_files_are_read_several_to_a_share(tmp_path):
+    """A folder of item JSONs is not a commit per file: files are packed into shares of about the part size."""
+    folder = tmp_path / "items"
+    folder.mkdir()
+    for n in range(30):
+        (folder / f"{n:02d}.json").write_text(json.dumps(make_item(f"item-{n:02d}")))
+    part_bytes = 4 * max(path.stat().st_size for path in folder.glob("*.json"))
+
+    shares = split_sources([folder], part_bytes, SourceOptions())
+    assert shares is not None
+    assert [str(source) for share in shares for source in share] == [
+        str(path) for path in sorted(folder.glob("*.json"))
+    ]
+    assert all(sum(Path(str(source)).stat().st_size for source in share) <= part_bytes for share in shares)
+    assert all(len(share) >= 4 for share in shares[:-1]) and len(shares) <= 8
+    whole = split_sources([folder], 1 << 30, SourceOptions())
+    assert whole is not None and len(whole) == 1 and len(whole[0]) == 30
+
+
+def _catalog_folder(folder: Path) -> Path:
+    """A collection whose links name the items beside it, as a static catalog on disk is laid out."""
+    (folder / "a").mkdir(parents=True)
+    (folder / "b").mkdir()
+    for name in ("a", "b"):
+        (folder / name / f"{name}.json").write_text(json.dumps(make_item(name)))
+    collection = {
+        "type": "Collection",
+        "stac_version": "1.0.0",
+        "id": "c",
+        "description": "items beside their collection",
+        "license": "CC-BY-4.0",
+        "extent": {"spatial": {"bbox": [[-180, -90, 180, 90]]}, "temporal": {"interval": [[None, None]]}},
+        "links": [{"rel": "item", "href": f"./{name}/{name}.json"} for name in ("a", "b")],
+    }
+    (folder / "collection.json").write_text(json.dumps(collection))
+    return folder
+
+
+def test_a_collection_listed_in_a_folder_is_stored_not_walked_as_in_the_folder(tmp_path):
+    """Named alone, a collection's file is walked for its items; listed in a folder it is not (its items are the
+    folder's other files). Split into shares, each file is read as its folder reads it: no item twice."""
+    folder = _catalog_folder(tmp_path / "catalog")
+    whole = _as_read([folder])
+    assert sorted(label for label, _ in whole) == sorted(
+        str(path) for path in (folder / "a" / "a.json", folder / "b" / "b.json", folder / "collection.json")
+    )
+    assert _as_read(_split([folder], 1, SourceOptions())) == whole
+    walked = _as_read([folder / "collection.json"])
+    assert len(walked) == 3  # the collection and its two items, through its links

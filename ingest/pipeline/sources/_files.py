@@ -84,10 +84,14 @@ def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:
             yield path
 
 
-def local_items(sources: Iterable[str | Path]) -> Iterator[SourcedItem]:
-    """Every item in the local ``sources`` (files, folders, ``-``), in order."""
+def local_items(sources: Iterable[str | Path], *, as_named: bool = True) -> Iterator[SourcedItem]:
+    """Every item in the local ``sources`` (files, folders, ``-``), in order.
+
+    A STAC Catalog or Collection file named as a source is walked (its items are read through its links); without
+    ``as_named`` (a file listed in a folder, read on its own) it is not, as in its folder.
+    """
     sources = list(sources)
-    named = {Path(source): True for source in sources if str(source) != STDIN and Path(source).is_file()}
+    named = {Path(source): as_named for source in sources if str(source) != STDIN and Path(source).is_file()}
     for path in expand_paths(sources):
         if isinstance(path, str):  # only STDIN is named by a string
             yield from ndjson_items(sys.stdin.buffer, "<stdin>")

@@ -181,8 +181,8 @@ class RemoteReader:
         finally:
             pool.shutdown(wait=False, cancel_futures=True)  # what runs still is a read whose answer is not wanted
 
-    def _listed(self, target: _Target) -> list[_Target]:
-        """The metadata files under the folder ``target``, sorted by key.
+    def _listed(self, target: _Target, sizes: dict[str, int] | None = None) -> list[_Target]:
+        """The metadata files under the folder ``target``, sorted by key (``sizes`` gets each one's size by URL).
 
         Raises:
             RemoteError: the folder cannot be listed.
@@ -194,29 +194,49 @@ class RemoteReader:
                 store, prefix = self.stores.blob_store(address), address.name
             else:
                 store, prefix = target.store, target.path
-            listed = _waited(lambda: [meta["path"] for chunk in obstore.list(store, prefix or None) for meta in chunk])
+            listed = _waited(
+                lambda: {
+                    meta["path"]: int(meta["size"]) for chunk in obstore.list(store, prefix or None) for meta in chunk
+                }
+            )
         except Exception as error:
             raise RemoteError(target.url, f"cannot be listed ({describe(error)})") from error
         keys = sorted(key for key in listed if PurePosixPath(key).suffix.lower() in METADATA_SUFFIXES)
         if address is not None:
-            return [_Target(store, key, address.url_of(key), listable=True) for key in keys]
-        bucket = urlparse(target.url).netloc
-        # Each object through the store its own key calls for (a public prefix of the bucket reads unsigned).
-        return [
-            _Target(self.stores.bucket_store(bucket, key), key, f"s3://{bucket}/{key}", listable=True) for key in keys
-        ]
+            children = [_Target(store, key, address.url_of(key), listable=True) for key in keys]
+        else:
+            bucket = urlparse(target.url).netloc
+            # Each object through the store its own key calls for (a public prefix of the bucket reads unsigned).
+            children = [
+                _Target(self.stores.bucket_store(bucket, key), key, f"s3://{bucket}/{key}", listable=True)
+                for key in keys
+            ]
+        if sizes is not None:
+            sizes.update((child.url, listed[child.path]) for child in children)
+        return children
 
     # -- what a backfill splits (sources/_parts.py) --------------------------------------------
-    def files(self, url: str) -> list[str]:
-        """The URLs of the metadata files ``url`` names: itself, or those listed under a folder (ending in ``/``).
+    def files(self, url: str) -> list[tuple[str, int | None]]:
+        """The URLs of the metadata files ``url`` names, each with its size where a listing gave it: itself, or
+        those listed under a folder (ending in ``/``).
 
         Raises:
             RemoteError: the URL is not supported, or its folder cannot be listed.
         """
         target = self.target(url)
-        if target.name == "" or target.name.endswith("/"):
-            return [child.url for child in self._listed(target)] if target.listable else [url]
-        return [url]
+        if (target.name == "" or target.name.endswith("/")) and target.listable:
+            sizes: dict[str, int] = {}
+            return [(child.url, sizes.get(child.url)) for child in self._listed(target, sizes)]
+        return [(url, None)]
+
+    def read_member(self, url: str) -> Iterator[SourcedItem]:
+        """The items of the file at ``url`` read as a member of its folder (a Collection there is not walked)."""
+        try:
+            target = self.target(url)
+        except RemoteError as error:
+            yield SourcedItem(url, error=InvalidSource(error.reason))
+            return
+        yield from self._read_object(target, named=False)
 
     def open_file(self, url: str) -> _ArrowFile:
         """The object at ``url`` as a seekable binary file, read by range requests.

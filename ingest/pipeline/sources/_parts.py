@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from ingest.errors import InvalidSource
 from ingest.pipeline.sources._documents import absolute_hrefs, ndjson_items
-from ingest.pipeline.sources._files import expand_paths
+from ingest.pipeline.sources._files import expand_paths, local_items
 from ingest.pipeline.sources._geoparquet import geoparquet_file_items
 from ingest.pipeline.sources._types import (
     NDJSON_SUFFIXES,
@@ -52,6 +52,14 @@ class PartFiles:
     def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
         assert isinstance(source, SourcePart), "recognises() takes parts only"
         remote = url_scheme(source.file) is not None
+        if source.kind == "member":
+            if remote:
+                from ingest.pipeline.sources._objects import RemoteReader
+
+                yield from RemoteReader(options.stores()).read_member(source.file)
+            else:
+                yield from local_items([Path(source.file)], as_named=False)
+            return
         try:
             stream = _opened(source.file, options)
         except (OSError, RemoteError) as error:
@@ -97,30 +105,32 @@ def numbered(parts: list[SourcePart], counts: Iterable[int]) -> list[SourcePart]
     return out
 
 
-def split_sources(sources: Iterable[SourceName], part_bytes: int, options: SourceOptions) -> list[SourceName] | None:
-    """The parts a run's ``sources`` are read in: NDJSON files cut into byte ranges of about ``part_bytes``,
-    stac-geoparquet files into runs of rows of about as many bytes on disk, anything else whole (a JSON file,
-    a folder's other files). NDJSON parts after a file's first still need their first line's number
-    (:func:`count_lines`, :func:`numbered`).
+def split_sources(
+    sources: Iterable[SourceName], part_bytes: int, options: SourceOptions
+) -> list[list[SourceName]] | None:
+    """The shares a run's ``sources`` are read in, each of about ``part_bytes``: NDJSON files cut into byte ranges,
+    stac-geoparquet files into runs of rows of about as many bytes on disk, and other files (item JSON,
+    FeatureCollections, small files) whole, several to a share until it is full. NDJSON parts after a file's first
+    still need their first line's number (:func:`count_lines`, :func:`numbered`).
 
     A file that cannot be looked at here (it is missing, unreadable, not Parquet) is left whole: reading it reports
     why, as a single reader would.
 
     Returns:
-        The parts, in the sources' order; None if some source cannot be split at all (a STAC API, standard input):
-        the run is then read by one reader.
+        The shares, in the sources' order, each a list of parts and files; None if some source cannot be split at
+        all (a STAC API, standard input): the run is then read by one reader.
     """
     from ingest.pipeline.sources._api import StacApi
     from ingest.pipeline.sources._files import LocalFiles
     from ingest.pipeline.sources._objects import ObjectFiles, RemoteReader
 
-    parts: list[SourceName] = []
+    sized: list[tuple[SourceName, int]] = []
     reader: RemoteReader | None = None
     # The kinds asked in the registry's order (a STAC API's URL is an https:// URL too).
     kinds = (LocalFiles(), StacApi(), ObjectFiles())
     for source in sources:
         if isinstance(source, SourcePart):
-            parts.append(source)
+            sized.append((source, part_bytes))
             continue
         kind = next((kind for kind in kinds if kind.recognises(source)), None)
         if isinstance(kind, LocalFiles):
@@ -128,42 +138,60 @@ def split_sources(sources: Iterable[SourceName], part_bytes: int, options: Sourc
             for path in expand_paths([local]):  # type: ignore[list-item]  # a part is not a LocalFiles source
                 if path == STDIN:
                     return None
-                parts.extend(_file_parts(str(path), part_bytes, options))
+                member = Path(path) != Path(local)  # type: ignore[arg-type]  # listed in a folder named
+                sized.extend(_file_parts(str(path), None, part_bytes, options, member=member))
         elif isinstance(kind, ObjectFiles):
             reader = reader or RemoteReader(options.stores())
             try:
-                urls = reader.files(str(source))
+                files = reader.files(str(source))
             except RemoteError:
-                parts.append(source)  # its read says why it cannot be listed
+                sized.append((source, 0))  # its read says why it cannot be listed
                 continue
-            for url in urls:
-                parts.extend(_file_parts(url, part_bytes, options))
+            for url, size in files:
+                sized.extend(_file_parts(url, size, part_bytes, options, member=url != str(source)))
         else:
             return None
-    return parts
+    return _shares(sized, part_bytes)
 
 
-def _file_parts(file: str, part_bytes: int, options: SourceOptions) -> list[SourceName]:
-    """One file's parts (the file itself when it is read whole)."""
+def _shares(sized: list[tuple[SourceName, int]], part_bytes: int) -> list[list[SourceName]]:
+    """Consecutive sources packed into shares of about ``part_bytes`` (a source as large is a share of its own)."""
+    shares: list[list[SourceName]] = []
+    taken = 0
+    for source, size in sized:
+        if not shares or taken + size > part_bytes:
+            shares.append([])
+            taken = 0
+        shares[-1].append(source)
+        taken += size
+    return shares
+
+
+def _file_parts(
+    file: str, size: int | None, part_bytes: int, options: SourceOptions, *, member: bool
+) -> list[tuple[SourceName, int]]:
+    """One file's parts, with the bytes each reads: the file itself when it is read whole (named, or as a
+    ``member`` of the folder it was listed in)."""
     suffix = PurePosixPath(file.split("?", 1)[0]).suffix.lower()
     remote = url_scheme(file) is not None
-    whole: list[SourceName] = [file if remote else Path(file)]
+    whole: SourceName = SourcePart(file, "member", 0, 0) if member else file if remote else Path(file)
     try:
+        size = size if size is not None else _size(file, options)
         if suffix in NDJSON_SUFFIXES:
-            size = _size(file, options)
             count = max(1, -(-size // max(1, part_bytes)))
             cuts = [size * index // count for index in range(count + 1)]
-            return [SourcePart(file, "ndjson", start, stop) for start, stop in itertools.pairwise(cuts)]
+            return [(SourcePart(file, "ndjson", start, stop), stop - start) for start, stop in itertools.pairwise(cuts)]
         if suffix in PARQUET_SUFFIXES:
-            return list(_row_parts(file, part_bytes, options)) or whole
+            return list(_row_parts(file, part_bytes, options)) or [(whole, size)]
     except (OSError, RemoteError, ValueError):
-        return whole  # reading it whole reports why it cannot be read
-    return whole
+        return [(whole, 0)]  # reading it whole reports why it cannot be read
+    return [(whole, size)]
 
 
-def _row_parts(file: str, part_bytes: int, options: SourceOptions) -> Iterator[SourcePart]:
-    """Runs of the file's rows of about ``part_bytes`` on disk each (by the file's average row). A part may cut a row
-    group: its reader decodes the whole group and keeps its rows, which costs little beside making items of them."""
+def _row_parts(file: str, part_bytes: int, options: SourceOptions) -> Iterator[tuple[SourcePart, int]]:
+    """Runs of the file's rows of about ``part_bytes`` on disk each (by the file's average row), with their bytes.
+    A part may cut a row group: its reader decodes the whole group and keeps its rows, which costs little beside
+    making items of them."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -181,7 +209,7 @@ def _row_parts(file: str, part_bytes: int, options: SourceOptions) -> Iterator[S
     count = max(1, min(rows, -(-size // max(1, part_bytes))))
     cuts = [rows * index // count for index in range(count + 1)]
     for start, stop in itertools.pairwise(cuts):
-        yield SourcePart(file, "geoparquet", start, stop)
+        yield SourcePart(file, "geoparquet", start, stop), size * (stop - start) // max(1, rows)
 
 
 def _size(file: str, options: SourceOptions) -> int:

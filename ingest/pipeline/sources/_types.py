@@ -44,7 +44,9 @@ class SourcePart:
 
     file: str
     """A local path or a URL."""
-    kind: Literal["ndjson", "geoparquet"]
+    kind: Literal["ndjson", "geoparquet", "member"]
+    """``member``: the whole file, read as a member of the folder it was listed in (a STAC Collection or Catalog
+    there is stored, not walked: its items are the folder's other files)."""
     start: int
     """NDJSON: the first byte; the part holds every line that starts at or after it and before :attr:`stop`.
     stac-geoparquet: the first row (counted from 0)."""
@@ -55,6 +57,8 @@ class SourcePart:
     parts before it give."""
 
     def __str__(self) -> str:
+        if self.kind == "member":
+            return self.file
         unit = "bytes" if self.kind == "ndjson" else "rows"
         return f"{self.file} ({unit} {self.start}-{self.stop})"
 
