@@ -51,37 +51,61 @@ class PartFiles:
 
     def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
         assert isinstance(source, SourcePart), "recognises() takes parts only"
-        remote = url_scheme(source.file) is not None
         if source.kind == "member":
-            if remote:
-                from ingest.pipeline.sources._objects import RemoteReader
+            yield from _member_items(source, options)
+        elif source.kind == "geoparquet":
+            yield from _row_items(source, options)
+        else:
+            yield from _line_items(source, options)
 
-                yield from RemoteReader(options.stores()).read_member(source.file)
-            else:
-                yield from local_items([Path(source.file)], as_named=False)
-            return
+
+def _member_items(part: SourcePart, options: SourceOptions) -> Iterator[SourcedItem]:
+    """A file listed in a folder, read as its folder reads it."""
+    if url_scheme(part.file) is None:
+        yield from local_items([Path(part.file)], as_named=False)
+        return
+    from ingest.pipeline.sources._objects import RemoteReader
+
+    yield from RemoteReader(options.stores()).read_member(part.file)
+
+
+def _row_items(part: SourcePart, options: SourceOptions) -> Iterator[SourcedItem]:
+    """A run of rows of a stac-geoparquet file, labelled with the file's row numbers."""
+    rows = range(part.start, part.stop)
+    if url_scheme(part.file) is None:
+        # pyarrow reads a local file itself (a Python file object between them costs a copy).
+        path = Path(part.file)
+        yield from geoparquet_file_items(path, part.file, path=path, rows=rows)
+        return
+    try:
+        stream = _opened(part.file, options)
+    except RemoteError as error:
+        yield SourcedItem(str(part), error=InvalidSource(error.reason))
+        return
+    with stream:
+        yield from geoparquet_file_items(stream, part.file, base=part.file, rows=rows)
+
+
+def _line_items(part: SourcePart, options: SourceOptions) -> Iterator[SourcedItem]:
+    """The lines of an NDJSON part, numbered as in the whole file."""
+    remote = url_scheme(part.file) is not None
+    try:
+        stream = _opened(part.file, options)
+    except (OSError, RemoteError) as error:
+        reason = error.reason if isinstance(error, RemoteError) else f"cannot be read ({error})"
+        yield SourcedItem(str(part), error=InvalidSource(reason))
+        return
+    with stream:
         try:
-            stream = _opened(source.file, options)
+            path = None if remote else Path(part.file)
+            for sourced in ndjson_items(_part_lines(stream, part), part.file, path, first=part.first):
+                if remote:
+                    absolute_hrefs(sourced.item, part.file)
+                    absolute_hrefs(sourced.collection, part.file)
+                yield sourced
         except (OSError, RemoteError) as error:
-            reason = error.reason if isinstance(error, RemoteError) else f"cannot be read ({error})"
-            yield SourcedItem(str(source), error=InvalidSource(reason))
-            return
-        path = None if remote else Path(source.file)
-        with stream:
-            if source.kind == "geoparquet":
-                rows = range(source.start, source.stop)
-                base = source.file if remote else None
-                yield from geoparquet_file_items(stream, source.file, path=path, base=base, rows=rows)
-                return
-            try:
-                for sourced in ndjson_items(_part_lines(stream, source), source.file, path, first=source.first):
-                    if remote:
-                        absolute_hrefs(sourced.item, source.file)
-                        absolute_hrefs(sourced.collection, source.file)
-                    yield sourced
-            except (OSError, RemoteError) as error:
-                reason = error.reason if isinstance(error, RemoteError) else describe(error)
-                yield SourcedItem(str(source), error=InvalidSource(f"the read broke off ({reason})"))
+            reason = error.reason if isinstance(error, RemoteError) else describe(error)
+            yield SourcedItem(str(part), error=InvalidSource(f"the read broke off ({reason})"))
 
 
 def count_lines(part: SourcePart, options: SourceOptions) -> int:
