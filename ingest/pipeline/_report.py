@@ -67,9 +67,9 @@ class IngestReport:
     compaction_errors: list[str] = field(default_factory=list)
     stages: dict[str, float] = field(default_factory=dict)
     """Seconds per stage of an in-process ingest (``ingest._stages``: parse, validate, to Arrow, write, commit);
-    empty for a Ray ingest, whose stages run in its actors."""
+    summed over the actors for a metadata backfill; empty for a Ray ingest that copies rasters."""
     seconds: float = 0.0
-    """Wall seconds of the run the stages were measured over."""
+    """Wall seconds of the run the stages were measured over (a backfill: its actors' seconds, summed)."""
     prune_skipped: str | None = None
     """Why ``--prune`` deleted nothing although asked to (some input could not be read), or None."""
     landed_sink: TextIO | None = field(default=None, repr=False)
