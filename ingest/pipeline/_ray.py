@@ -203,10 +203,11 @@ def ingest_with_ray(
     message = message or "floe ingest"
     sources = list(sources)
     options = reaching(repository, options if options is not None else SourceOptions())
-    shares = split_sources(sources, repository.settings.part_bytes, options) if assets.strip() == "none" else None
+    metadata_only = assets.strip() == "none" and not (virtual or prune)
+    shares = split_sources(sources, repository.settings.part_bytes, options) if metadata_only else None
     # One share is one reader's work: the driver reads it (below) without starting Ray for it.
-    if shares is not None and (len(shares) > 1 or ray_address) and not (virtual or prune):
-        with _ray_for(workers, ray_address, needed=bool(shares)):
+    if shares is not None and (len(shares) > 1 or ray_address):
+        with _ray_for(workers, ray_address):
             return backfill_with_ray(
                 repository,
                 shares,
@@ -292,10 +293,9 @@ def ingest_with_ray(
 
 
 @contextmanager
-def _ray_for(workers: int, address: str | None, *, needed: bool) -> Iterator[None]:
-    """Ray started (or ``address`` joined) for a block, if ``needed`` or an address is named, and shut down after
-    it if this started it."""
-    started = start_ray(workers, address) if needed or address else False
+def _ray_for(workers: int, address: str | None) -> Iterator[None]:
+    """Ray started (or ``address`` joined) for a block, and shut down after it if this started it."""
+    started = start_ray(workers, address)
     try:
         yield
     finally:
