@@ -5,7 +5,9 @@ Run:  .venv/bin/python scripts/bench_commit_phases.py 1000 /tmp/phases   (about 
 
 Makes ``N`` commits of ``bench_commits.py``'s batch (10 items and one 64 x 64 granule) into a new repository at
 ``ROOT``, timing each commit and, inside it, the phases below (wrapped in this process only), then prints each
-phase's median over commits 5-15 against the last 10, with the ratio, and the sizes that grow with history:
+phase's median over commits 5-15 against the last 10, with the ratio, then 20 more commits alternately with the
+stack's next free slot forgotten (the writer lists every slot, as before ``NextSlots``) and remembered, and the
+sizes that grow with history:
 the metadata.json, the manifests of the current snapshot, and Icechunk's ``repo`` object (every branch, tag
 and snapshot of the repository, rewritten by each commit). Issue 52's flat-history item starts from this.
 With ``--expire-keep K``, ``floe gc --grace 0s --expire-older-than`` then expires all but the newest K commits
@@ -33,6 +35,7 @@ import ingest.repository._append as A
 import ingest.repository._catalog as CAT
 import ingest.repository._commit as C
 import ingest.repository._plan as P
+import ingest.repository._slots as S
 import ingest.repository._writer as W
 from ingest import Repository, Settings
 
@@ -63,6 +66,7 @@ wrap(CAT.PointerCatalog, "commit_table", "catalog.commit_table (metadata.json)")
 wrap(A, "plan_commit", "plan_commit (manifests, list)")
 wrap(W.Writer, "__init__", "writer open")
 wrap(C.Base, "at", "Base.at")
+wrap(S, "next_free_slot", "listing the stack's slots (next_free_slot)")
 
 
 def summary(rows: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
@@ -73,10 +77,15 @@ def summary(rows: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
     return out
 
 
-def measured(repository: Repository, prefix: str, count: int) -> list[tuple[float, dict[str, float]]]:
-    """``count`` commits, each with its total and phase times."""
+def measured(
+    repository: Repository, prefix: str, count: int, *, forget: bool = False
+) -> list[tuple[float, dict[str, float]]]:
+    """``count`` commits, each with its total and phase times. With ``forget``, the repository forgets its
+    stacks' next free slots before each commit, so the writer lists the stack (as floe did before ``NextSlots``)."""
     rows = []
     for number in range(count):
+        if forget:
+            repository.next_slots = S.NextSlots()
         timers.clear()
         started = time.perf_counter()
         bc.floe_commit(repository, f"{prefix}{number}", with_array=True)
@@ -121,6 +130,14 @@ def main() -> None:
         stamps.append(time.time())
     repo_object = root / "arrays" / "repo"
     columns = {"commits 5-15": summary(rows[5:15]), f"last 10 of {commits:,}": summary(rows[-10:])}
+    # The baseline of NextSlots in the same run: 20 more commits, alternately listing the stack and not.
+    listing: list[tuple[float, dict[str, float]]] = []
+    remembered: list[tuple[float, dict[str, float]]] = []
+    for number in range(10):
+        listing += measured(repository, f"listing{number}-", 1, forget=True)
+        remembered += measured(repository, f"remembered{number}-", 1)
+    columns["10 more, listing the stack"] = summary(listing)
+    columns["10 more, next slot remembered"] = summary(remembered)
     sizes = {"before": repo_object.stat().st_size}
     if arguments.expire_keep is not None:
         from datetime import timedelta
@@ -138,9 +155,11 @@ def main() -> None:
     print("| phase | " + " | ".join(f"{name} (ms)" for name in columns) + " | last / early |")
     print("|---|" + "---|" * len(columns) + "---|")
     late = columns[f"last 10 of {commits:,}"]
-    for label, value in early.items():
+    labels = [*early, *sorted({label for column in columns.values() for label in column} - set(early))]
+    for label in labels:
         cells = " | ".join(f"{column.get(label, 0.0) * 1000:.1f}" for column in columns.values())
-        print(f"| {label} | {cells} | {late.get(label, 0.0) / value:.2f}x |")
+        ratio = f"{late.get(label, 0.0) / early[label]:.2f}x" if early.get(label) else "-"
+        print(f"| {label} | {cells} | {ratio} |")
     view = repository.view()
     manifests = len(view.table.current_snapshot().manifests(repository.io))
     print(

@@ -281,8 +281,11 @@ def commit_change[Change: TableChange](
                 rows_deleted=applied.rows_deleted,
                 attempts=attempt,
             )
+            parent = session.snapshot_id
             snapshot_id = _swap(repository, session, branch, message, record.encode(caller_metadata))
             repository.known.remember(snapshot_id, record.items)
+            if slots is not None:
+                slots.committed(parent, snapshot_id)
         except (icechunk.ConflictError, _TipMoved) as error:
             if attempt >= settings.max_attempts:
                 raise ConflictRetriesExhausted(

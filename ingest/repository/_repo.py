@@ -39,6 +39,7 @@ from ingest.repository._groups import ensure_groups
 from ingest.repository._history import LogEntry, Ref, check_ref_name, create_ref, history, resolve_ref
 from ingest.repository._layout import check_repository_layout, root_attributes
 from ingest.repository._rooted import ITEMS_TABLE_DIR, check_rooted
+from ingest.repository._slots import NextSlots
 from ingest.repository._snapshots import KnownSnapshots
 from ingest.storage import TABLES_DIR, Location, quiet_icechunk_logs
 
@@ -69,6 +70,9 @@ class Repository:
         self.icechunk = repo
         self.known = KnownSnapshots(lambda: self.icechunk)
         """Pointers and read-only sessions of the snapshots read so far (they never change)."""
+        self.next_slots = NextSlots()
+        """The next free slot of stacks at the snapshots this process listed or committed (see
+        :class:`~ingest.repository._slots.NextSlots`)."""
 
     # -- opening -----------------------------------------------------------------------------
     @classmethod

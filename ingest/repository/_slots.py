@@ -8,6 +8,8 @@ winner); the rebase itself is in :mod:`ingest.repository._rebase`.
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -38,6 +40,75 @@ def next_free_slot(session: icechunk.Session, stack: str) -> int:
     return sync(last()) + 1
 
 
+SNAPSHOTS_KEPT = 16
+"""Snapshots whose stacks' next free slots :class:`NextSlots` keeps (a writer needs its base's, and a lost race the
+tip's)."""
+
+
+class NextSlots:
+    """The next free slot of stacks at snapshots this process listed or committed: what :func:`next_free_slot`
+    would answer, without listing every slot of the stack again (that listing grows with the slots a stack holds,
+    about 2.3 us a slot: docs/benchmarks-history.md, "What floe's own side adds as slots pile up").
+
+    A snapshot never changes, so what was listed at it stays true. A commit's child is known from its parent's
+    (:meth:`committed`): the child holds the parent's slices, less the ones the commit cleared, plus the ones it
+    took. Where the commit cleared slices of a stack its child's value is left unknown (a cleared last slot is
+    free again, and only a listing says how many below it are too), as it is where the parent's is unknown.
+    """
+
+    def __init__(self) -> None:
+        self._at: OrderedDict[str, dict[str, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, snapshot_id: str, stack: str) -> int | None:
+        """The next free slot of ``stack`` at ``snapshot_id``, if known."""
+        with self._lock:
+            return self._at.get(snapshot_id, {}).get(stack)
+
+    def put(self, snapshot_id: str, stack: str, slot: int) -> None:
+        """``stack``'s next free slot at ``snapshot_id`` is ``slot`` (as a listing of the snapshot found it)."""
+        with self._lock:
+            self._at.setdefault(snapshot_id, {})[stack] = slot
+            self._keep_newest(snapshot_id)
+
+    def committed(
+        self, parent: str, child: str, taken: dict[str, list[int]], cleared: dict[str, int], unsure: set[str]
+    ) -> None:
+        """Snapshot ``child`` was committed on ``parent``: record what follows for ``child``.
+
+        ``taken``: stack -> the slots the commit wrote slices to. ``cleared``: stack -> the highest slot it
+        removed slices from (an item's old slices, when its arrays were written again). ``unsure``: stacks whose
+        next free slot the commit may have changed otherwise (deletions, slots moved after a lost race): left
+        unknown, for a listing to tell.
+        """
+        with self._lock:
+            known = {stack: slot for stack, slot in self._at.get(parent, {}).items() if stack not in unsure}
+            for stack, slots in taken.items():
+                if stack in known and slots:
+                    known[stack] = max(known[stack], max(slots) + 1)
+            for stack, highest in cleared.items():
+                # Slices cleared below the commit's own highest slice leave it the stack's last; otherwise the
+                # cleared one may have been the last, and how far the free slots reach down only a listing says.
+                top = max(taken.get(stack) or [-1])
+                if stack in known and not (highest < top and known[stack] == top + 1):
+                    del known[stack]
+            if known:
+                self._at[child] = known
+                self._keep_newest(child)
+
+    def known(self) -> list[tuple[str, str, int]]:
+        """(snapshot, stack, next free slot) of everything known."""
+        with self._lock:
+            return [
+                (snapshot_id, stack, slot) for snapshot_id, stacks in self._at.items() for stack, slot in stacks.items()
+            ]
+
+    def _keep_newest(self, snapshot_id: str) -> None:
+        self._at.move_to_end(snapshot_id)
+        while len(self._at) > SNAPSHOTS_KEPT:
+            self._at.popitem(last=False)
+
+
 def slot_arrays(session: icechunk.Session, stack: str) -> list[str]:
     """The arrays of stack ``stack`` that lie along the slot axis (its coordinates and its pixel arrays)."""
     group = zarr.open_group(session.store, path=stack, mode="r")
@@ -49,9 +120,17 @@ def slot_arrays(session: icechunk.Session, stack: str) -> list[str]:
 
 
 class Slots:
-    """The slots one writer took, stack by stack, and which item each belongs to."""
+    """The slots one writer took, stack by stack, and which item each belongs to.
 
-    def __init__(self) -> None:
+    ``known``: the repository's next free slots at the snapshots this process saw (taken from it where it has
+    them, told of what was listed and committed).
+    """
+
+    def __init__(self, known: NextSlots | None = None) -> None:
+        self._known = known if known is not None else NextSlots()
+        self._cleared: dict[str, int] = {}
+        """Stack -> the highest slot this writer removed a slice from (re-staged items' old slices, deleted
+        items')."""
         self._capacity: dict[str, int] = {}
         self.vacated: set[tuple[str, int]] = set()
         """(stack, slot) this writer moved slices away from, or cleared for an item it deletes: its changes
@@ -67,13 +146,36 @@ class Slots:
     def cleared(self, pieces: Iterable[Piece]) -> None:
         """This writer clears the slices ``pieces`` name because it deletes their items (the rows leave with its
         commit). A re-staged item's old slices are not vacated: two writers re-staging one item conflict."""
+        pieces = list(pieces)
         self.vacated |= {(piece.stack, piece.slot) for piece in pieces}
         self.vacated -= set(self.owners)
+        self.clearing(pieces)
+
+    def clearing(self, pieces: Iterable[Piece]) -> None:
+        """This writer removes the slices ``pieces`` name (their stacks' next free slot may go down)."""
+        for piece in pieces:
+            self._cleared[piece.stack] = max(piece.slot, self._cleared.get(piece.stack, -1))
+
+    def _next_free(self, session: icechunk.Session, stack: str) -> int:
+        """:func:`next_free_slot` of ``stack`` in ``session``, from what the repository knows of its snapshot
+        where it can. A session with staged changes has no snapshot's view, so what it lists is not kept."""
+        known = self._known.get(session.snapshot_id, stack)
+        if known is not None:
+            return known
+        found = next_free_slot(session, stack)
+        if not session.has_uncommitted_changes:
+            self._known.put(session.snapshot_id, stack, found)
+        return found
+
+    def committed(self, parent: str, child: str) -> None:
+        """This writer's change was committed on ``parent`` as ``child``: the repository learns the child's next
+        free slots (see :class:`NextSlots`)."""
+        self._known.committed(parent, child, self._taken, self._cleared, {stack for stack, _ in self.vacated})
 
     def take(self, session: icechunk.Session, stack: str, owner: Key) -> int:
         """The next slot of ``stack`` for ``owner``'s slice."""
         if stack not in self._next:
-            self._next[stack] = next_free_slot(session, stack)
+            self._next[stack] = self._next_free(session, stack)
             self._capacity[stack] = zarr.open_array(session.store, path=f"{stack}/{ITEM}", mode="r").shape[0]
         slot = self._next[stack]
         if slot >= self._capacity[stack]:
@@ -106,7 +208,7 @@ class Slots:
         moves: Moves = {}
         for stack, slots in self._taken.items():
             try:
-                tip_next = next_free_slot(at_tip, stack)
+                tip_next = self._next_free(at_tip, stack)
             except icechunk.IcechunkError:
                 continue  # the stack is not at the tip (it cannot have taken slots in it)
             touched = [index[0] for index in theirs.get(f"/{stack}/{ITEM}", [])]

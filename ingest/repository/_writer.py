@@ -75,7 +75,7 @@ class Writer:
         self._expected: dict[tuple[str, str], dict[str, Any] | None] = {}
         self._manifests = repository.manifests
         self._located: Located | None = None
-        self._slots = Slots()
+        self._slots = Slots(repository.next_slots)
         self._stored: dict[tuple[str, str], dict[str, Any]] = {}
         self.stack_arrays: dict[str, dict[str, Any]] = {}
         """Stack path -> array name -> what is known of it (``ingest.rasters.StoredArray``), as this writer's plans
@@ -197,6 +197,8 @@ class Writer:
             WriterClosed: the writer has committed (or failed).
         """
         self._check_open()
+        pieces = list(pieces)
+        self._slots.clearing(pieces)
         return clear_pieces(self._session, pieces)
 
     def _base_on_branch(self, snapshot_id: str) -> bool:

@@ -58,6 +58,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import hypothesis.strategies as st
+import icechunk
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, note, settings
@@ -67,6 +68,7 @@ from ingest import CommitConflict, Repository, Settings, Writer
 from ingest.config import ArraysSettings
 from ingest.lifecycle import gc
 from ingest.repository import CommitResult, View
+from ingest.repository._slots import next_free_slot
 from tests import invariants
 from tests.conftest import make_item, stage_raster
 from tests.repository._writers import replace_raster, staged_slots
@@ -487,6 +489,18 @@ class InterleavedWriters(RuleBasedStateMachine):
         for snapshot_id, contents in list(self.snapshots.items())[-SNAPSHOTS_CHECKED:]:
             self.check_version(self.repo.view(snapshot_id), contents, checked)
         self.checked_at = self.changes
+
+    @invariant()
+    def every_next_slot_known_is_what_a_listing_finds(self) -> None:
+        """What the repository remembers of its stacks' next free slots (at snapshots its writers listed or
+        committed, some after lost races, deletions and re-stages) is what listing the snapshot finds."""
+        for snapshot_id, stack, slot in self.repo.next_slots.known():
+            try:
+                at = self.repo.icechunk.readonly_session(snapshot_id=snapshot_id)
+            except icechunk.IcechunkError:
+                continue  # a snapshot gc expired
+            listed = next_free_slot(at, stack)
+            assert slot == listed, f"next slot of {stack} at {snapshot_id} remembered as {slot}, listed {listed}"
 
     def check_branch(self, name: str, contents: Contents, checked: set[str]) -> None:
         """The branch's history holds its commits in order, and its tip holds exactly its model."""
