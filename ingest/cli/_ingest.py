@@ -75,8 +75,8 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             help=(
                 "Ray actors copying granules and committing batches (0: no Ray, metadata only). Batches of items "
                 "without rasters are committed by this process; Ray starts with the first batch that has some. With "
-                "--assets none (a metadata backfill), the actors read the files themselves, in parts (byte ranges of "
-                "NDJSON, runs of rows of stac-geoparquet: part_mb), and commit them."
+                "--assets none (a metadata backfill), the actors read the sources themselves, in parts (byte ranges of "
+                "NDJSON, runs of rows of stac-geoparquet: part_mb; time lanes of a STAC API search), and commit them."
             ),
         ),
     ] = 2,

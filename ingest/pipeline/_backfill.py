@@ -20,8 +20,8 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 from ingest._stages import budget
@@ -30,7 +30,17 @@ from ingest.errors import FloeError
 from ingest.pipeline._compact import AutoCompactor
 from ingest.pipeline._ingest import ingest_items
 from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback
-from ingest.pipeline.sources import SourceName, SourceOptions, SourcePart, count_lines, numbered
+from ingest.pipeline.sources import (
+    ApiSearch,
+    SearchLane,
+    SourceName,
+    SourceOptions,
+    SourcePart,
+    count_lines,
+    cursor_metadata,
+    merged_searches,
+    numbered,
+)
 from ingest.repository import Repository
 
 log = logging.getLogger(__name__)
@@ -45,6 +55,8 @@ class PartOutcome:
     """The JSON lines of the items it committed (``--report`` only)."""
     node: str | None = None
     """The Ray node the actor ran on."""
+    searches: list[ApiSearch] = field(default_factory=list)
+    """The lanes of STAC API searches it read, with what it counted of them (their cursor is the driver's)."""
 
 
 class PartIngester:
@@ -73,6 +85,7 @@ class PartIngester:
         import ray
 
         sink = io.StringIO() if keep_landed else None
+        options = replace(self.options, searches=[])
         report = ingest_items(
             self.repository,
             share,
@@ -80,13 +93,13 @@ class PartIngester:
             batch_size=batch_size,
             message=message,
             default_collection=default_collection,
-            options=replace(self.options, searches=[]),
+            options=options,
             report_to=sink,
             compact=False,
         )
         report.landed_sink = None
         node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
-        return PartOutcome(report, sink.getvalue() if sink is not None else "", node)
+        return PartOutcome(report, sink.getvalue() if sink is not None else "", node, options.searches)
 
 
 def backfill_with_ray(
@@ -156,6 +169,15 @@ def backfill_with_ray(
         for index in sorted(outcomes):
             report.rejected.extend(outcomes[index].report.rejected)
             report.fallbacks.extend(outcomes[index].report.fallbacks)
+        _record_cursors(
+            repository,
+            branch,
+            message=message,
+            shares=shares,
+            outcomes=outcomes.values(),
+            options=options,
+            report=report,
+        )
         compactor.finish()
     finally:
         for actor in actors:
@@ -164,6 +186,30 @@ def backfill_with_ray(
     if progress:
         progress(report)
     return report
+
+
+def _record_cursors(
+    repository: Repository,
+    branch: str,
+    *,
+    message: str,
+    shares: Sequence[list[SourceName]],
+    outcomes: Iterable[PartOutcome],
+    options: SourceOptions,
+    report: IngestReport,
+) -> None:
+    """The STAC API searches whose lanes the actors read, merged (``options.searches`` gets them); where some
+    item landed, a last commit records the cursors of those read to their end, as one reader's last batch does."""
+    planned = [source for share in shares for source in share if isinstance(source, SearchLane)]
+    if not planned:
+        return
+    searches = merged_searches(planned, [search for outcome in outcomes for search in outcome.searches])
+    options.searches.extend(searches)
+    metadata = cursor_metadata(searches)
+    if metadata is None or not report.commits:
+        return
+    writer = repository.writer(branch)
+    report.commits.append(writer.commit(f"{message} (cursors)", metadata=metadata))
 
 
 def _numbered(actors: list[Any], shares: Sequence[list[SourceName]]) -> list[list[SourceName]]:

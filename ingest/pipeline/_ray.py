@@ -25,7 +25,13 @@ from ingest.pipeline._granules import Granule, select_assets
 from ingest.pipeline._ingest import rare_collections
 from ingest.pipeline._prune import SourceScope, prune_keys
 from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback, record
-from ingest.pipeline._stream import VALIDATION_CHUNK, granule_stream, reaching, routed_batches
+from ingest.pipeline._stream import (
+    VALIDATION_CHUNK,
+    granule_stream,
+    reaching,
+    routed_batches,
+    with_recorded_cursors,
+)
 from ingest.pipeline.sources import SourceName, SourceOptions, cursor_metadata, split_sources
 from ingest.repository import Repository
 
@@ -204,7 +210,7 @@ def ingest_with_ray(
     sources = list(sources)
     options = reaching(repository, options if options is not None else SourceOptions())
     metadata_only = assets.strip() == "none" and not (virtual or prune)
-    shares = split_sources(sources, repository.settings.part_bytes, options) if metadata_only else None
+    shares = _backfill_shares(repository, sources, options, branch, workers) if metadata_only else None
     # One share is one reader's work: the driver reads it (below) without starting Ray for it.
     if shares is not None and (len(shares) > 1 or ray_address):
         with _ray_for(workers, ray_address):
@@ -290,6 +296,15 @@ def ingest_with_ray(
         # The actors may have added containers (remote buckets and hosts): this object reads them from now on.
         repository.reload_config()
     return report
+
+
+def _backfill_shares(
+    repository: Repository, sources: list[SourceName], options: SourceOptions, branch: str, workers: int
+) -> list[list[SourceName]] | None:
+    """What a metadata backfill's actors would read (:func:`~ingest.pipeline.sources.split_sources`), None where
+    one reader reads the sources. A STAC API search's lanes resume from the cursor ``branch`` recorded for it."""
+    with_recorded_cursors(repository, options, sources, branch)
+    return split_sources(sources, repository.settings.part_bytes, options, workers=workers)
 
 
 @contextmanager

@@ -70,9 +70,7 @@ def granule_stream(
     scope = scope if scope is not None else SourceScope()
     options = reaching(repository, options if options is not None else SourceOptions())
     sources = list(sources)
-    if options.since == "last" and any(is_api_url(str(source)) for source in sources):
-        branches = {ref.name for ref in repository.refs() if ref.kind == "branch"}
-        options.recorded = repository.source_cursors(f"branch:{branch}") if branch in branches else {}
+    with_recorded_cursors(repository, options, sources, branch)
     pending: list[SourcedItem] = []
     for sourced in _reading(read_items(sources, options)):
         if sourced.collection is not None:
@@ -93,6 +91,16 @@ def granule_stream(
         # A search read to its end holds every item of the collections it names, even those it found empty.
         if search.complete:
             scope.collections.update(search.parameters.collections)
+
+
+def with_recorded_cursors(
+    repository: Repository, options: SourceOptions, sources: list[SourceName], branch: str
+) -> None:
+    """With ``--since last`` and a STAC API among ``sources``, the cursors ``branch``'s history recorded go into
+    ``options.recorded`` (none for a branch that does not exist yet)."""
+    if options.since == "last" and any(isinstance(source, str) and is_api_url(source) for source in sources):
+        branches = {ref.name for ref in repository.refs() if ref.kind == "branch"}
+        options.recorded = repository.source_cursors(f"branch:{branch}") if branch in branches else {}
 
 
 def reaching(repository: Repository, options: SourceOptions) -> SourceOptions:

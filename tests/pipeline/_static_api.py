@@ -44,3 +44,47 @@ def hand_over_at_the_second_page(monkeypatch: Any, note: Callable[[int, Any], No
     monkeypatch.setattr(_api_reader, "HANDOFF_ITEMS", 1)
     monkeypatch.setattr(_api_reader, "HANDOFF_WAITS", True)
     monkeypatch.setattr(_api_reader.PageReader, "read_from", noting)
+
+
+def static_collection(collection_id: str) -> dict:
+    return {
+        "type": "Collection",
+        "stac_version": "1.0.0",
+        "id": collection_id,
+        "description": f"collection {collection_id} of a static API",
+        "license": "CC-BY-4.0",
+        "extent": {
+            "spatial": {"bbox": [[-180, -90, 180, 90]]},
+            "temporal": {"interval": [[None, None]]},  # no extent: without --datetime, no lanes of time
+        },
+        "links": [],
+    }
+
+
+def lanes_api(
+    server, name: str, collections: dict[str, list], *, together: int = 0, broken: str | None = None, page: int = 4
+) -> str:
+    """A static STAC API of ``collections`` (id -> features): its search of all of them, and of each alone. With
+    ``together``, the search link is behind the server's gate for that many requests at once; ``broken``: that
+    collection's search breaks after its first page (a 404)."""
+    folder, url = server.folder / name, server.url
+    base = f"{url}/{name}"
+    search = f"{url}/__together__/{together}/{name}/search" if together else f"{base}/search"
+    landing = {
+        "type": "Catalog",
+        "id": name,
+        "stac_version": "1.0.0",
+        "description": "static, searched by collection",
+        "conformsTo": ["https://api.stacspec.org/v1.0.0/core", "https://api.stacspec.org/v1.0.0/item-search"],
+        "links": [{"rel": "search", "href": search, "type": "application/geo+json", "method": "POST"}],
+    }
+    (folder / "collections").mkdir(parents=True)
+    (folder / "index.json").write_text(json.dumps(landing))
+    everything = [feature for features in collections.values() for feature in features]
+    write_search_pages(folder, base, "search", everything, page)
+    for collection_id, features in collections.items():
+        (folder / "collections" / collection_id).mkdir()
+        (folder / "collections" / collection_id / "index.json").write_text(json.dumps(static_collection(collection_id)))
+        broken_after = 0 if collection_id == broken else None
+        write_search_pages(folder, base, f"search/{collection_id}", features, page, broken_after=broken_after)
+    return base

@@ -39,24 +39,9 @@ from ingest.pipeline import SearchParameters, SourceOptions, ingest_items
 from ingest.pipeline.sources import _api, _api_io, _api_lanes, _api_pages, _api_reader
 from tests.api._servers import FloeServer
 from tests.conftest import make_item, with_square
-from tests.pipeline._static_api import hand_over_at_the_second_page, write_search_pages
+from tests.pipeline._static_api import hand_over_at_the_second_page, lanes_api, static_collection
 
 PAGE = 4
-
-
-def _collection(collection_id: str) -> dict:
-    return {
-        "type": "Collection",
-        "stac_version": "1.0.0",
-        "id": collection_id,
-        "description": f"collection {collection_id} of a static API",
-        "license": "CC-BY-4.0",
-        "extent": {
-            "spatial": {"bbox": [[-180, -90, 180, 90]]},
-            "temporal": {"interval": [[None, None]]},  # no extent: without --datetime, no lanes of time
-        },
-        "links": [],
-    }
 
 
 def _features(collection: str, count: int) -> list:
@@ -68,33 +53,6 @@ def _features(collection: str, count: int) -> list:
         item["links"] = [{"rel": "self", "href": f"http://elsewhere/{collection}/{number}"}]
         features.append(item)
     return features
-
-
-def _lanes_api(server, name: str, collections: dict[str, list], *, together: int = 0, broken: str | None = None) -> str:
-    """A static STAC API of ``collections`` (id -> features): its search of all of them, and of each alone. With
-    ``together``, the search link is behind the server's gate for that many requests at once; ``broken``: that
-    collection's search breaks after its first page (a 404)."""
-    folder, url = server.folder / name, server.url
-    base = f"{url}/{name}"
-    search = f"{url}/__together__/{together}/{name}/search" if together else f"{base}/search"
-    landing = {
-        "type": "Catalog",
-        "id": name,
-        "stac_version": "1.0.0",
-        "description": "static, searched by collection",
-        "conformsTo": ["https://api.stacspec.org/v1.0.0/core", "https://api.stacspec.org/v1.0.0/item-search"],
-        "links": [{"rel": "search", "href": search, "type": "application/geo+json", "method": "POST"}],
-    }
-    (folder / "collections").mkdir(parents=True)
-    (folder / "index.json").write_text(json.dumps(landing))
-    everything = [feature for features in collections.values() for feature in features]
-    write_search_pages(folder, base, "search", everything, PAGE)
-    for collection_id, features in collections.items():
-        (folder / "collections" / collection_id).mkdir()
-        (folder / "collections" / collection_id / "index.json").write_text(json.dumps(_collection(collection_id)))
-        broken_after = 0 if collection_id == broken else None
-        write_search_pages(folder, base, f"search/{collection_id}", features, PAGE, broken_after=broken_after)
-    return base
 
 
 def _ingest(
@@ -131,7 +89,7 @@ def _wait_for_no_lane_threads() -> None:
 def test_the_collections_of_a_search_are_read_at_once(http_server, tmp_path):
     a, b = _features("a", 9), _features("b", 6)
     b[2]["properties"].pop("datetime")  # invalid: its rejection names b's search and the item's place in it
-    url = _lanes_api(http_server, "together", {"a": a, "b": b}, together=2)
+    url = lanes_api(http_server, "together", {"a": a, "b": b}, together=2)
 
     report, items, search, repository = _ingest(tmp_path, "read", url, ("a", "b"))
 
@@ -151,7 +109,7 @@ def test_the_collections_of_a_search_are_read_at_once(http_server, tmp_path):
 def test_lanes_are_read_by_as_many_threads_as_read_at_once_the_longest_first(http_server, tmp_path):
     # a holds 9 items (3 pages), b 5 (2), c 6 (2); each page says how many its search holds (numberMatched).
     collections = {"a": _features("a", 9), "b": _features("b", 5), "c": _features("c", 6)}
-    url = _lanes_api(http_server, "longest", collections)
+    url = lanes_api(http_server, "longest", collections)
     io = _api_io.session_io()
 
     def requests() -> dict[int, _api_pages.PageRequest]:
@@ -211,7 +169,7 @@ def test_lanes_not_started_count_toward_handing_a_large_search_to_the_page_reade
 @pytest.mark.slow
 def test_a_search_in_lanes_ingests_what_one_search_ingests_from_floe_serve(tmp_path):
     source = Repository.create(tmp_path / "a")
-    documents = [_collection(name) for name in "cde"]
+    documents = [static_collection(name) for name in "cde"]
     items = [item for name, count in zip("cde", (23, 9, 14), strict=True) for item in _features(name, count)]
     (tmp_path / "a.ndjson").write_text("\n".join(json.dumps(document) for document in [*documents, *items]) + "\n")
     assert not ingest_items(source, [tmp_path / "a.ndjson"]).rejected
@@ -253,7 +211,7 @@ def _read_here(tmp_path: Path, name: str, url: str):
 
 @pytest.mark.slow
 def test_the_page_reader_reads_lanes_with_the_outcome_of_this_process(http_server, tmp_path, handed_over):
-    url = _lanes_api(http_server, "handed", _collections_of_three())
+    url = lanes_api(http_server, "handed", _collections_of_three())
     alone = _read_here(tmp_path, "alone", url)
     assert not handed_over
     read = _outcome(*_ingest(tmp_path, "read", url, ("a", "b", "c"))[:3])
@@ -269,7 +227,7 @@ def test_the_page_reader_reads_lanes_with_the_outcome_of_this_process(http_serve
 
 @pytest.mark.slow
 def test_a_reader_that_dies_leaves_each_lane_to_this_process(http_server, tmp_path, handed_over, caplog):
-    url = _lanes_api(http_server, "dies", _collections_of_three())
+    url = lanes_api(http_server, "dies", _collections_of_three())
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(ENVIRONMENT_VARIABLE, "reader.after_page:2")  # the reader dies after its second page
         read = _outcome(*_ingest(tmp_path, "dies", url, ("a", "b", "c"))[:3])
@@ -279,7 +237,7 @@ def test_a_reader_that_dies_leaves_each_lane_to_this_process(http_server, tmp_pa
 
 
 def test_the_page_reader_reads_its_lanes_at_once(http_server):
-    url = _lanes_api(http_server, "reader-together", {"a": _features("a", 6), "b": _features("b", 5)}, together=2)
+    url = lanes_api(http_server, "reader-together", {"a": _features("a", 6), "b": _features("b", 5)}, together=2)
     search = f"{http_server.url}/__together__/2/reader-together/search"
     lanes = _api_pages.Lanes(
         [_api_pages.PageRequest(search, "POST", None, {"collections": [name], "limit": PAGE}) for name in "ab"],
@@ -299,7 +257,7 @@ def test_the_page_reader_reads_its_lanes_at_once(http_server):
 
 def test_a_lane_that_fails_fails_the_search_and_no_lane_reads_on(http_server, tmp_path):
     collections = {"a": _features("a", 40), "b": _features("b", 9)}
-    url = _lanes_api(http_server, "failing", collections, broken="b")
+    url = lanes_api(http_server, "failing", collections, broken="b")
     report, items, search, repository = _ingest(tmp_path, "failed", url, ("a", "b"))
 
     assert not search.complete
@@ -336,7 +294,7 @@ def _timed(collection: str) -> list:
 def test_one_collection_is_read_in_intervals_of_time_from_floe_serve(tmp_path):
     source = Repository.create(tmp_path / "a")
     items = _timed("t")
-    (tmp_path / "a.ndjson").write_text("\n".join(json.dumps(item) for item in [_collection("t"), *items]) + "\n")
+    (tmp_path / "a.ndjson").write_text("\n".join(json.dumps(item) for item in [static_collection("t"), *items]) + "\n")
     assert not ingest_items(source, [tmp_path / "a.ndjson"]).rejected
     server = FloeServer(tmp_path / "a", log_dir=tmp_path)
     try:
@@ -371,7 +329,7 @@ def test_time_lanes_keep_each_item_once_from_an_api_that_ignores_the_interval(ht
     items = _timed("s")
     odd = items[0]  # its datetime (00:00) outside its own range (09:00-10:00): two lanes keep it, it lands once
     odd["properties"].update(start_datetime="2024-02-01T09:00:00Z", end_datetime="2024-02-01T10:00:00Z")
-    url = _lanes_api(http_server, "ignores", {"s": items}, together=3)
+    url = lanes_api(http_server, "ignores", {"s": items}, together=3)
     report, stored, search, _ = _ingest(tmp_path, "kept", url, ("s",), when=DAY)
     assert search.complete and not report.rejected  # no duplicate id
     assert set(stored) == {("s", item["id"]) for item in items}
@@ -392,7 +350,7 @@ def test_each_collection_is_read_in_intervals_of_time_so_more_lanes_read_at_once
     # ignores the interval, so each lane keeps its own items.
     a, b = _timed("a"), _timed("b")
     b[5]["properties"].pop("datetime")  # no time at all: the first lane of b keeps it, and it is rejected once
-    url = _lanes_api(http_server, "split", {"a": a, "b": b}, together=4)
+    url = lanes_api(http_server, "split", {"a": a, "b": b}, together=4)
     report, stored, search, _ = _ingest(tmp_path, "split", url, ("a", "b"), lanes=4, when=DAY)
 
     assert search.complete, report.rejected
@@ -417,7 +375,7 @@ def test_a_search_of_the_whole_api_is_read_in_intervals_of_its_datetime(http_ser
     # No collection named: the search's own interval in thirds, three at once (the gate answers first pages only
     # three at a time); the static API ignores the interval, and each lane keeps its own.
     a, b = _timed("a"), _timed("b")
-    url = _lanes_api(http_server, "whole", {"a": a, "b": b}, together=3)
+    url = lanes_api(http_server, "whole", {"a": a, "b": b}, together=3)
     report, stored, search, _ = _ingest(tmp_path, "whole", url, (), when=DAY)
     assert search.complete and not report.rejected
     assert set(stored) == {(item["collection"], item["id"]) for item in a + b}
@@ -425,7 +383,7 @@ def test_a_search_of_the_whole_api_is_read_in_intervals_of_its_datetime(http_ser
     assert len(search.lanes_read) == 3
     assert search.lanes_read[0] == f"{url}/search?datetime=2024-02-01T16:00:00Z/2024-02-02T00:00:00Z"
     # Without a start there is nothing to split (no collection's extent to ask): one search.
-    ungated = _lanes_api(http_server, "whole-open", {"a": a, "b": b})
+    ungated = lanes_api(http_server, "whole-open", {"a": a, "b": b})
     _, stored, search, _ = _ingest(tmp_path, "open", ungated, (), when="../2024-02-02")
     assert search.lanes_read == [] and set(stored) == {(item["collection"], item["id"]) for item in a + b}
 
@@ -473,7 +431,7 @@ def test_a_search_is_planned_as_a_lane_for_each_read_at_once():
 
 @pytest.mark.slow
 def test_the_page_reader_keeps_what_each_time_lane_keeps(http_server, tmp_path, handed_over, monkeypatch):
-    url = _lanes_api(http_server, "reader-time", {"s": _timed("s")})
+    url = lanes_api(http_server, "reader-time", {"s": _timed("s")})
     flagged: list[bool] = []  # each page the reader sent: whether it held items outside its lane's interval
     hand_over_at_the_second_page(monkeypatch, lambda _, page: flagged.append(page.load().outside))
     with pytest.MonkeyPatch.context() as patch:
@@ -532,7 +490,7 @@ def test_an_item_whose_time_misses_its_lane_says_the_api_ignored_the_interval():
 
 
 def test_an_api_on_this_machine_is_read_as_one_search_unless_the_settings_say(http_server, tmp_path):
-    url = _lanes_api(http_server, "local", {"a": _features("a", 5), "b": _features("b", 3)})
+    url = lanes_api(http_server, "local", {"a": _features("a", 5), "b": _features("b", 3)})
     report, items, search, _ = _ingest(tmp_path, "auto", url, ("a", "b"), lanes=None)
     assert search.complete and not report.rejected and len(items) == 8
     assert search.lanes_read == []  # 127.0.0.1: its pages are made on this machine's cores
@@ -553,7 +511,7 @@ def test_an_api_on_this_machine_is_read_as_one_search_unless_the_settings_say(ht
 def test_floe_ingest_reads_in_the_lanes_its_settings_say(http_server, tmp_path):
     # The CLI's default pipeline (its driver reads the search) takes remote.search_lanes from the environment, and
     # says how the search was read. The API's first pages are answered only to two requests at once.
-    url = _lanes_api(http_server, "cli", {"a": _features("a", 7), "b": _features("b", 5)}, together=2)
+    url = lanes_api(http_server, "cli", {"a": _features("a", 7), "b": _features("b", 5)}, together=2)
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "FLOE_REMOTE__SEARCH_LANES": "3"}
     command = [sys.executable, "-m", "ingest.cli", "--root", str(tmp_path / "r"), "ingest", url, "--collections", "a,b"]
@@ -568,7 +526,7 @@ def test_floe_ingest_says_when_an_api_ignores_the_time_lanes_interval(http_serve
     # The static API answers every time lane with the whole collection: the run ingests each item once and says,
     # after its summary line, why the search cost a read of the collection per lane and what to set.
     items = _timed("s")
-    url = _lanes_api(http_server, "cli-unfiltered", {"s": items})
+    url = lanes_api(http_server, "cli-unfiltered", {"s": items})
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root), "FLOE_REMOTE__SEARCH_LANES": "3"}
     command = [sys.executable, "-m", "ingest.cli", "--root", str(tmp_path / "r"), "ingest", url, "--collections", "s"]

@@ -27,7 +27,16 @@ from ingest.pipeline.sources._types import (
 )
 
 if TYPE_CHECKING:
-    from ingest.pipeline.sources._api import ApiSearch, StacApi, cursor_metadata, filter_json, is_api_url, parse_since
+    from ingest.pipeline.sources._api import (
+        ApiSearch,
+        SearchLane,
+        StacApi,
+        cursor_metadata,
+        filter_json,
+        is_api_url,
+        parse_since,
+    )
+    from ingest.pipeline.sources._api_shares import merged_searches
     from ingest.pipeline.sources._files import LocalFiles, expand_paths
     from ingest.pipeline.sources._objects import ObjectFiles, RemoteReader
     from ingest.pipeline.sources._parts import PartFiles, count_lines, numbered, split_sources
@@ -36,9 +45,10 @@ if TYPE_CHECKING:
 # STAC API's modules alone, not pystac's catalogs or obstore.
 _HOMES = {
     **dict.fromkeys(
-        ("ApiSearch", "StacApi", "cursor_metadata", "filter_json", "is_api_url", "parse_since"),
+        ("ApiSearch", "SearchLane", "StacApi", "cursor_metadata", "filter_json", "is_api_url", "parse_since"),
         "ingest.pipeline.sources._api",
     ),
+    "merged_searches": "ingest.pipeline.sources._api_shares",
     **dict.fromkeys(("LocalFiles", "expand_paths"), "ingest.pipeline.sources._files"),
     **dict.fromkeys(("ObjectFiles", "RemoteReader"), "ingest.pipeline.sources._objects"),
     **dict.fromkeys(("PartFiles", "count_lines", "numbered", "split_sources"), "ingest.pipeline.sources._parts"),
@@ -104,6 +114,7 @@ __all__ = [
     "ObjectFiles",
     "PartFiles",
     "RemoteReader",
+    "SearchLane",
     "SearchParameters",
     "Source",
     "SourceName",
@@ -116,6 +127,7 @@ __all__ = [
     "expand_paths",
     "filter_json",
     "is_api_url",
+    "merged_searches",
     "numbered",
     "parse_since",
     "read_items",

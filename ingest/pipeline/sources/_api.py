@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
 from typing import Any
@@ -39,30 +39,59 @@ class StacApi:
     name = "a STAC API"
 
     def recognises(self, source: SourceName) -> bool:
-        return isinstance(source, str) and is_api_url(source)
+        return isinstance(source, SearchLane) or (isinstance(source, str) and is_api_url(source))
 
     def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
-        url = str(source)
+        if isinstance(source, SearchLane):
+            search = replace(source.search, started=datetime.now(UTC))
+            options.searches.append(search)
+            yield from read_search(search, only=source.lane)
+            return
         try:
-            search = ApiSearch.parse(url, options.search)
+            search = resolved_search(str(source), options)
         except InvalidSource as error:
-            yield SourcedItem(url, error=error)
+            yield SourcedItem(str(source), error=error)
             return
-        try:
-            if options.since == "last":
-                cursor = options.recorded.get(search.key)
-                search.since = parse_since(cursor) if cursor else None
-            elif isinstance(options.since, str):
-                search.since = parse_since(options.since)
-            else:
-                search.since = options.since
-        except ValueError as error:
-            yield SourcedItem(url, error=InvalidSource(str(error)))
-            return
-        search.headers = Headers.of(options.remote)
-        search.lanes = options.remote.search_lanes if options.remote is not None else None
         options.searches.append(search)
         yield from read_search(search)
+
+
+def resolved_search(url: str, options: SourceOptions) -> ApiSearch:
+    """The search ``url`` names, with the options' parameters, the time ``--since`` resumes from (``last``: the
+    cursor ``options.recorded`` holds for it), headers and lanes. Raises InvalidSource for a bad search or time."""
+    search = ApiSearch.parse(url, options.search)
+    try:
+        if options.since == "last":
+            cursor = options.recorded.get(search.key)
+            search.since = parse_since(cursor) if cursor else None
+        elif isinstance(options.since, str):
+            search.since = parse_since(options.since)
+        else:
+            search.since = options.since
+    except ValueError as error:
+        raise InvalidSource(f"{url}: {error}") from None
+    search.headers = Headers.of(options.remote)
+    search.lanes = options.remote.search_lanes if options.remote is not None else None
+    return search
+
+
+@dataclass(frozen=True)
+class SearchLane:
+    """One lane of a STAC API search, read as a source of its own: a metadata backfill gives each of a search's
+    time lanes to a reader (``ingest/pipeline/_backfill.py``; planned by
+    :func:`~ingest.pipeline.sources._api_shares.search_lanes`).
+
+    Its items are labelled as one reader of the whole search labels them (``.../search?datetime=I#N``). Its
+    :class:`ApiSearch` vouches for no cursor: the lanes' counts are merged into the whole search's
+    (:func:`~ingest.pipeline.sources._api_shares.merged_searches`), whose cursor the backfill's driver records.
+    """
+
+    search: ApiSearch
+    """The whole search, resolved (``--since`` too) by the driver that planned the lanes."""
+    lane: Lane
+
+    def __str__(self) -> str:
+        return self.lane.label(self.search.root)
 
 
 def is_api_url(source: str) -> bool:
@@ -117,6 +146,9 @@ class ApiSearch:
     """The searches it was read as (:meth:`Lane.label`), where it was read in lanes."""
     unfiltered: bool = False
     """A time lane's page held items outside its interval: the API does not filter by ``datetime``."""
+    lane_of: str | None = None
+    """Where only one lane of the search was read here (:class:`SearchLane`): that lane's label. Its counts are the
+    lane's, so it vouches for no cursor."""
 
     @classmethod
     def parse(cls, url: str, parameters: SearchParameters) -> ApiSearch:
@@ -165,7 +197,7 @@ class ApiSearch:
 
     def cursor(self) -> str | None:
         """What a later ``--since last`` may resume from; None when this run cannot vouch for one."""
-        if not self.complete or self.without_updated:
+        if not self.complete or self.without_updated or self.lane_of is not None:
             return None
         cursor = self.started - CLOCK_MARGIN
         if self.newest_updated is not None:
@@ -255,61 +287,36 @@ def cursor_metadata(searches: list[ApiSearch]) -> dict[str, Any] | None:
     return {SOURCE_CURSORS: cursors} if cursors else None
 
 
-def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
+def read_search(search: ApiSearch, *, only: Lane | None = None) -> Iterator[SourcedItem]:
     """Each item, collection and failure of ``search``, labelled by URL (``.../search#N``: the Nth item; read in
     lanes, ``.../search?collections=C#N`` or ``.../search?datetime=I#N``: the Nth item its lane kept, in order
     within the lane).
 
     Collections are fetched the first time one of their items appears, so
     they are stored before it. ``search.complete`` is set once the last page
-    is read.
+    is read. With ``only``, that lane of the search alone is read, labelled as
+    it is when the search is read in lanes (``search.lane_of`` says which).
     """
-    from pystac_client import Client, ConformanceClasses
-
     io = session_io(search.headers)
     try:
-        client = Client.open(search.root, stac_io=io)
-    except Exception as error:  # noqa: BLE001 - requests, pystac and pystac-client raise many kinds
-        yield SourcedItem(search.root, error=InvalidSource(f"not a readable STAC API ({failure_reason(error)})"))
+        opened = OpenedSearch.of(search, io)
+    except InvalidSource as error:
+        yield SourcedItem(search.root, error=error)
         return
-    if not client.conforms_to(ConformanceClasses.ITEM_SEARCH):
-        reason = "is a STAC catalog without item search: name a search, or a file"
-        yield SourcedItem(search.root, error=InvalidSource(reason))
-        return
-    parameters = search.parameters
-    query_filter: dict[str, Any] | None = filter_json(parameters.filter) if parameters.filter else None
-    if search.since is not None:
-        if client.conforms_to(ConformanceClasses.FILTER):
-            since = {"op": ">=", "args": [{"property": "updated"}, {"timestamp": rfc3339(search.since)}]}
-            query_filter = {"op": "and", "args": [query_filter, since]} if query_filter else since
-        else:
-            search.note = f"{search.root} cannot filter by updated (no CQL2 filter): the whole search is read again"
-            log.warning(search.note)
     pages: SearchPages | None = None
     try:
-        method = _search_method(client)
-
-        def asked(lane: Lane) -> Any:
-            return client.search(
-                collections=lane.collections or list(parameters.collections) or None,
-                bbox=list(parameters.bbox) if parameters.bbox else None,
-                datetime=lane.interval or parameters.datetime,
-                filter=query_filter,
-                filter_lang="cql2-json" if query_filter else None,
-                limit=parameters.page_size,
-                method=method,
-            )
-
-        # Paging is serial: a search is read in lanes (_api_pages.py), several at once, which together read what it
-        # reads (plan_lanes).
-        whole = asked(Lane())
-        lanes = plan_lanes(search, io, whole.get_parameters().get("datetime"))
-        search.lanes_read = [lane.label(search.root) for lane in lanes] if len(lanes) > 1 else []
-        if search.lanes_read:
-            log.info("%s is read as %d searches: %s", search.key, len(lanes), ", ".join(search.lanes_read))
+        whole = opened.asked(Lane())
+        if only is not None:
+            lanes = [only]
+            search.lane_of = only.label(search.root)
+        else:
+            lanes = plan_lanes(search, io, whole.get_parameters().get("datetime"))
+            search.lanes_read = [lane.label(search.root) for lane in lanes] if len(lanes) > 1 else []
+            if search.lanes_read:
+                log.info("%s is read as %d searches: %s", search.key, len(lanes), ", ".join(search.lanes_read))
         firsts: list[PageRequest | None] = []
         for lane in lanes:
-            item_search = whole if lane == Lane() else asked(lane)
+            item_search = whole if lane == Lane() else opened.asked(lane)
             firsts.append(PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters()))
         windows = {number: lane.window for number, lane in enumerate(lanes) if lane.window is not None}
         pages = SearchPages(io, search.root, Lanes(firsts, at_once=lanes_for(search), windows=windows), search.headers)
@@ -335,6 +342,53 @@ def read_search(search: ApiSearch) -> Iterator[SourcedItem]:
         if pages is not None:
             pages.close()
     search.complete = True
+
+
+@dataclass
+class OpenedSearch:
+    """A search whose API answered: its client, and the filter and method its requests carry."""
+
+    search: ApiSearch
+    client: Any
+    query_filter: dict[str, Any] | None
+    method: str
+
+    @classmethod
+    def of(cls, search: ApiSearch, io: Any) -> OpenedSearch:
+        """Open ``search``'s API (its landing page). Raises InvalidSource where it is not a STAC API that searches."""
+        from pystac_client import Client, ConformanceClasses
+
+        try:
+            client = Client.open(search.root, stac_io=io)
+        except Exception as error:  # noqa: BLE001 - requests, pystac and pystac-client raise many kinds
+            raise InvalidSource(f"not a readable STAC API ({failure_reason(error)})") from None
+        if not client.conforms_to(ConformanceClasses.ITEM_SEARCH):
+            raise InvalidSource("is a STAC catalog without item search: name a search, or a file")
+        parameters = search.parameters
+        query_filter: dict[str, Any] | None = filter_json(parameters.filter) if parameters.filter else None
+        if search.since is not None:
+            if client.conforms_to(ConformanceClasses.FILTER):
+                since = {"op": ">=", "args": [{"property": "updated"}, {"timestamp": rfc3339(search.since)}]}
+                query_filter = {"op": "and", "args": [query_filter, since]} if query_filter else since
+            else:
+                search.note = f"{search.root} cannot filter by updated (no CQL2 filter): the whole search is read again"
+                log.warning(search.note)
+        return cls(search, client, query_filter, _search_method(client))
+
+    def asked(self, lane: Lane) -> Any:
+        """pystac-client's search of ``lane`` (:class:`Lane`: the whole search)."""
+        # Paging is serial: a search is read in lanes (_api_pages.py), several at once, which together read what it
+        # reads (plan_lanes).
+        parameters = self.search.parameters
+        return self.client.search(
+            collections=lane.collections or list(parameters.collections) or None,
+            bbox=list(parameters.bbox) if parameters.bbox else None,
+            datetime=lane.interval or parameters.datetime,
+            filter=self.query_filter,
+            filter_lang="cql2-json" if self.query_filter else None,
+            limit=parameters.page_size,
+            method=self.method,
+        )
 
 
 def _page_weight(read: tuple[int, Any]) -> int:

@@ -29,7 +29,6 @@ from ingest.pipeline.sources._types import (
     SourcedItem,
     SourceName,
     SourceOptions,
-    SourcePart,
 )
 from ingest.remote import file_url_path, url_scheme
 from ingest.stac import loads_json
@@ -41,12 +40,12 @@ class LocalFiles:
     name = "local files"
 
     def recognises(self, source: SourceName) -> bool:
-        if isinstance(source, SourcePart):
+        if not isinstance(source, str | Path):  # a part of a file, a lane of a search: read by their own kinds
             return False
         return isinstance(source, Path) or url_scheme(source) in (None, "file")
 
     def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
-        assert not isinstance(source, SourcePart), "a part is read by its own kind (recognises() refuses it)"
+        assert isinstance(source, str | Path), "a part or a lane is read by its own kind (recognises() refuses it)"
         if isinstance(source, str) and url_scheme(source) == "file":
             try:
                 source = file_url_path(source)

@@ -130,7 +130,7 @@ def numbered(parts: list[SourcePart], counts: Iterable[int]) -> list[SourcePart]
 
 
 def split_sources(
-    sources: Iterable[SourceName], part_bytes: int, options: SourceOptions
+    sources: Iterable[SourceName], part_bytes: int, options: SourceOptions, *, workers: int = 2
 ) -> list[list[SourceName]] | None:
     """The shares a run's ``sources`` are read in, each of about ``part_bytes``: NDJSON files cut into byte ranges,
     stac-geoparquet files into runs of rows of about as many bytes on disk, and other files (item JSON,
@@ -140,11 +140,15 @@ def split_sources(
     A file that cannot be looked at here (it is missing, unreadable, not Parquet) is left whole: reading it reports
     why, as a single reader would.
 
+    A STAC API search is cut into time lanes (:func:`~ingest.pipeline.sources._api_shares.search_lanes`, about
+    two for each of ``workers``), a share each.
+
     Returns:
-        The shares, in the sources' order, each a list of parts and files; None if some source cannot be split at
-        all (a STAC API, standard input): the run is then read by one reader.
+        The shares, in the sources' order, each a list of parts, files and lanes; None if some source cannot be
+        split at all (standard input, a search that makes one lane): the run is then read by one reader.
     """
-    from ingest.pipeline.sources._api import StacApi
+    from ingest.pipeline.sources._api import SearchLane, StacApi
+    from ingest.pipeline.sources._api_shares import search_lanes
     from ingest.pipeline.sources._files import LocalFiles
     from ingest.pipeline.sources._objects import ObjectFiles, RemoteReader
 
@@ -153,7 +157,7 @@ def split_sources(
     # The kinds asked in the registry's order (a STAC API's URL is an https:// URL too).
     kinds = (LocalFiles(), StacApi(), ObjectFiles())
     for source in sources:
-        if isinstance(source, SourcePart):
+        if isinstance(source, SourcePart | SearchLane):
             sized.append((source, part_bytes))
             continue
         kind = next((kind for kind in kinds if kind.recognises(source)), None)
@@ -173,6 +177,11 @@ def split_sources(
                 continue
             for url, size in files:
                 sized.extend(_file_parts(url, size, part_bytes, options, member=url != str(source)))
+        elif isinstance(kind, StacApi):
+            lanes = search_lanes(str(source), options, workers)
+            if lanes is None:
+                return None
+            sized.extend((lane, part_bytes) for lane in lanes)
         else:
             return None
     return _shares(sized, part_bytes)

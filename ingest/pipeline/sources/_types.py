@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from ingest.config import RemoteSettings, S3Settings
-    from ingest.pipeline.sources._api import ApiSearch
+    from ingest.pipeline.sources._api import ApiSearch, SearchLane
 
 JSON_SUFFIXES = frozenset((".json", ".geojson"))
 NDJSON_SUFFIXES = frozenset((".ndjson", ".jsonl", ".geojsonl"))
@@ -63,8 +63,8 @@ class SourcePart:
         return f"{self.file} ({unit} {self.start}-{self.stop})"
 
 
-SourceName = str | Path | SourcePart
-"""What names a source: a path, a URL (or ``-``), or a part of a file."""
+type SourceName = str | Path | SourcePart | SearchLane
+"""What names a source: a path, a URL (or ``-``), a part of a file, or a lane of a STAC API search."""
 
 
 @dataclass(slots=True)
