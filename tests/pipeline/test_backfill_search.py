@@ -16,7 +16,7 @@ from ingest import Repository
 from ingest.config import RemoteSettings
 from ingest.export import export_ndjson
 from ingest.pipeline import SearchParameters, SourceOptions, ingest_items, ingest_with_ray
-from ingest.pipeline.sources import ApiSearch, SearchLane, merged_searches
+from ingest.pipeline.sources import ApiSearch, SearchLane, _api_shares, merged_searches, split_sources
 from ingest.pipeline.sources._api_lanes import Lane
 from tests.api._servers import FloeServer
 from tests.conftest import make_item, with_square
@@ -90,7 +90,7 @@ def test_a_backfill_reads_a_searchs_time_lanes_on_the_actors(tmp_path, ray_clust
         assert not ingest_items(one, [url], options=_options(1)).rejected
 
         spread, spread_lines = Repository.create(tmp_path / "spread"), io.StringIO()
-        options = _options(None)  # lanes as the backfill plans them: 2 a worker
+        options = _options(4)  # unset, an API on this machine is read by one process
         started = datetime.now(UTC)
         got = ingest_with_ray(
             spread, [url], workers=2, assets="none", batch_size=10, options=options, report_to=spread_lines
@@ -116,7 +116,7 @@ def test_a_backfill_reads_a_searchs_time_lanes_on_the_actors(tmp_path, ray_clust
         assert search.started >= started
 
         # Resumed: only the items updated at the cursor or after (the newest) are read again, unchanged.
-        resumed = _options(None)
+        resumed = _options(4)
         resumed.since = "last"
         again = ingest_with_ray(spread, [url], workers=2, assets="none", options=resumed)
         assert (again.items_read, again.skipped, again.rows_added) == (1, 1, 0)
@@ -134,7 +134,7 @@ def test_an_item_two_time_lanes_keep_is_read_by_both_and_stored_once(http_server
     alone = Repository.create(tmp_path / "alone")
     expected = ingest_items(alone, [url], options=_options(4, "s"))
     spread = Repository.create(tmp_path / "spread")
-    options = _options(None, "s")
+    options = _options(4, "s")
     got = ingest_with_ray(spread, [url], workers=2, assets="none", batch_size=10, options=options)
 
     assert not got.rejected and not expected.rejected
@@ -174,3 +174,15 @@ def test_only_the_merged_search_vouches_for_a_cursor_once_every_lane_was_read():
     broken = _lane_read(planned[1], complete=False, items=1, newest=None)
     assert merged_searches(planned, [broken, late])[0].cursor() is None
     assert merged_searches(planned, [late])[0].cursor() is None
+
+
+def test_a_search_the_backfill_leaves_to_one_process_asks_nothing_of_its_api(monkeypatch):
+    # An API on this machine shares the cores the actors would use (there a backfill read 0.54-0.66x what one
+    # process reads in lanes), and a search set to one lane is read as one: both go to one reader, planned without
+    # opening the API.
+    opened = []
+    monkeypatch.setattr(_api_shares.OpenedSearch, "of", lambda search, io: opened.append(search.root))
+    for url, lanes in (("http://127.0.0.1:9/search?collections=t", None), ("http://api.invalid/stac", 1)):
+        options = SourceOptions(remote=RemoteSettings(search_lanes=lanes))
+        assert split_sources([url], 1 << 20, options, workers=2) is None
+    assert opened == []

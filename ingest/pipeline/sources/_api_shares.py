@@ -20,7 +20,7 @@ from dataclasses import replace
 from ingest.errors import InvalidSource
 from ingest.pipeline.sources._api import ApiSearch, OpenedSearch, SearchLane, resolved_search
 from ingest.pipeline.sources._api_io import failure_reason, session_io
-from ingest.pipeline.sources._api_lanes import Lane, plan_lanes
+from ingest.pipeline.sources._api_lanes import Lane, lanes_for, plan_lanes
 from ingest.pipeline.sources._types import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -33,12 +33,15 @@ more than one, so that an actor whose lane holds few items takes another while t
 def search_lanes(url: str, options: SourceOptions, workers: int) -> list[SearchLane] | None:
     """The lanes a backfill's actors read the search ``url`` names in (``options`` as the run gives them, its
     recorded cursors included); None where one reader reads it: a search that cannot be planned (its read says
-    why), one the settings read as one (``remote.search_lanes = 1``), one that makes a single lane."""
+    why), one the settings read as one (``remote.search_lanes = 1``; unset, an API on a loopback address), one that
+    makes a single lane."""
     try:
         search = resolved_search(url, options)
     except InvalidSource:
         return None
-    if search.lanes == 1:
+    if lanes_for(search) == 1:
+        # Set to 1, or unset for an API on this machine: it makes its pages on the cores the actors would use, and
+        # there a backfill read 0.54-0.66x what one process reads in lanes (docs/benchmarks-history.md).
         return None
     io = session_io(search.headers)
     try:
