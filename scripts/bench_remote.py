@@ -214,8 +214,8 @@ def _compare(
         in_lanes = SourceOptions(search=search, remote=RemoteSettings(search_lanes=3))
         in_lanes_ingest = functools.partial(ingest_items, sources=[url], options=in_lanes)
         lanes.append(_timed_ingest(target, count, "in lanes", in_lanes_ingest))
-        # A metadata backfill (--assets none): the search's 4 lanes (2 for each of the 2 actors) read, checked and
-        # committed by the actors themselves (Ray's start inside the timing).
+        # A metadata backfill (--assets none): the search's lanes (planned for 4 at once, 2 for each of the 2 actors)
+        # read, checked and committed by the actors themselves (Ray's start inside the timing).
         # The API is on 127.0.0.1 here, where a backfill leaves a search to one process unless the lanes are set.
         spread = SourceOptions(search=search, remote=RemoteSettings(search_lanes=4))
         backfill = functools.partial(ingest_with_ray, sources=[url], workers=2, assets="none", options=spread)
@@ -625,8 +625,8 @@ def main() -> None:
             f"as one, the default on 127.0.0.1) | {api['lanes'] / api['floe']:.2f}x |"
         )
         print(
-            f"| the same as a metadata backfill (--assets none --workers 2: 4 time lanes, read and committed by 2 "
-            f"actors; {where}), items/s | {api['backfill']:,.0f} | {api['lanes']:,.0f} (in-process, 3 lanes) | "
+            f"| the same as a metadata backfill (--assets none --workers 2, remote.search_lanes 4: the lanes read "
+            f"and committed by 2 actors; {where}), items/s | {api['backfill']:,.0f} | {api['lanes']:,.0f} (in-process, 3 lanes) | "
             f"{api['backfill'] / api['lanes']:.2f}x |"
         )
         print(

@@ -177,7 +177,7 @@ def test_only_the_merged_search_vouches_for_a_cursor_once_every_lane_was_read():
 
 
 def test_a_search_the_backfill_leaves_to_one_process_asks_nothing_of_its_api(monkeypatch):
-    # An API on this machine shares the cores the actors would use (there a backfill read 0.54-0.66x what one
+    # An API on this machine shares the cores the actors would use (there a backfill read 0.54-0.82x what one
     # process reads in lanes), and a search set to one lane is read as one: both go to one reader, planned without
     # opening the API.
     opened = []

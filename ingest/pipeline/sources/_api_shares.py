@@ -41,7 +41,7 @@ def search_lanes(url: str, options: SourceOptions, workers: int) -> list[SearchL
         return None
     if lanes_for(search) == 1:
         # Set to 1, or unset for an API on this machine: it makes its pages on the cores the actors would use, and
-        # there a backfill read 0.54-0.66x what one process reads in lanes (docs/benchmarks-history.md).
+        # there a backfill read 0.54-0.82x what one process reads in lanes (docs/benchmarks-history.md).
         return None
     io = session_io(search.headers)
     try:
