@@ -626,8 +626,8 @@ def main() -> None:
         )
         print(
             f"| the same as a metadata backfill (--assets none --workers 2, remote.search_lanes 4: the lanes read "
-            f"and committed by 2 actors; {where}), items/s | {api['backfill']:,.0f} | {api['lanes']:,.0f} (in-process, 3 lanes) | "
-            f"{api['backfill'] / api['lanes']:.2f}x |"
+            f"and committed by 2 actors; {where}), items/s | {api['backfill']:,.0f} | "
+            f"{api['lanes']:,.0f} (in-process, 3 lanes) | {api['backfill'] / api['lanes']:.2f}x |"
         )
         print(
             f"| the same 3 lanes at once against pystac-client ({where}) | {api['lanes']:,.0f} | "
