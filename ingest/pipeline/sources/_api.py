@@ -43,7 +43,7 @@ class StacApi:
 
     def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
         if isinstance(source, SearchLane):
-            search = replace(source.search, started=datetime.now(UTC))
+            search = replace(source.search)  # a copy: what this read counts is this lane's
             options.searches.append(search)
             yield from read_search(search, only=source.lane)
             return
@@ -69,7 +69,7 @@ def resolved_search(url: str, options: SourceOptions) -> ApiSearch:
         else:
             search.since = options.since
     except ValueError as error:
-        raise InvalidSource(f"{url}: {error}") from None
+        raise InvalidSource(str(error)) from None
     search.headers = Headers.of(options.remote)
     search.lanes = options.remote.search_lanes if options.remote is not None else None
     return search
