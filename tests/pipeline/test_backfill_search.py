@@ -19,44 +19,8 @@ from ingest.pipeline import SearchParameters, SourceOptions, ingest_items, inges
 from ingest.pipeline.sources import ApiSearch, SearchLane, _api_shares, merged_searches, split_sources
 from ingest.pipeline.sources._api_lanes import Lane
 from tests.api._servers import FloeServer
-from tests.conftest import make_item, with_square
+from tests.pipeline._backfill_sources import DAY, day_items, write_day
 from tests.pipeline._static_api import lanes_api
-
-DAY = "2024-02-01T00:00:00Z/2024-02-02T00:00:00Z"
-"""A backfill of 2 actors reads it in 4 lanes: 00:00-06:00, 06:00-12:00, 12:00-18:00, 18:00-24:00."""
-
-
-def _items(collection: str = "t") -> list[dict]:
-    """One every 20 minutes of the day, one at each lane's bound, one whose range spans a bound, and one whose
-    ``datetime`` (03:00) lies outside its own range (13:00-14:00): a lane keeps it where its ``datetime`` falls,
-    and so does the lane of its start where the API answers it there too."""
-    c = collection
-    items = [
-        make_item(f"{c}-{number:03d}", c, when=f"2024-02-01T{number // 3:02d}:{number % 3 * 20:02d}:00Z")
-        for number in range(72)
-    ]
-    items += [make_item(f"{c}-at-{hour}", c, when=f"2024-02-01T{hour}:00:00Z") for hour in ("06", "12", "18")]
-    spanning = make_item(f"{c}-span", c, when="2024-02-01T10:00:00Z")
-    spanning["properties"].update(start_datetime="2024-02-01T09:00:00Z", end_datetime="2024-02-01T13:00:00Z")
-    irregular = make_item(f"{c}-irregular", c, when="2024-02-01T03:00:00Z")
-    irregular["properties"].update(start_datetime="2024-02-01T13:00:00Z", end_datetime="2024-02-01T14:00:00Z")
-    items += [spanning, irregular]
-    for number, item in enumerate(items):
-        item["properties"]["updated"] = f"2024-03-01T{number // 60:02d}:{number % 60:02d}:00Z"
-        with_square(item, x=number % 20, y=number % 10, size=0.5)
-    return items
-
-
-def _collection() -> dict:
-    return {
-        "type": "Collection",
-        "stac_version": "1.0.0",
-        "id": "t",
-        "description": "one day of items",
-        "license": "CC-BY-4.0",
-        "extent": {"spatial": {"bbox": [[-180, -90, 180, 90]]}, "temporal": {"interval": [[None, None]]}},
-        "links": [],
-    }
 
 
 def _options(lanes: int | None, collection: str = "t") -> SourceOptions:
@@ -77,8 +41,7 @@ def _landed(text: str) -> list[tuple[str, str]]:
 @pytest.mark.slow
 def test_a_backfill_reads_a_searchs_time_lanes_on_the_actors(tmp_path, ray_cluster):
     api = Repository.create(tmp_path / "api")
-    (tmp_path / "items.ndjson").write_text("\n".join(json.dumps(doc) for doc in [_collection(), *_items()]) + "\n")
-    assert not ingest_items(api, [tmp_path / "items.ndjson"]).rejected
+    assert not ingest_items(api, [write_day(tmp_path / "items.ndjson")]).rejected
     server = FloeServer(tmp_path / "api", log_dir=tmp_path)
     try:
         url = server.url
@@ -98,13 +61,13 @@ def test_a_backfill_reads_a_searchs_time_lanes_on_the_actors(tmp_path, ray_clust
 
         assert not got.rejected and not expected.rejected
         assert _exported(spread) == _exported(alone) == _exported(one)
-        assert len(_exported(spread)) == len(_items())
+        assert len(_exported(spread)) == len(day_items())
         # Each lane went to an actor: the labels are the 4 lanes', as one process reading them gives.
         assert _landed(spread_lines.getvalue()) == _landed(alone_lines.getvalue())
         lanes = {source.split("#")[0] for source, _ in _landed(spread_lines.getvalue())}
         assert len(lanes) == 4, lanes
         assert {line["node"] for line in map(json.loads, spread_lines.getvalue().splitlines())}
-        assert got.items_read == expected.items_read == len(_items())  # floe serve matches the datetime alone
+        assert got.items_read == expected.items_read == len(day_items())  # floe serve matches the datetime alone
 
         # The search's cursor, merged from its lanes' counts, is recorded in the last commit: the one a single
         # reader records, so `--since last` resumes from it.
@@ -129,7 +92,7 @@ def test_an_item_two_time_lanes_keep_is_read_by_both_and_stored_once(http_server
     # A static API answers every lane with the whole collection (it reads no datetime): each lane keeps its own
     # items, and the item whose datetime lies outside its range is kept by the lanes of both. One process drops the
     # second copy; lanes on two actors cannot, and the table holds it once all the same.
-    items = _items("s")
+    items = day_items("s")
     url = lanes_api(http_server, "ignores", {"s": items}, page=7)
     alone = Repository.create(tmp_path / "alone")
     expected = ingest_items(alone, [url], options=_options(4, "s"))

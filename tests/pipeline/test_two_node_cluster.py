@@ -31,12 +31,14 @@ from pathlib import Path
 import pytest
 
 from ingest import Repository, Settings
+from ingest.config import RemoteSettings
 from ingest.export import export_ndjson
 from ingest.pipeline import ingest_items
 from ingest.pipeline.sources import SourceOptions
 from ingest.sample import make_archive
+from tests.api._servers import FloeServer
 from tests.conftest import MotoServer, free_port
-from tests.pipeline._backfill_sources import write_sources
+from tests.pipeline._backfill_sources import DAY, day_items, write_day, write_sources
 from tests.pipeline._remote_archive import assert_arrays_equal_the_files, upload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -187,38 +189,51 @@ def test_granules_are_ingested_by_actors_on_both_nodes(tmp_path, two_nodes, moto
 
 def test_a_metadata_backfill_spreads_its_parts_over_both_nodes(tmp_path, two_nodes, moto_server):
     """`--assets none` with `--ray-address`: the actors of both nodes read parts of the files on S3 (byte ranges of
-    NDJSON, runs of rows of stac-geoparquet) and commit them; the export equals one process reading the files whole."""
+    NDJSON, runs of rows of stac-geoparquet) and the time lanes of a STAC API search (a real ``floe serve``), and
+    commit them; the export equals one process reading the files whole and the search in the same lanes."""
     address, env = two_nodes
     write_sources(tmp_path / "sources")
     bucket, url = upload(moto_server, tmp_path / "sources")
-    root = f"s3://{bucket}/repo"
-    report_path = tmp_path / "report.jsonl"
-    command = [sys.executable, "-m", "ingest.cli", "--root", root, "ingest", url, "--assets", "none"]
-    command += ["--workers", "2", "--batch-size", "100", "--ray-address", address, "--report", str(report_path)]
+    api = Repository.create(tmp_path / "api")
+    assert not ingest_items(api, [write_day(tmp_path / "day.ndjson")]).rejected
+    server = FloeServer(tmp_path / "api", log_dir=tmp_path)
+    try:
+        search = f"{server.url}/search?collections=t&datetime={DAY}"
+        root = f"s3://{bucket}/repo"
+        report_path = tmp_path / "report.jsonl"
+        command = [sys.executable, "-m", "ingest.cli", "--root", root, "ingest", url, search, "--assets", "none"]
+        command += ["--workers", "2", "--batch-size", "100", "--ray-address", address, "--report", str(report_path)]
+        lanes = {"FLOE_REMOTE__SEARCH_LANES": "4"}  # the API is on this machine: unset, one process would read it
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            env={**env, **_s3_environment(moto_server), "FLOE_PART_MB": str(48 / 1024), **lanes},
+            cwd=REPO_ROOT,
+            timeout=600,
+            check=False,
+        )
 
-    done = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        env={**env, **_s3_environment(moto_server), "FLOE_PART_MB": str(48 / 1024)},
-        cwd=REPO_ROOT,
-        timeout=600,
-        check=False,
-    )
-
-    # Exit 3: the two bad lines are rejected, by their lines in the file, as one reader rejects them.
-    assert done.returncode == 3, done.stderr[-3000:]
-    settings = Settings(s3=moto_server.s3_settings())
-    alone = Repository.create(tmp_path / "alone", settings)
-    expected = ingest_items(alone, [url], batch_size=100, options=SourceOptions(s3=moto_server.s3_settings()))
+        # Exit 3: the two bad lines are rejected, by their lines in the file, as one reader rejects them.
+        assert done.returncode == 3, done.stderr[-3000:]
+        settings = Settings(s3=moto_server.s3_settings())
+        alone = Repository.create(tmp_path / "alone", settings)
+        options = SourceOptions(s3=moto_server.s3_settings(), remote=RemoteSettings(search_lanes=4))
+        expected = ingest_items(alone, [url, search], batch_size=100, options=options)
+    finally:
+        server.stop()
     lines = [json.loads(line) for line in report_path.read_text().splitlines()]
     rejected = [(line["source"], line["reason"]) for line in lines if line["outcome"] == "rejected"]
     assert rejected == [(rejection.source, rejection.reason) for rejection in expected.rejected[:2]]
     committed = [line for line in lines if line["outcome"] == "committed"]
     assert len({line["node"] for line in committed}) == 2
     assert len({line["snapshot"] for line in committed}) > 4
+    lanes_read = {line["source"].split("#")[0] for line in committed if line["source"].startswith(server.url)}
+    assert len(lanes_read) == 4, lanes_read
     spread = Repository.open(root, settings)
     assert _exported(spread) == _exported(alone)
+    assert len([item for item in spread.view("main").items() if item["collection"] == "t"]) == len(day_items())
+    assert spread.source_cursors("branch:main") == alone.source_cursors("branch:main") != {}
 
 
 def _exported(repository: Repository) -> list[str]:
