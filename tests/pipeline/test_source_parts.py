@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import stac_geoparquet.arrow as sga
 
+from ingest.config import RemoteSettings
 from ingest.pipeline.sources import (
     SourceOptions,
     SourcePart,
@@ -20,7 +21,7 @@ from ingest.pipeline.sources import (
     read_items,
     split_sources,
 )
-from tests.conftest import make_item
+from tests.conftest import free_port, make_item
 
 
 def _awkward_ndjson(path: Path) -> Path:
@@ -136,7 +137,10 @@ def test_what_cannot_be_cut_is_read_whole_or_leaves_the_run_to_one_reader(tmp_pa
     assert _as_read(parts) == _as_read([item_file, not_parquet, missing])
 
     assert split_sources(["-"], 10, options) is None
-    assert split_sources(["https://stac.example.com/api/v1"], 10, options) is None
+    # A STAC API that cannot be opened to plan its time lanes is a share of its own: its reader reports it.
+    unreachable = f"http://127.0.0.1:{free_port()}/api"
+    lanes = SourceOptions(remote=RemoteSettings(search_lanes=4))
+    assert split_sources([unreachable, item_file], 10, lanes) == [[unreachable], [item_file]]
 
 
 @pytest.mark.s3

@@ -19,13 +19,14 @@ TIMEOUT = (10.0, 60.0)
 """Seconds to connect, and to wait for a page."""
 
 
-def session_io(headers: Headers | None = None) -> Any:
+def session_io(headers: Headers | None = None, *, retries: int | None = None) -> Any:
     """pystac-client's HTTP reader with retries, decoding with floe's parser (``loads_json``: orjson where exact,
     5 us an item of a page instead of the standard parser's 10, docs/benchmarks-history.md).
 
     Each request carries the ``headers`` its URL takes (an API key), and no other. Pages are asked for as
     requests asks (gzip, deflate, Brotli where installed), whatever the host: an API on a loopback address may
-    be a tunnel to one far away (docs/benchmarks-history.md, twentieth run).
+    be a tunnel to one far away (docs/benchmarks-history.md, twentieth run). ``retries``: other than
+    :data:`RETRIES` (0: one attempt, for a look that has somewhere else to go when it fails).
     """
     from pystac_client.stac_api_io import StacApiIO
     from urllib3.util.retry import Retry
@@ -35,7 +36,7 @@ def session_io(headers: Headers | None = None) -> Any:
             return loads_json(txt)
 
     retry = Retry(
-        total=RETRIES,
+        total=RETRIES if retries is None else retries,
         backoff_factor=0.5,
         status_forcelist=(429, 500, 502, 503, 504),
         allowed_methods=None,  # a search is a POST, and safe to repeat

@@ -21,7 +21,7 @@ from ingest.errors import InvalidSource
 from ingest.pipeline.sources._api import ApiSearch, OpenedSearch, SearchLane, resolved_search
 from ingest.pipeline.sources._api_io import failure_reason, session_io
 from ingest.pipeline.sources._api_lanes import Lane, lanes_for, plan_lanes
-from ingest.pipeline.sources._types import SourceOptions
+from ingest.pipeline.sources._types import SourceName, SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +30,13 @@ LANES_PER_WORKER = 2
 more than one, so that an actor whose lane holds few items takes another while the others read."""
 
 
-def search_lanes(url: str, options: SourceOptions, workers: int) -> list[SearchLane] | None:
-    """The lanes a backfill's actors read the search ``url`` names in (``options`` as the run gives them, its
-    recorded cursors included); None where one reader reads it: a search that cannot be planned (its read says
-    why), one the settings read as one (``remote.search_lanes = 1``; unset, an API on a loopback address), one that
-    makes a single lane."""
+def search_lanes(url: str, options: SourceOptions, workers: int) -> list[SourceName] | None:
+    """The shares a backfill's actors read the search ``url`` names in (``options`` as the run gives them, its
+    recorded cursors included): its lanes; None where one reader reads it: a search the settings read as one
+    (``remote.search_lanes = 1``; unset, an API on a loopback address), one that makes a single lane, one whose
+    search is refused here (its read raises it, as one reader's does). The look at the API is one attempt: one
+    that does not answer it is a share of its own, whose actor reads it with every retry (and reports it, if it
+    never answers), so a run waits out the retries once."""
     try:
         search = resolved_search(url, options)
     except InvalidSource:
@@ -43,9 +45,13 @@ def search_lanes(url: str, options: SourceOptions, workers: int) -> list[SearchL
         # Set to 1, or unset for an API on this machine: it makes its pages on the cores the actors would use, and
         # there a backfill read 0.54-0.82x what one process reads in lanes (docs/benchmarks-history.md).
         return None
-    io = session_io(search.headers)
+    io = session_io(search.headers, retries=0)  # a failed look leaves the retries to the search's reader
     try:
         opened = OpenedSearch.of(search, io)
+    except InvalidSource as error:
+        log.info("%s did not answer the look at its lanes (%s): an actor reads it whole", url, error)
+        return [url]
+    try:
         formatted = opened.asked(Lane()).get_parameters().get("datetime")
         lanes = plan_lanes(replace(search, lanes=search.lanes or LANES_PER_WORKER * workers), io, formatted)
     except Exception as error:  # noqa: BLE001 - one reader reads it, and says why it cannot be read

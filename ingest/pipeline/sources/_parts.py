@@ -178,10 +178,10 @@ def split_sources(
             for url, size in files:
                 sized.extend(_file_parts(url, size, part_bytes, options, member=url != str(source)))
         elif isinstance(kind, StacApi):
-            lanes = search_lanes(str(source), options, workers)
-            if lanes is None:
+            shares = search_lanes(str(source), options, workers)
+            if shares is None:
                 return None
-            sized.extend((lane, part_bytes) for lane in lanes)
+            sized.extend((share, part_bytes) for share in shares)
         else:
             return None
     return _shares(sized, part_bytes)
