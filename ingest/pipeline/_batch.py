@@ -10,6 +10,7 @@ current one is written (GDAL decodes without the GIL).
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from ingest._threads import DaemonPool
 from ingest.errors import CommitConflict, InvalidItem, InvalidRaster, NotVirtualizable
 from ingest.pipeline._ahead import InOrder
 from ingest.pipeline._arrays import stage_arrays, stage_references, stage_tiles
-from ingest.pipeline._granules import Granule, describe_source, sources_unchanged
+from ingest.pipeline._granules import AnyGranule, Granule, RowsGranule, describe_source, sources_unchanged
 from ingest.pipeline._report import BatchOutcome, Rejection
 from ingest.rasters import TileCopy, container_prefixes
 from ingest.remote import GdalOptions, RemoteError, Stores, gdal_options, is_remote
@@ -29,6 +30,7 @@ from ingest.stac import (
     ARRAYS_LAYOUT,
     AssetPixels,
     arrays_asset,
+    arrow_to_items,
     read_arrays_asset,
     with_arrays_asset,
     without_arrays_asset,
@@ -43,7 +45,7 @@ REPLANS = 3
 def commit_batch(
     repository: Repository,
     branch: str,
-    granules: list[Granule],
+    granules: list[AnyGranule],
     message: str,
     *,
     virtual: bool = False,
@@ -109,29 +111,48 @@ class _Remote:
         return cls(Stores.of(settings), gdal_options(s3, remote=settings.remote))
 
 
-def changed_granules(repository: Repository, branch: str, granules: list[Granule]) -> tuple[list[Granule], int]:
-    """The granules of ``granules`` that are new or changed at ``branch`` (in order), and how many the branch holds
+def changed_granules(repository: Repository, branch: str, granules: list[AnyGranule]) -> tuple[list[AnyGranule], int]:
+    """The granules of ``granules`` that are new or changed at ``branch``, and how many the branch holds
     unchanged: what a batch would skip, found without staging anything (Ray's driver asks before it hands a batch
     to an actor, so a re-run of an unchanged archive starts no Ray)."""
-    steps, skipped = _plan_steps(repository.writer(branch), granules, _Remote.of(repository))
-    return [step.granule for step in steps], skipped
+    steps, skipped, fresh = _plan_steps(repository.writer(branch), granules, _Remote.of(repository))
+    return [*(step.granule for step in steps), *fresh], skipped
 
 
-def _plan_steps(writer: Writer, granules: list[Granule], remote: _Remote) -> tuple[list[_Step], int]:
-    """Each granule's step, and how many are in the repository unchanged (skipped: a re-run commits nothing)."""
-    stored = writer.stored_items((granule.item["collection"], granule.item["id"]) for granule in granules)
+def _plan_steps(
+    writer: Writer, granules: list[AnyGranule], remote: _Remote
+) -> tuple[list[_Step], int, list[RowsGranule]]:
+    """Each granule's step, how many are in the repository unchanged (skipped: a re-run commits nothing), and the
+    rows of items the branch does not hold (added as they are; a stored item's row becomes an item, compared as
+    any granule's)."""
+    rows = [granule for granule in granules if isinstance(granule, RowsGranule)]
+    plain = [granule for granule in granules if isinstance(granule, Granule)]
+    row_keys = [granule.keys() for granule in rows]
+    keys = [(granule.item["collection"], granule.item["id"]) for granule in plain]
+    stored = writer.stored_items([*keys, *(key for found in row_keys for key in found)])
+    fresh: list[RowsGranule] = []
+    for run, found in zip(rows, row_keys, strict=True):
+        known = [index for index, key in enumerate(found) if key in stored]
+        if not known:
+            fresh.append(run)
+            continue
+        decoded = arrow_to_items(run.rows.take(known))
+        plain.extend(Granule(item, run.sources[index]) for index, item in zip(known, decoded, strict=True))
+        new = sorted(set(range(len(found))) - set(known))
+        if new:
+            fresh.append(RowsGranule(run.rows.take(new), [run.sources[index] for index in new]))
     steps: list[_Step] = []
     skipped = 0
     # A re-run asks each remote raster whether it changed: the questions go out together, not one by one.
     if stored:
         remote.stores.prefetch_heads(
             path
-            for granule in granules
+            for granule in plain
             if (granule.item["collection"], granule.item["id"]) in stored
             for path in granule.rasters.values()
             if is_remote(path)
         )
-    for granule in granules:
+    for granule in plain:
         item = granule.item
         previous = stored.get((item["collection"], item["id"]))
         stored_arrays = read_arrays_asset(previous) if previous is not None else None
@@ -146,11 +167,21 @@ def _plan_steps(writer: Writer, granules: list[Granule], remote: _Remote) -> tup
                 stored_arrays.sources, granule.rasters, virtual=stored_arrays.virtual, stores=remote.stores
             )
         )
-        if previous is not None and same_rasters and without_arrays_asset(previous) == without_arrays_asset(item):
+        if (
+            previous is not None
+            and same_rasters
+            and _same_item(without_arrays_asset(previous), without_arrays_asset(item))
+        ):
             skipped += 1
             continue
         steps.append(_Step(granule, previous, arrays, write_rasters=bool(granule.rasters) and not same_rasters))
-    return steps, skipped
+    return steps, skipped, fresh
+
+
+def _same_item(stored: dict[str, Any], item: dict[str, Any]) -> bool:
+    """Whether the item is the one stored: equal, or equal as JSON text (a NaN, which equals nothing, not even
+    itself, in a property made every re-run replace its item)."""
+    return stored == item or json.dumps(stored, sort_keys=True) == json.dumps(item, sort_keys=True)
 
 
 def _read_granule(granule: Granule, remote: _Remote, *, tiles: bool = False) -> tuple[dict[str, dict[str, Any]], Any]:
@@ -208,7 +239,7 @@ def _plan_virtual(granule: Granule, remote: _Remote, prefixes: tuple[str, ...]) 
 def _commit_batch_once(
     repository: Repository,
     branch: str,
-    granules: list[Granule],
+    granules: list[AnyGranule],
     message: str,
     *,
     virtual: bool,
@@ -216,13 +247,18 @@ def _commit_batch_once(
     metadata: Mapping[str, Any] | None,
 ) -> BatchOutcome:
     if virtual:
-        _allow_remote_references(repository, granules)
+        _allow_remote_references(repository, [granule for granule in granules if isinstance(granule, Granule)])
     writer = repository.writer(branch)
     for collection, item_id in delete:
         writer.delete_item(collection, item_id)
     remote = _Remote.of(repository)
-    steps, skipped = _plan_steps(writer, granules, remote)
+    steps, skipped, fresh = _plan_steps(writer, granules, remote)
     outcome = BatchOutcome(commit=None, skipped=skipped)
+    for rows in fresh:
+        writer.add_rows(rows.rows, sources=rows.sources)
+        collections, ids = rows.rows.column("collection").to_pylist(), rows.rows.column("id").to_pylist()
+        outcome.landed.extend(zip(rows.sources, collections, ids, strict=True))
+        outcome.granules += len(rows)
     # Copies read the next granule's rasters (GDAL decodes without the GIL) while this one is written; remote
     # rasters are read REMOTE_READS at a time, so their round trips overlap.
     far = any(is_remote(path) for step in steps for path in step.granule.rasters.values())

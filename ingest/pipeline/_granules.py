@@ -11,11 +11,14 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from ingest.remote import RemoteError, Stores, head, is_remote
 from ingest.stac import ARRAYS_ASSET
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 RASTER_MEDIA_PREFIXES = ("image/tiff", "image/geotiff", "image/vnd.stac.geotiff")
 RASTER_SUFFIXES = (".tif", ".tiff")
@@ -32,6 +35,51 @@ class Granule:
     source: str
     rasters: dict[str, str] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RowsGranule:
+    """Many granules without rasters that travel as floe's rows (``SourcedRows``), each checked already: what a
+    metadata-only ingest makes of a run of a stac-geoparquet file's rows. A batch counts each row (:func:`weight`)."""
+
+    rows: pa.Table
+    """floe's rows, not yet in the table's sort order."""
+    sources: list[str]
+    """Each row's label."""
+
+    def __len__(self) -> int:
+        return self.rows.num_rows
+
+    def keys(self) -> list[tuple[str, str]]:
+        """(collection, id) of each row."""
+        return list(zip(self.rows.column("collection").to_pylist(), self.rows.column("id").to_pylist(), strict=True))
+
+    def split(self, at: int) -> tuple[RowsGranule, RowsGranule]:
+        """The first ``at`` rows, and the rest."""
+        return (
+            RowsGranule(self.rows.slice(0, at), self.sources[:at]),
+            RowsGranule(self.rows.slice(at), self.sources[at:]),
+        )
+
+
+type AnyGranule = Granule | RowsGranule
+"""What the granule stream yields: a granule, or many as rows."""
+
+
+def weight(granule: AnyGranule) -> int:
+    """How many items a granule stands for in a batch."""
+    return len(granule) if isinstance(granule, RowsGranule) else 1
+
+
+def collections_of(granules: list[AnyGranule]) -> set[str]:
+    """The collections of a batch's granules."""
+    found: set[str] = set()
+    for granule in granules:
+        if isinstance(granule, RowsGranule):
+            found.update(granule.rows.column("collection").unique().to_pylist())
+        else:
+            found.add(granule.item["collection"])
+    return found
 
 
 def describe_source(path: str | Path, *, digest: bool = True, stores: Stores | None = None) -> dict[str, Any]:

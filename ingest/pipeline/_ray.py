@@ -21,7 +21,7 @@ from ingest.errors import FloeError, RayUnavailable
 from ingest.pipeline._backfill import backfill_with_ray
 from ingest.pipeline._batch import changed_granules, commit_batch
 from ingest.pipeline._compact import AutoCompactor
-from ingest.pipeline._granules import Granule, select_assets
+from ingest.pipeline._granules import AnyGranule, Granule, collections_of, select_assets
 from ingest.pipeline._ingest import rare_collections
 from ingest.pipeline._prune import SourceScope, prune_keys
 from ingest.pipeline._report import BatchOutcome, IngestReport, ProgressCallback, record
@@ -53,7 +53,7 @@ class GranuleWriter:
         self.repository = Repository.open(root, Settings.model_validate(settings))
         self.branch = branch
 
-    def ingest(self, granules: list[Granule], message: str, virtual: bool = False) -> BatchOutcome:
+    def ingest(self, granules: list[AnyGranule], message: str, virtual: bool = False) -> BatchOutcome:
         import ray
 
         outcome = commit_batch(self.repository, self.branch, granules, message, virtual=virtual)
@@ -254,7 +254,7 @@ def ingest_with_ray(
             for number, (lane, batch, last) in enumerate(batches, start=1):
                 collect(number)
                 # A collection's group is created in a commit of its own before writers stage arrays under it.
-                collections = {granule.item["collection"] for granule in batch} - known_collections
+                collections = collections_of(batch) - known_collections
                 if collections:
                     repository.ensure_groups(sorted(collections), branch=branch)
                     known_collections |= collections
@@ -274,7 +274,7 @@ def ingest_with_ray(
                             metadata=metadata,
                         )
                     )
-                elif any(granule.rasters for granule in batch):
+                elif any(isinstance(granule, Granule) and granule.rasters for granule in batch):
                     # Only what changed goes to an actor: an unchanged batch (a re-run) is skipped here, and a run
                     # that has nothing to copy never starts Ray.
                     changed, unchanged = changed_granules(repository, branch, batch)
@@ -370,7 +370,7 @@ class _ActorPool:
         self.actors = [actor_class.remote(url, settings, self.branch) for _ in range(self.workers)]
         self.idle = list(self.actors)
 
-    def submit(self, batch: list[Granule], message: str, virtual: bool, *, lane: int | None = None) -> None:
+    def submit(self, batch: list[AnyGranule], message: str, virtual: bool, *, lane: int | None = None) -> None:
         """Give ``batch`` to actor ``lane`` (any actor: None) once it is idle, waiting for it if it is not.
 
         Routing a lane's batches to one actor keeps the slices of a stack with

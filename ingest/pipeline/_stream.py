@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Iterator
 
 from ingest._stages import add, timed
 from ingest.errors import FloeError, InvalidInput
-from ingest.pipeline._granules import Granule, granule_from_item
+from ingest.pipeline._granules import AnyGranule, Granule, RowsGranule, granule_from_item, weight
 from ingest.pipeline._prune import SourceScope, with_last
 from ingest.pipeline._report import IngestReport, Rejection
-from ingest.pipeline.sources import SourcedItem, SourceName, SourceOptions, is_api_url, read_items
+from ingest.pipeline.sources import SourcedItem, SourcedRows, SourceName, SourceOptions, is_api_url, read_items
 from ingest.remote import is_remote
 from ingest.repository import Repository
 from ingest.stac import item_as_dict, plainly_valid, refused_geometries, shorten, validate_item
@@ -40,7 +40,7 @@ def granule_stream(
     chunk: int = VALIDATION_CHUNK,
     scope: SourceScope | None = None,
     options: SourceOptions | None = None,
-) -> Iterator[Granule]:
+) -> Iterator[AnyGranule]:
     """Every valid, first-seen granule of ``sources``, in order; rejections are added to ``report``.
 
     STAC Collections found in the sources are stored with the repository on
@@ -65,15 +65,22 @@ def granule_stream(
             branch's history recorded.
 
     Yields:
-        Each valid granule whose (collection, id) the run has not seen before, in the sources' order.
+        Each valid granule whose (collection, id) the run has not seen before, in the sources' order. With no
+        asset selected, the items of a local stac-geoparquet file come as rows where they can
+        (:class:`~ingest.pipeline._granules.RowsGranule`, at most ``chunk`` each), checked on columns.
     """
     scope = scope if scope is not None else SourceScope()
     options = reaching(repository, options if options is not None else SourceOptions())
     sources = list(sources)
     with_recorded_cursors(repository, options, sources, branch)
+    options.rows = assets is not None and not assets  # metadata only: rows need never become items
     pending: list[SourcedItem] = []
     for sourced in _reading(read_items(sources, options)):
-        if sourced.collection is not None:
+        if sourced.rows is not None:
+            yield from _granules(pending, report, scope, default_collection, assets, remote=options.remote_assets)
+            pending = []
+            yield from _row_granules(sourced.rows, report, scope, chunk)
+        elif sourced.collection is not None:
             if isinstance(sourced.collection.get("id"), str):
                 scope.collections.add(sourced.collection["id"])
             _store_collection(repository, sourced, report, branch)
@@ -131,9 +138,33 @@ def _reading(items: Iterator[SourcedItem]) -> Iterator[SourcedItem]:
         yield sourced
 
 
+def _row_granules(rows: SourcedRows, report: IngestReport, scope: SourceScope, chunk: int) -> Iterator[RowsGranule]:
+    """Rows read together, without those whose (collection, id) the run has seen (rejected as duplicates), in
+    granules of at most ``chunk`` rows."""
+    report.items_read += rows.table.num_rows
+    granule = RowsGranule(rows.table, rows.sources)
+    earlier = scope.seen.add_new(granule.keys(), granule.sources)
+    repeated = [index for index, seen in enumerate(earlier) if seen is not None]
+    if repeated:
+        ids = granule.rows.column("id")
+        for index in repeated:
+            report.rejected.append(
+                Rejection(granule.sources[index], ids[index].as_py(), f"duplicate id (first seen in {earlier[index]})")
+            )
+        keep = [seen is None for seen in earlier]
+        granule = RowsGranule(
+            granule.rows.filter(keep), [source for source, kept in zip(granule.sources, keep, strict=True) if kept]
+        )
+    while len(granule) > chunk:
+        head, granule = granule.split(chunk)
+        yield head
+    if len(granule):
+        yield granule
+
+
 def batched(
-    granules: Iterable[Granule], size: int | Callable[[], int], raster_bytes: int | None = None
-) -> Iterator[tuple[list[Granule], bool]]:
+    granules: Iterable[AnyGranule], size: int | Callable[[], int], raster_bytes: int | None = None
+) -> Iterator[tuple[list[AnyGranule], bool]]:
     """The granules in batches of ``size`` (or of what ``size()`` says as each batch fills), or fewer once their
     local rasters reach ``raster_bytes`` in all; each with whether it is the last.
 
@@ -149,22 +180,29 @@ def batched(
     def size_now() -> int:
         return size() if callable(size) else size
 
-    batch: list[Granule] = []
-    held = 0
-    for granule, last in with_last(granules):
+    batch: list[AnyGranule] = []
+    count = held = 0
+    for whole, last in with_last(granules):
+        granule = whole
+        # Rows fill a batch to its size exactly: the rest begins the next one.
+        while isinstance(granule, RowsGranule) and count + len(granule) > size_now() > count:
+            head, granule = granule.split(size_now() - count)
+            yield [*batch, head], False
+            batch, count, held = [], 0, 0
         batch.append(granule)
-        if raster_bytes is not None:
+        count += weight(granule)
+        if raster_bytes is not None and isinstance(granule, Granule):
             held += sum(_size(path) for path in granule.rasters.values())
-        if last or len(batch) >= size_now() or (raster_bytes is not None and held >= raster_bytes):
+        if last or count >= size_now() or (raster_bytes is not None and held >= raster_bytes):
             yield batch, last
             batch = []
-            held = 0
+            count = held = 0
 
 
-def place_of(granule: Granule) -> tuple[str, int, int] | None:
+def place_of(granule: AnyGranule) -> tuple[str, int, int] | None:
     """Where a granule's rasters probably go: its collection and the one-degree cell of its footprint's centre
     (granules near each other share stacks, tiles of one lattice); None for a granule without rasters."""
-    if not granule.rasters:
+    if isinstance(granule, RowsGranule) or not granule.rasters:
         return None
     bbox = granule.item.get("bbox") or [0.0, 0.0, 0.0, 0.0]
     try:
@@ -175,8 +213,8 @@ def place_of(granule: Granule) -> tuple[str, int, int] | None:
 
 
 def routed_batches(
-    granules: Iterable[Granule], routes: int, size: int, raster_bytes: int | None = None, *, virtual: bool = False
-) -> Iterator[tuple[int, list[Granule], bool]]:
+    granules: Iterable[AnyGranule], routes: int, size: int, raster_bytes: int | None = None, *, virtual: bool = False
+) -> Iterator[tuple[int, list[AnyGranule], bool]]:
     """Batches as :func:`batched` makes them (each with whether it is the last), each for one route (one per
     actor); with ``virtual``, a raster counts :data:`VIRTUAL_RASTER_BYTES` toward ``raster_bytes`` whatever its
     size (its references are staged, not its pixels). When the granules end, the routes' batches follow one
@@ -190,7 +228,7 @@ def routed_batches(
     actor (a hash of the place sent all of four tiles to one of two actors).
     Granules without rasters fill whichever route's batch is emptiest.
     """
-    batches: list[list[Granule]] = [[] for _ in range(routes)]
+    batches: list[list[AnyGranule]] = [[] for _ in range(routes)]
     counts = [0] * routes  # granules in each route's batch (a metadata-only search routes every item: C calls only)
     held = [0] * routes
     given = [0] * routes
@@ -205,8 +243,8 @@ def routed_batches(
                 route = route_of[place] = given.index(min(given))
         given[route] += 1
         batches[route].append(granule)
-        counts[route] += 1
-        if raster_bytes is not None and granule.rasters:
+        counts[route] += weight(granule)
+        if raster_bytes is not None and isinstance(granule, Granule) and granule.rasters:
             sizes = (VIRTUAL_RASTER_BYTES if virtual else _size(path) for path in granule.rasters.values())
             held[route] += sum(sizes)
         if not last and (counts[route] >= size or (raster_bytes is not None and held[route] >= raster_bytes)):

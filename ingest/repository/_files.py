@@ -44,7 +44,7 @@ from ingest._compat import geoparquet_metadata
 from ingest._faults import fault_point
 from ingest._stages import timed
 from ingest.repository._sketch import fingerprints
-from ingest.stac import HILBERT, RESERVED, items_to_arrow, normalize_type, parse_datetime
+from ingest.stac import HILBERT, RESERVED, arrow_to_items, clustered, items_to_arrow, normalize_type, parse_datetime
 
 Fit = Literal["same", "widen", "conflict"]
 ROW_GROUP_SIZE = 2_048
@@ -146,9 +146,19 @@ class StagedFile:
     untyped: frozenset[str] = frozenset()
     fingerprints: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int32), repr=False)
     """The fingerprint of each row's id, in row order (its manifest's id sketch: ``_sketch.py``)."""
+    source_rows: pa.Table | None = field(default=None, repr=False)
+    """The rows as written, when they were staged as rows (``Writer.add_rows``), not made from ``items``."""
 
     def column_types(self) -> dict[str, pa.DataType]:
         return {column.name: column.type for column in self.schema}
+
+    def made_here(self) -> bool:
+        """Whether the rows were made from this commit's items or rows (not copied from other files)."""
+        return self.source_rows is not None or self.rows == len(self.items)
+
+    def source_items(self) -> list[dict[str, Any]]:
+        """The items the rows hold, to write them again (typed differently)."""
+        return self.items if self.source_rows is None else list(arrow_to_items(self.source_rows))
 
 
 def _exact_as_double(column: pa.ChunkedArray) -> bool:
@@ -164,23 +174,33 @@ def _plan_columns(
     while True:
         with timed("to Arrow"):
             table = items_to_arrow(items, untyped=untyped)
-        conflicts = {
-            name
-            for name in table.column_names
-            if name not in _FIXED_COLUMNS
-            and name in column_types
-            and (
-                (match := fit(table.schema.field(name).type, column_types[name])) == "conflict"
-                or (match == "widen" and not _exact_as_double(table.column(name)))
-            )
-        }
+        conflicts = _conflicts(table, column_types)
         if not conflicts:
             break
         untyped = untyped | conflicts
+    return _widened(table, column_types), untyped
+
+
+def _conflicts(table: pa.Table, column_types: Mapping[str, pa.DataType]) -> set[str]:
+    """The columns of ``table`` the table's columns cannot hold as they are typed."""
+    return {
+        name
+        for name in table.column_names
+        if name not in _FIXED_COLUMNS
+        and name in column_types
+        and (
+            (match := fit(table.schema.field(name).type, column_types[name])) == "conflict"
+            or (match == "widen" and not _exact_as_double(table.column(name)))
+        )
+    }
+
+
+def _widened(table: pa.Table, column_types: Mapping[str, pa.DataType]) -> pa.Table:
+    """``table`` with its integer columns that the table holds as doubles cast to doubles."""
     for index, name in enumerate(table.column_names):
         if name in column_types and fit(table.schema.field(name).type, column_types[name]) == "widen":
             table = table.set_column(index, name, table.column(name).cast(pa.float64()))
-    return table, untyped
+    return table
 
 
 def write_group(
@@ -207,6 +227,48 @@ def write_group(
     return stage(io, path, table, (collection, month), items=items, untyped=untyped)
 
 
+def partitioned(tables: Iterable[pa.Table]) -> list[tuple[tuple[str, int | None], pa.Table]]:
+    """The rows of ``tables`` (floe's rows, ``Writer.add_rows``) by partition, (collection, month), in order;
+    tables of one schema are written together."""
+    by_schema: dict[pa.Schema, list[pa.Table]] = {}
+    for table in tables:
+        if table.num_rows:
+            by_schema.setdefault(table.schema, []).append(table)
+    parts: list[tuple[tuple[str, int | None], pa.Table]] = []
+    for same in by_schema.values():
+        rows = pa.concat_tables(same)
+        when = rows.column("datetime")
+        months = pc.add(pc.multiply(pc.subtract(pc.year(when), 1970), 12), pc.subtract(pc.month(when), 1))
+        keyed = rows.append_column("floe:month", months)
+        for group in keyed.group_by(["collection", "floe:month"], use_threads=False).aggregate([]).to_pylist():
+            collection, month = group["collection"], group["floe:month"]
+            same_month = pc.is_null(months) if month is None else pc.equal(months, month)
+            mask = pc.and_(pc.equal(rows.column("collection"), collection), pc.fill_null(same_month, False))
+            parts.append(((collection, month), rows.filter(mask)))
+    return sorted(parts, key=lambda part: (part[0][0], part[0][1] or 0))
+
+
+def write_rows(
+    io: FileIO,
+    table_location: str,
+    rows: pa.Table,
+    partition: tuple[str, int | None],
+    column_types: dict[str, pa.DataType],
+) -> StagedFile:
+    """Write one partition's rows (``Writer.add_rows``) as a GeoParquet file and return it staged, as
+    :func:`write_group` does their items; where a column conflicts with the table's type, the rows are written as
+    their items are (the column in the overflow)."""
+    if _conflicts(rows, column_types):
+        return write_group(io, table_location, list(arrow_to_items(rows)), column_types)
+    with timed("to Arrow"):
+        table = clustered(_widened(rows, column_types))
+    for column in table.schema:
+        if column.name not in _FIXED_COLUMNS:
+            column_types[column.name] = merge_types(column_types.get(column.name), column.type)
+    collection, month = partition
+    return stage(io, data_file_path(table_location, collection, month), table, partition, rows=table)
+
+
 def stage(
     io: FileIO,
     path: str,
@@ -215,6 +277,7 @@ def stage(
     *,
     items: list[dict[str, Any]] | None = None,
     untyped: frozenset[str] = frozenset(),
+    rows: pa.Table | None = None,
 ) -> StagedFile:
     """Write ``table`` at ``path`` as a data file of ``partition`` (collection, month) and return it staged.
 
@@ -235,6 +298,7 @@ def stage(
         items=items or [],
         untyped=untyped,
         fingerprints=fingerprints(table.column("id").to_pylist()),
+        source_rows=rows,
     )
 
 

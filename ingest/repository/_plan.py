@@ -26,16 +26,19 @@ from ingest.repository._files import (
     file_fits,
     merge_types,
     month_of,
+    partitioned,
     table_column_types,
     to_data_file,
     union_schema,
     write_group,
+    write_rows,
 )
 from ingest.repository._replace import Located, ReplacementPlan, read_rows
 from ingest.repository._slots import Moves
 from ingest.stac import Piece, arrow_to_items, moved_slots, read_arrays_asset
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyiceberg.io import FileIO
     from pyiceberg.table import Table
 
@@ -78,6 +81,8 @@ class ItemsPlan(TableChange):
     items: tuple[dict[str, Any], ...]
     message: str
     work: PlanWork
+    row_tables: tuple[pa.Table, ...] = ()
+    """Items staged as floe's rows (``Writer.add_rows``): written as they are, without arrays."""
     delete: frozenset[Key] = frozenset()
     expected: Mapping[Key, dict[str, Any] | None] = field(default_factory=dict)
     """Key -> the version of the item the change is made for (None: the item must not exist)."""
@@ -103,6 +108,7 @@ class ItemsPlan(TableChange):
         located: Located | None = None,
         known_rows: Mapping[Key, dict[str, Any]] | None = None,
         staged: Iterable[tuple[str, int]] = (),
+        row_tables: Iterable[pa.Table] = (),
     ) -> ItemsPlan:
         """The plan of a batch.
 
@@ -118,6 +124,7 @@ class ItemsPlan(TableChange):
             located: where the writer found keys at its base (``Writer.stored_items``).
             known_rows: the rows it read there.
             staged: (stack, slot) of every slice the writer staged.
+            row_tables: items staged as floe's rows (their keys among ``replace`` where they replace).
 
         Returns:
             The plan; nothing is written until the commit loop prepares it.
@@ -138,6 +145,7 @@ class ItemsPlan(TableChange):
             tuple(items),
             message,
             PlanWork(replacement),
+            tuple(row_tables),
             delete=deleting,
             expected=expectations,
             known_rows=dict(known_rows or {}),
@@ -146,7 +154,7 @@ class ItemsPlan(TableChange):
 
     @property
     def rows(self) -> int:
-        return len(self.items)
+        return len(self.items) + sum(table.num_rows for table in self.row_tables)
 
     @property
     def files_written(self) -> int:
@@ -339,7 +347,7 @@ class ItemsPlan(TableChange):
             work.files = self._rewrite_moved(work.files, table)
         work.files_base = table.metadata_location
         for staged in work.files:  # the next batch's re-run check need not read back what was just written
-            if staged.rows == len(staged.items):  # rows made from these items (not copied from other files)
+            if staged.made_here():  # rows made from this plan's items (not copied from other files)
                 self.manifests.keys.learn(staged.path, staged.fingerprints)
         return work.files
 
@@ -364,10 +372,15 @@ class ItemsPlan(TableChange):
             groups[(item["collection"], month_of(item))].append(item)
         column_types = table_column_types(table.schema())
         with writes_together(self.io):  # on object storage the batch's files are sent together, not in turn
-            return [
+            written = [
                 write_group(self.io, table.location(), items, column_types)
                 for _, items in sorted(groups.items(), key=lambda pair: (pair[0][0], pair[0][1] or 0))
             ]
+            written += [
+                write_rows(self.io, table.location(), rows, partition, column_types)
+                for partition, rows in partitioned(self.row_tables)
+            ]
+        return written
 
     def _reconcile_files(self, files: list[StagedFile], table: Table) -> tuple[list[StagedFile], int]:
         """Keep files that fit the base's schema; rewrite (with the conflicting columns untyped) those that do not."""
@@ -381,7 +394,7 @@ class ItemsPlan(TableChange):
                 continue
             log.info("re-planning %s: a concurrent commit typed one of its columns differently", staged.path)
             reconciled.append(
-                write_group(self.io, table.location(), staged.items, column_types, untyped=staged.untyped)
+                write_group(self.io, table.location(), staged.source_items(), column_types, untyped=staged.untyped)
             )
             rewritten += 1
         return reconciled, rewritten

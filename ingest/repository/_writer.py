@@ -10,7 +10,7 @@ Icechunk commit whatever other writers do meanwhile.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from ingest.repository._slots import Moves, Slots, clear_pieces
 from ingest.stac import Piece, arrow_to_items, check_name, item_as_dict, moved_slots, validate_item
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyiceberg.table import Table
 
     from ingest.repository._repo import Repository
@@ -69,6 +70,9 @@ class Writer:
         self._store: icechunk.IcechunkStore | None = None
         self._items: dict[tuple[str, str], dict[str, Any]] = {}
         self._sources: dict[tuple[str, str], str | None] = {}
+        self._rows: list[pa.Table] = []
+        self._row_keys: dict[tuple[str, str], str | None] = {}
+        """Key -> source of each item staged as a row (:meth:`add_rows`)."""
         self._closed = False
         self._replace: set[tuple[str, str]] = set()
         self._delete: set[tuple[str, str]] = set()
@@ -102,7 +106,7 @@ class Writer:
     @property
     def pending_items(self) -> int:
         """Items staged and not yet committed."""
-        return len(self._items)
+        return len(self._items) + len(self._row_keys)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -279,8 +283,8 @@ class Writer:
         key = (item["collection"], item["id"])
         if key in self._delete:
             raise InvalidItem("this batch deletes the same item: add it with replace=True instead", item_id=item["id"])
-        if key in self._items:
-            first = self._sources.get(key)
+        if key in self._items or key in self._row_keys:
+            first = self._sources.get(key) or self._row_keys.get(key)
             raise InvalidItem(
                 f"duplicate id in this batch (first seen in {first or 'the same input'})",
                 item_id=item["id"],
@@ -292,6 +296,37 @@ class Writer:
         self._sources[key] = source
         if replace:
             self._replace.add(key)
+
+    def add_rows(self, rows: pa.Table, *, sources: Sequence[str | None] | None = None) -> None:
+        """Stage items already checked and laid out as floe's rows (:func:`~ingest.stac.geoparquet_rows`), each
+        replacing the branch's row of the same item when the commit lands (as :meth:`add_item` with
+        ``replace=True``). Items with arrays are added as items: rows carry none.
+
+        Raises:
+            WriterClosed: the writer has committed (or failed).
+            InvalidItem: this batch has one of these items already (or deletes it), naming the first; nothing of
+                ``rows`` is staged then.
+        """
+        self._check_open()
+        keys = list(zip(rows.column("collection").to_pylist(), rows.column("id").to_pylist(), strict=True))
+        labels = list(sources) if sources is not None else [None] * len(keys)
+        clash = next(
+            (
+                index
+                for index, key in enumerate(keys)
+                if key in self._items or key in self._row_keys or key in self._delete
+            ),
+            None,
+        )
+        if clash is None and len(set(keys)) < len(keys):
+            first: dict[tuple[str, str], int] = {}
+            clash = next(index for index, key in enumerate(keys) if first.setdefault(key, index) != index)
+        if clash is not None:
+            key = keys[clash]
+            raise InvalidItem("this batch has this item already (or deletes it)", item_id=key[1], source=labels[clash])
+        self._rows.append(rows)
+        self._row_keys.update(zip(keys, labels, strict=True))
+        self._replace.update(keys)
 
     def add_items(
         self,
@@ -444,7 +479,8 @@ class Writer:
             self._manifests,
             self._items.values(),
             message=message,
-            replace=self._replace & set(self._items),
+            replace=self._replace & (self._items.keys() | self._row_keys.keys()),
+            row_tables=self._rows,
             delete=self._delete,
             expected=self._expected,
             located=self._located,

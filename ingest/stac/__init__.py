@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ingest.stac._columns import strip_nulls
     from ingest.stac._geometry import GEOMETRY_TYPES, TOLERANCE, coordinates_problem, refused_geometries
     from ingest.stac._geoparquet import geoparquet_items, row_group_batches
+    from ingest.stac._geoparquet_rows import MappedRows, geoparquet_rows
     from ingest.stac._json import loads_json, read_json_noting_parser
     from ingest.stac._rows import (
         OVERFLOW,
@@ -93,6 +94,7 @@ _HOMES = {
         ("GEOMETRY_TYPES", "TOLERANCE", "coordinates_problem", "refused_geometries"), "ingest.stac._geometry"
     ),
     **dict.fromkeys(("geoparquet_items", "row_group_batches"), "ingest.stac._geoparquet"),
+    **dict.fromkeys(("MappedRows", "geoparquet_rows"), "ingest.stac._geoparquet_rows"),
     **dict.fromkeys(("loads_json", "read_json_noting_parser"), "ingest.stac._json"),
     **dict.fromkeys(
         (
@@ -152,6 +154,7 @@ __all__ = [
     "TOLERANCE",
     "ArraysAsset",
     "AssetPixels",
+    "MappedRows",
     "Piece",
     "ServedArrays",
     "arrays_asset",
@@ -161,6 +164,7 @@ __all__ = [
     "clustered",
     "coordinates_problem",
     "geoparquet_items",
+    "geoparquet_rows",
     "has_arrays_asset",
     "hilbert_index",
     "item_as_dict",

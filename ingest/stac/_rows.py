@@ -71,7 +71,7 @@ class _Overflow:
         return json.dumps(payload, separators=(",", ":"), allow_nan=True)
 
 
-class _Overflows(dict[int, _Overflow]):
+class Overflows(dict[int, _Overflow]):
     """Row -> its overflow, made when a row first needs one: most rows of most batches need none."""
 
     def __missing__(self, row: int) -> _Overflow:
@@ -121,11 +121,11 @@ def render_datetime(value: datetime) -> str:
     return value.isoformat()[:-6] + "Z"
 
 
-def _property_column_ok(name: str) -> bool:
+def property_column_ok(name: str) -> bool:
     return bool(name) and "." not in name and name not in RESERVED
 
 
-def _geometry_to_wkb(geometries: list[dict[str, Any]], overflows: _Overflows) -> list[bytes]:
+def _geometry_to_wkb(geometries: list[dict[str, Any]], overflows: Overflows) -> list[bytes]:
     """Each geometry as ISO WKB. Simple ones are written directly (exact by construction, see
     :mod:`ingest.stac._wkb`); GEOS converts the rest, and keeps in the overflow any that would not read back."""
     wkb: list[bytes] = []
@@ -158,7 +158,7 @@ def _geos_wkb(geometries: list[dict[str, Any]], overflows: list[_Overflow]) -> l
     return list(wkb)
 
 
-def _bbox_rows(items: list[dict[str, Any]], wkb: list[bytes], overflows: _Overflows) -> pa.Array:
+def _bbox_rows(items: list[dict[str, Any]], wkb: list[bytes], overflows: Overflows) -> pa.Array:
     unboxed = [row for row, item in enumerate(items) if item.get("bbox") is None]
     derived = dict(zip(unboxed, shapely.bounds(shapely.from_wkb([wkb[row] for row in unboxed])), strict=True))
     rows = []
@@ -176,7 +176,7 @@ def _bbox_rows(items: list[dict[str, Any]], wkb: list[bytes], overflows: _Overfl
     return pa.array(rows, type=BBOX_TYPE)
 
 
-def _time_column(items: list[dict[str, Any]], key: str, overflows: _Overflows) -> pa.Array:
+def _time_column(items: list[dict[str, Any]], key: str, overflows: Overflows) -> pa.Array:
     # A null datetime (an item with a range) is stored as null, with nothing in the overflow.
     values: list[datetime | None] = []
     for row, item in enumerate(items):
@@ -234,7 +234,7 @@ def items_to_arrow(
 
 
 def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
-    overflows = _Overflows()
+    overflows = Overflows()
     columns: dict[str, pa.Array] = {}
     for key in ("type", "stac_version"):
         columns[key] = _string_column(items, key, untyped, overflows)
@@ -256,14 +256,14 @@ def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
                     overflows[row].top[key] = value
     # Nested members and properties: typed where lossless, else per-row overflow.
     for key, values in _candidate_columns(items, overflows).items():
-        typed = _typed_or_overflow(key, values, untyped, overflows)
+        typed = typed_or_overflow(key, values, untyped, overflows)
         if typed is not None:
             columns[key] = typed
     columns[OVERFLOW] = overflows.column(len(items))
     return clustered(pa.table(columns))
 
 
-def _string_column(items: list[dict[str, Any]], key: str, untyped: set[str], overflows: _Overflows) -> pa.Array:
+def _string_column(items: list[dict[str, Any]], key: str, untyped: set[str], overflows: Overflows) -> pa.Array:
     """A top-level string member (``type``, ``stac_version``); any other value goes to the overflow."""
     values = [item.get(key) for item in items]
     typed = column_array(values) if key not in untyped else None
@@ -275,7 +275,7 @@ def _string_column(items: list[dict[str, Any]], key: str, untyped: set[str], ove
     return pa.nulls(len(items), pa.string())
 
 
-def _extensions_column(items: list[dict[str, Any]], overflows: _Overflows) -> pa.Array:
+def _extensions_column(items: list[dict[str, Any]], overflows: Overflows) -> pa.Array:
     """``stac_extensions`` as a list of strings; anything else (and explicit nulls) goes to the overflow."""
     extensions = [item.get("stac_extensions") for item in items]
     lists_of_strings = all(
@@ -287,7 +287,7 @@ def _extensions_column(items: list[dict[str, Any]], overflows: _Overflows) -> pa
     return pa.array(extensions if lists_of_strings else [None] * len(items), type=pa.list_(pa.string()))
 
 
-def _candidate_columns(items: list[dict[str, Any]], overflows: _Overflows) -> dict[str, list[Any]]:
+def _candidate_columns(items: list[dict[str, Any]], overflows: Overflows) -> dict[str, list[Any]]:
     """Column name -> one value per row (None where absent) of every nested member and property to type.
 
     Values with no typed form (explicit nulls, empty objects) and properties whose name cannot be a column go to
@@ -314,7 +314,7 @@ def _candidate_columns(items: list[dict[str, Any]], overflows: _Overflows) -> di
         for key, value in item["properties"].items():
             if key in TIME_COLUMNS:
                 continue
-            if value is None or (type(value) is dict and not value) or not _property_column_ok(key):
+            if value is None or (type(value) is dict and not value) or not property_column_ok(key):
                 overflows[row].properties[key] = value
                 continue
             column(key)[row] = value
@@ -327,7 +327,7 @@ drops): the two members every STAC link has, so the table's column fits any late
 added to it); empty lists decode back exactly whatever their element type."""
 
 
-def _typed_or_overflow(key: str, values: list[Any], untyped: set[str], overflows: _Overflows) -> pa.Array | None:
+def typed_or_overflow(key: str, values: list[Any], untyped: set[str], overflows: Overflows) -> pa.Array | None:
     """The column of ``key`` if its values type losslessly, else None with every present value in the overflow."""
     if key == "links" and key not in untyped and all(value == [] for value in values if value is not None):
         # Arrow infers list<null> for empty lists alone, which no table can store: every row would carry its

@@ -52,7 +52,7 @@ class LocalFiles:
             except InvalidSource as error:
                 yield SourcedItem(str(source), error=error)
                 return
-        yield from local_items([source])
+        yield from local_items([source], rows=options.rows)
 
 
 def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:
@@ -83,8 +83,9 @@ def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:
             yield path
 
 
-def local_items(sources: Iterable[str | Path], *, as_named: bool = True) -> Iterator[SourcedItem]:
-    """Every item in the local ``sources`` (files, folders, ``-``), in order.
+def local_items(sources: Iterable[str | Path], *, as_named: bool = True, rows: bool = False) -> Iterator[SourcedItem]:
+    """Every item in the local ``sources`` (files, folders, ``-``), in order (with ``rows``, stac-geoparquet's as
+    rows where they can be: ``SourceOptions.rows``).
 
     A STAC Catalog or Collection file named as a source is walked (its items are read through its links); without
     ``as_named`` (a file listed in a folder, read on its own) it is not, as in its folder.
@@ -101,7 +102,7 @@ def local_items(sources: Iterable[str | Path], *, as_named: bool = True) -> Iter
             continue
         suffix = path.suffix.lower()
         if suffix in PARQUET_SUFFIXES:
-            yield from geoparquet_file_items(path, label, path=path)
+            yield from geoparquet_file_items(path, label, path=path, as_rows=rows)
             continue
         if suffix in TIFF_SUFFIXES:
             yield _bare_raster(path)

@@ -3,10 +3,14 @@ millions of rows is never whole in memory, on disk or at a URL (through a seekab
 
 A batch that cannot be read ends the file with the reason, after the rows before it; where the bytes stopped
 arriving (a file object that kept its ``failure``), the reason says it was the transfer, not the file.
+
+With ``as_rows`` (a local file), the rows of a batch that :func:`~ingest.stac.geoparquet_rows` vouches for travel as
+floe's rows (:class:`SourcedRows`), never made into items; the others become items as before, in the file's order.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 from ingest.errors import InvalidSource
 from ingest.pipeline._ahead import prefetched
 from ingest.pipeline.sources._documents import absolute_hrefs
-from ingest.pipeline.sources._types import SourcedItem
+from ingest.pipeline.sources._types import SourcedItem, SourcedRows
 from ingest.remote import describe
-from ingest.stac import geoparquet_items, row_group_batches
+from ingest.stac import geoparquet_items, geoparquet_rows, row_group_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from ingest.stac import MappedRows
 
 
 def geoparquet_file_items(
@@ -29,11 +35,13 @@ def geoparquet_file_items(
     path: Path | None = None,
     base: str | None = None,
     rows: range | None = None,
+    as_rows: bool = False,
 ) -> Iterator[SourcedItem]:
     """The items of the stac-geoparquet ``file`` (a local path, or a seekable file object read from ``base``, a
     URL: its batches are then read on a thread ahead, and the items' relative asset hrefs made absolute).
 
-    ``rows``: only these rows of the file (a part of it), labelled with their numbers in the file.
+    ``rows``: only these rows of the file (a part of it), labelled with their numbers in the file. ``as_rows``:
+    the rows :func:`~ingest.stac.geoparquet_rows` vouches for come as rows (a local file only).
     """
     import pyarrow.parquet as pq
 
@@ -46,6 +54,11 @@ def geoparquet_file_items(
         # From a URL: read and decoded on a thread ahead (Ctrl-C reaches a stalled transfer), while the last
         # batch becomes items here.
         for batch in batches() if base is None else prefetched(batches(), 2, name="floe-stream"):
+            mapped = geoparquet_rows(batch) if as_rows and base is None else None
+            if mapped is not None:
+                yield from _mapped_runs(batch, mapped, label, row, path)
+                row += batch.num_rows
+                continue
             for item in geoparquet_items(batch):
                 if base is not None:
                     absolute_hrefs(item, base)
@@ -58,3 +71,26 @@ def geoparquet_file_items(
         else:
             reason = f"not a readable stac-geoparquet file ({error})"
         yield SourcedItem(label, error=InvalidSource(reason))
+
+
+def _mapped_runs(
+    batch: pa.RecordBatch, mapped: MappedRows, label: str, first: int, path: Path | None
+) -> Iterator[SourcedItem]:
+    """The batch in the file's order: each run of rows vouched for as one :class:`SourcedRows`, each row between
+    them as an item (whose problem, if any, the item path names)."""
+    import numpy as np
+    import pyarrow as pa
+
+    vouched = np.zeros(batch.num_rows, dtype=bool)
+    vouched[mapped.rows] = True
+    bounds = [0, *(np.flatnonzero(vouched[1:] != vouched[:-1]) + 1).tolist(), batch.num_rows]
+    taken = 0  # rows of mapped.table given so far (it holds the vouched rows in order)
+    for start, stop in itertools.pairwise(bounds):
+        if vouched[start]:
+            sources = [f"{label}#row{first + row}" for row in range(start, stop)]
+            yield SourcedItem(sources[0], rows=SourcedRows(mapped.table.slice(taken, stop - start), sources))
+            taken += stop - start
+            continue
+        others = batch.take(pa.array(range(start, stop), type=pa.int64()))
+        for offset, item in enumerate(geoparquet_items(others)):
+            yield SourcedItem(f"{label}#row{first + start + offset}", item=item, path=path)

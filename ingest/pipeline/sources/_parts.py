@@ -62,7 +62,7 @@ class PartFiles:
 def _member_items(part: SourcePart, options: SourceOptions) -> Iterator[SourcedItem]:
     """A file listed in a folder, read as its folder reads it."""
     if url_scheme(part.file) is None:
-        yield from local_items([Path(part.file)], as_named=False)
+        yield from local_items([Path(part.file)], as_named=False, rows=options.rows)
         return
     from ingest.pipeline.sources._objects import RemoteReader
 
@@ -75,7 +75,7 @@ def _row_items(part: SourcePart, options: SourceOptions) -> Iterator[SourcedItem
     if url_scheme(part.file) is None:
         # pyarrow reads a local file itself (a Python file object between them costs a copy).
         path = Path(part.file)
-        yield from geoparquet_file_items(path, part.file, path=path, rows=rows)
+        yield from geoparquet_file_items(path, part.file, path=path, rows=rows, as_rows=options.rows)
         return
     try:
         stream = _opened(part.file, options)

@@ -16,6 +16,8 @@ from ingest.remote import Stores
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    import pyarrow as pa
+
     from ingest.config import RemoteSettings, S3Settings
     from ingest.pipeline.sources._api import ApiSearch, SearchLane
 
@@ -84,6 +86,19 @@ class SourcedItem:
     """A STAC Collection found in the source (to be stored with the repository), instead of an item."""
     checked: bool = False
     """``validate_item`` accepts the item as it is: checked already (by a STAC API search's page reader)."""
+    rows: SourcedRows | None = None
+    """Items read as floe's rows instead of one item (see :class:`SourcedRows`)."""
+
+
+@dataclass(slots=True)
+class SourcedRows:
+    """Items that travel as floe's rows, checked on columns (:func:`~ingest.stac.geoparquet_rows`), each
+    labelled as its item would be: what a stac-geoparquet file becomes when ``SourceOptions.rows`` allows."""
+
+    table: pa.Table
+    """floe's rows, every one valid (``validate_item`` accepts its item), not yet in the table's sort order."""
+    sources: list[str]
+    """Each row's label (``file#rowN``)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +137,9 @@ class SourceOptions:
     """Each STAC API search read, in order (whether it was read to its end, its cursor)."""
     remote_assets: bool = False
     """Copy raster assets at ``s3://`` and ``http(s)://`` URLs into arrays too (without it they stay metadata)."""
+    rows: bool = False
+    """Local stac-geoparquet files may give their items as rows (``SourcedItem.rows``), never made into items:
+    for a reader that writes items as rows only (a metadata-only ingest)."""
     _stores: tuple[Any, Stores] | None = field(default=None, init=False, repr=False, compare=False)
 
     def stores(self) -> Stores:
