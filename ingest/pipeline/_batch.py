@@ -137,10 +137,10 @@ def _plan_steps(
             fresh.append(run)
             continue
         decoded = arrow_to_items(run.rows.take(known))
-        plain.extend(Granule(item, run.sources[index]) for index, item in zip(known, decoded, strict=True))
+        plain.extend(Granule(item, run.source(index)) for index, item in zip(known, decoded, strict=True))
         new = sorted(set(range(len(found))) - set(known))
         if new:
-            fresh.append(RowsGranule(run.rows.take(new), [run.sources[index] for index in new]))
+            fresh.append(run.taken(new))
     steps: list[_Step] = []
     skipped = 0
     # A re-run asks each remote raster whether it changed: the questions go out together, not one by one.

@@ -18,6 +18,7 @@ from ingest.remote import RemoteError, Stores, head, is_remote
 from ingest.stac import ARRAYS_ASSET
 
 if TYPE_CHECKING:
+    import numpy as np
     import pyarrow as pa
 
 RASTER_MEDIA_PREFIXES = ("image/tiff", "image/geotiff", "image/vnd.stac.geotiff")
@@ -44,11 +45,26 @@ class RowsGranule:
 
     rows: pa.Table
     """floe's rows, not yet in the table's sort order."""
-    sources: list[str]
-    """Each row's label."""
+    prefix: str
+    """What each row's label starts with (``file#row``)."""
+    numbers: np.ndarray
+    """Each row's number: its label is ``prefix`` and its number."""
 
     def __len__(self) -> int:
         return self.rows.num_rows
+
+    @property
+    def sources(self) -> list[str]:
+        """Each row's label."""
+        return [f"{self.prefix}{number}" for number in self.numbers.tolist()]
+
+    def source(self, index: int) -> str:
+        """The label of row ``index``."""
+        return f"{self.prefix}{self.numbers[index]}"
+
+    def taken(self, indices: list[int] | np.ndarray) -> RowsGranule:
+        """Only the rows at ``indices``, in that order."""
+        return RowsGranule(self.rows.take(indices), self.prefix, self.numbers[indices])
 
     def keys(self) -> list[tuple[str, str]]:
         """(collection, id) of each row."""
@@ -57,8 +73,8 @@ class RowsGranule:
     def split(self, at: int) -> tuple[RowsGranule, RowsGranule]:
         """The first ``at`` rows, and the rest."""
         return (
-            RowsGranule(self.rows.slice(0, at), self.sources[:at]),
-            RowsGranule(self.rows.slice(at), self.sources[at:]),
+            RowsGranule(self.rows.slice(0, at), self.prefix, self.numbers[:at]),
+            RowsGranule(self.rows.slice(at), self.prefix, self.numbers[at:]),
         )
 
 

@@ -81,7 +81,7 @@ def ingest_items(
         sources: paths and URLs of items, folders and STAC APIs, as :func:`~ingest.pipeline.read_items` reads them.
         branch: the branch to commit to (default: the configured branch).
         batch_size: items per commit (default: ``settings.batch_size``, growing on object storage up to
-            ``settings.batch_max_size``: ``_sizing.py``).
+            ``settings.batch_max_size``: ``_sizing.py``; for items that come as rows, ``settings.rows_batch_size``).
         message: the commit message, each batch's followed by `` (batch N)`` (default: ``floe ingest``).
         default_collection: the collection of items that name none.
         progress: called with the report after each batch, and once at the end.
@@ -108,6 +108,7 @@ def ingest_items(
     settings = repository.settings
     # A size given is kept; the configured one grows on object storage (_sizing.py).
     grows = batch_size is None and not repository.location.is_local
+    rows_size = batch_size or settings.rows_batch_size  # a size given holds for rows too
     batch_size = batch_size or settings.batch_size
     sizer = BatchSizer(batch_size, settings.batch_max_size if grows else batch_size)
     raster_bytes = repository.settings.batch_raster_mb << 20
@@ -127,7 +128,7 @@ def ingest_items(
     )
     compactor = AutoCompactor(repository, branch, report, enabled=compact)
     with measuring() as clock, rare_collections() as collect:
-        batches = batched(granules, sizer, raster_bytes)
+        batches = batched(granules, sizer, raster_bytes, rows_size)
         number = 0
         started = Stopwatch()
         for number, (batch, last) in enumerate(batches, start=1):

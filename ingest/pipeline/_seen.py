@@ -7,7 +7,7 @@ docs/design.md §5 (one granule stream).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -88,6 +88,24 @@ class SeenKeys:
     def add_new(self, keys: Sequence[tuple[str, str]], sources: Sequence[str]) -> list[str | None]:
         """Add the keys not seen before (in order, so a key twice in ``keys`` is new once); for each key, None
         if it was new, else the source it was first seen in."""
+        return self._add_new(keys, sources.__getitem__, lambda keep: self._labels([sources[index] for index in keep]))
+
+    def add_new_numbered(self, keys: Sequence[tuple[str, str]], prefix: str, numbers: np.ndarray) -> list[str | None]:
+        """:meth:`add_new` for keys whose labels are ``prefix`` and a number each (a file's rows), without a
+        label string per key."""
+        number = self._prefix_number(prefix)
+
+        def labels(keep: list[int]) -> tuple[np.ndarray, np.ndarray]:
+            return np.full(len(keep), number, dtype=np.int32), np.asarray(numbers, dtype=np.int64)[keep]
+
+        return self._add_new(keys, lambda index: f"{prefix}{numbers[index]}", labels)
+
+    def _add_new(
+        self,
+        keys: Sequence[tuple[str, str]],
+        source: Callable[[int], str],
+        labels: Callable[[list[int]], tuple[np.ndarray, np.ndarray]],
+    ) -> list[str | None]:
         first, second = _digests(keys)
         answers = self._lookup(first, second)
         # Repeats within the chunk: their first hashes sit side by side once sorted (rare; checked one by one).
@@ -99,11 +117,11 @@ class SeenKeys:
                 if digest not in earliest:
                     earliest[digest] = index
                 elif answers[index] is None:
-                    answers[index] = answers[earliest[digest]] or sources[earliest[digest]]
+                    answers[index] = answers[earliest[digest]] or source(earliest[digest])
         keep = [index for index in range(len(keys)) if answers[index] is None]
         if keep:
             chosen = np.asarray(keep, dtype=np.int64)
-            prefix, line = self._labels([sources[index] for index in keep])
+            prefix, line = labels(keep)
             ordered = np.argsort(first[chosen], kind="stable")
             picked = chosen[ordered]
             self._runs.append(_Run(first[picked], second[picked], prefix[ordered], line[ordered]))
@@ -133,24 +151,33 @@ class SeenKeys:
         return answers
 
     def _labels(self, sources: Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Each label as a prefix number and a line number (``items.ndjson:17`` -> ``items.ndjson:``, 17)."""
+        """Each label as a prefix number and a line number (``items.ndjson:17`` -> ``items.ndjson:``, 17;
+        ``items.parquet#row3`` -> ``items.parquet#row``, 3)."""
         prefixes, lines = [], []
         numbers = self._prefix_numbers
         for source in sources:
             head, separator, tail = source.rpartition(":")
             if not (separator and tail.isdigit() and len(tail) <= 18):
                 head, separator, tail = source.rpartition("#")
+            if separator and tail.startswith("row"):  # a stac-geoparquet row: ``file#row17``
+                head, separator, tail = source.rpartition("#row")
             if separator and tail.isdigit() and len(tail) <= 18:
                 prefix, line = head + separator, int(tail)
             else:
                 prefix, line = source, _NO_LINE
             number = numbers.get(prefix)
             if number is None:
-                number = numbers[prefix] = len(self._prefixes)
-                self._prefixes.append(prefix)
+                number = self._prefix_number(prefix)
             prefixes.append(number)
             lines.append(line)
         return np.asarray(prefixes, dtype=np.int32), np.asarray(lines, dtype=np.int64)
+
+    def _prefix_number(self, prefix: str) -> int:
+        number = self._prefix_numbers.get(prefix)
+        if number is None:
+            number = self._prefix_numbers[prefix] = len(self._prefixes)
+            self._prefixes.append(prefix)
+        return number
 
     def _label(self, prefix: int, line: int) -> str:
         return self._prefixes[prefix] + (str(line) if line != _NO_LINE else "")

@@ -142,19 +142,15 @@ def _row_granules(rows: SourcedRows, report: IngestReport, scope: SourceScope, c
     """Rows read together, without those whose (collection, id) the run has seen (rejected as duplicates), in
     granules of at most ``chunk`` rows."""
     report.items_read += rows.table.num_rows
-    granule = RowsGranule(rows.table, rows.sources)
-    earlier = scope.seen.add_new(granule.keys(), granule.sources)
+    granule = RowsGranule(rows.table, rows.prefix, rows.numbers)
+    earlier = scope.seen.add_new_numbered(granule.keys(), granule.prefix, granule.numbers)
     repeated = [index for index, seen in enumerate(earlier) if seen is not None]
     if repeated:
         ids = granule.rows.column("id")
         for index in repeated:
-            report.rejected.append(
-                Rejection(granule.sources[index], ids[index].as_py(), f"duplicate id (first seen in {earlier[index]})")
-            )
-        keep = [seen is None for seen in earlier]
-        granule = RowsGranule(
-            granule.rows.filter(keep), [source for source, kept in zip(granule.sources, keep, strict=True) if kept]
-        )
+            reason = f"duplicate id (first seen in {earlier[index]})"
+            report.rejected.append(Rejection(granule.source(index), ids[index].as_py(), reason))
+        granule = granule.taken([index for index, seen in enumerate(earlier) if seen is None])
     while len(granule) > chunk:
         head, granule = granule.split(chunk)
         yield head
@@ -163,10 +159,14 @@ def _row_granules(rows: SourcedRows, report: IngestReport, scope: SourceScope, c
 
 
 def batched(
-    granules: Iterable[AnyGranule], size: int | Callable[[], int], raster_bytes: int | None = None
+    granules: Iterable[AnyGranule],
+    size: int | Callable[[], int],
+    raster_bytes: int | None = None,
+    rows_size: int | None = None,
 ) -> Iterator[tuple[list[AnyGranule], bool]]:
     """The granules in batches of ``size`` (or of what ``size()`` says as each batch fills), or fewer once their
-    local rasters reach ``raster_bytes`` in all; each with whether it is the last.
+    local rasters reach ``raster_bytes`` in all; each with whether it is the last. Items that come as rows
+    (:class:`~ingest.pipeline._granules.RowsGranule`) fill a batch at ``rows_size`` (default: ``size``).
 
     A batch is one commit: items alone are cheap, so thousands make a data
     file of a useful size; a granule whose rasters are copied carries megabytes,
@@ -180,23 +180,31 @@ def batched(
     def size_now() -> int:
         return size() if callable(size) else size
 
+    # A batch is full at ``size`` items or ``rows_size`` rows, or a mix of the two: an item costs rows_size
+    # units of ``size * rows_size``, a row costs size (integers: no rounding).
+    def units(granule: AnyGranule) -> int:
+        return weight(granule) * (size_now() if isinstance(granule, RowsGranule) else rows_now())
+
+    def rows_now() -> int:
+        return rows_size if rows_size is not None else size_now()
+
     batch: list[AnyGranule] = []
-    count = held = 0
+    used = held = 0
     for whole, last in with_last(granules):
         granule = whole
-        # Rows fill a batch to its size exactly: the rest begins the next one.
-        while isinstance(granule, RowsGranule) and count + len(granule) > size_now() > count:
-            head, granule = granule.split(size_now() - count)
+        # Rows fill a batch exactly: the rest begins the next one.
+        while isinstance(granule, RowsGranule) and used + units(granule) > size_now() * rows_now() > used:
+            head, granule = granule.split(max(1, (size_now() * rows_now() - used) // size_now()))
             yield [*batch, head], False
-            batch, count, held = [], 0, 0
+            batch, used, held = [], 0, 0
         batch.append(granule)
-        count += weight(granule)
+        used += units(granule)
         if raster_bytes is not None and isinstance(granule, Granule):
             held += sum(_size(path) for path in granule.rasters.values())
-        if last or count >= size_now() or (raster_bytes is not None and held >= raster_bytes):
+        if last or used >= size_now() * rows_now() or (raster_bytes is not None and held >= raster_bytes):
             yield batch, last
             batch = []
-            count = held = 0
+            used = held = 0
 
 
 def place_of(granule: AnyGranule) -> tuple[str, int, int] | None:

@@ -195,3 +195,64 @@ def column_array(values: list[Any]) -> pa.Array | None:
     if all(isinstance(value, dict | list) for value in present):
         return _nested_array(values)
     return None
+
+
+def nested_as_is(array: pa.Array, *, absent_members: bool = False) -> pa.Array | None:
+    """A nested Arrow column (structs, lists; a row may be null) typed as :func:`column_array` types its values
+    (``to_pylist()``), without making them: the column cast to the types JSON values take, when it holds no null
+    below its rows, so that it decodes to exactly those values; else None. ``absent_members``: a null member of a
+    row's object is one the row lacks (assets), left out of its value as decoding leaves it out."""
+    target = _json_type(array.type)
+    if target is None:
+        return None
+    if (typed := _with_null_lists_typed(target)) is not None:
+        target = typed
+    if not _storable(target):
+        return None
+    present = array.filter(array.is_valid()) if array.null_count else array
+    if not _no_nulls_below(present, members=absent_members):
+        return None
+    return array.cast(target)
+
+
+def _json_type(data_type: pa.DataType) -> pa.DataType | None:
+    """The Arrow type ``pa.array`` gives the Python values of a column of ``data_type`` (None: values that are not
+    all JSON, or whose inference this does not follow)."""
+    if pa.types.is_boolean(data_type) or pa.types.is_null(data_type):
+        return data_type
+    if pa.types.is_signed_integer(data_type) or (pa.types.is_unsigned_integer(data_type) and data_type.bit_width < 64):
+        return pa.int64()
+    if pa.types.is_floating(data_type):
+        return pa.float64()
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        return pa.string()
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        inner = _json_type(data_type.value_type)
+        return pa.list_(inner) if inner is not None else None
+    if pa.types.is_struct(data_type):
+        fields = []
+        for index in range(data_type.num_fields):
+            field = data_type.field(index)
+            inner = _json_type(field.type)
+            if inner is None:
+                return None
+            fields.append(pa.field(field.name, inner))
+        return pa.struct(fields)
+    return None
+
+
+def _no_nulls_below(array: pa.Array, *, members: bool = False) -> bool:
+    """Whether ``array`` (no null rows) holds no null in any member or element, at any depth (with ``members``,
+    its own members may be null: absent)."""
+    if pa.types.is_struct(array.type):
+        for child in array.flatten():
+            if child.null_count and not members:
+                return False
+            present = child.filter(child.is_valid()) if child.null_count else child
+            if not _no_nulls_below(present):
+                return False
+        return True
+    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        values = array.flatten()
+        return values.null_count == 0 and _no_nulls_below(values)
+    return True

@@ -31,10 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import shapely
 
+from ingest.stac._columns import nested_as_is
 from ingest.stac._geometry import TOLERANCE
 from ingest.stac._geoparquet import PROJ_GEOMETRY
 from ingest.stac._rows import (
     BBOX_TYPE,
+    EMPTY_LINKS_TYPE,
     OVERFLOW,
     TIME_COLUMNS,
     TIMESTAMP,
@@ -343,7 +345,15 @@ def _overflow_column(count: int, overflows: Overflows, time_members: list[pa.Arr
 
 
 def _nested(key: str, column: pa.Array, overflows: Overflows, *, top: bool) -> pa.Array | None:
-    """A nested member as the item path types it (the same function, on the same values)."""
+    """A nested member (``assets``, ``links``, or a property) as the item path types it: the column as it is where
+    it decodes to the same values (no null below its rows), else the item path's own function on its values."""
+    typed = nested_as_is(column, absent_members=key == "assets")
+    if typed is not None:
+        if key == "links" and pa.types.is_null(typed.type.value_type):
+            typed = column.cast(EMPTY_LINKS_TYPE)  # lists all empty, typed as the item path types them
+        for null in np.flatnonzero(~_true(pc.is_valid(column))).tolist():
+            (overflows[null].top if top else overflows[null].properties)[key] = None
+        return typed if column.null_count < len(column) else None
     values = column.to_pylist()
     if key == "assets":
         values = [
@@ -364,6 +374,8 @@ def _property(key: str, column: pa.Array, overflows: Overflows) -> pa.Array | No
         column = pc.strftime(column, format=_TEXT_FORMAT)
     elif key == PROJ_GEOMETRY:
         return _generic(key, geometries_from_wkb(column.to_pylist()), overflows)
+    if property_column_ok(key) and (pa.types.is_struct(column.type) or _is_list(column.type)):
+        return _nested(key, column, overflows, top=False)
     if not property_column_ok(key) or not _scalar(column.type):
         return _generic(key, column.to_pylist(), overflows)
     for row in np.flatnonzero(~_true(pc.is_valid(column))):

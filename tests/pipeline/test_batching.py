@@ -8,12 +8,14 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from ingest import Repository
 from ingest.config import Settings
 from ingest.pipeline import ingest_items
-from ingest.pipeline._granules import Granule
+from ingest.pipeline._granules import Granule, RowsGranule
 from ingest.pipeline._sizing import BatchSizer
 from ingest.pipeline._stream import batched, routed_batches
 from tests.conftest import make_item
@@ -161,3 +163,30 @@ def test_on_object_storage_batches_grow_while_commits_wait_and_a_size_given_is_k
     local = Repository.create(tmp_path / "local", settings)
     ingest_items(local, [source])
     assert [entry.rows_added for entry in local.log() if entry.rows_added] == [50] * 24
+
+
+def _rows(count: int, first: int = 0) -> RowsGranule:
+    ids = [f"r{index}" for index in range(first, first + count)]
+    table = pa.table({"collection": ["c"] * count, "id": ids})
+    return RowsGranule(table, "f.parquet#row", np.arange(first, first + count))
+
+
+def test_rows_fill_a_batch_exactly_at_the_rows_size_and_mix_with_items_by_share() -> None:
+    def shape(batches: Iterator[tuple[list, bool]]) -> list[list[str]]:
+        return [
+            [f"rows{len(granule)}" if isinstance(granule, RowsGranule) else "item" for granule in batch]
+            for batch, _ in batches
+        ]
+
+    # 25 rows at 10 rows a batch: cut at the tenth and twentieth row, every row once and in order.
+    batches = list(batched([_rows(7), _rows(18, first=7)], size=3, rows_size=10))
+    assert shape(iter(batches)) == [["rows7", "rows3"], ["rows10"], ["rows5"]]
+    labels = [source for batch, _ in batches for granule in batch for source in granule.sources]
+    assert labels == [f"f.parquet#row{index}" for index in range(25)]
+    assert [last for _, last in batches] == [False, False, True]
+    # An item takes a third of a batch of 3 items or 10 rows: two items leave room for 3 rows (10 * 1/3, rounded
+    # down), and the batch is full when the rest of the rows would pass it.
+    items = [Granule(make_item(f"m{index}"), "src") for index in range(2)]
+    assert shape(batched([*items, _rows(8)], size=3, rows_size=10)) == [["item", "item", "rows3"], ["rows5"]]
+    # Without a rows size, a row counts as an item.
+    assert shape(batched([_rows(5)], size=2)) == [["rows2"], ["rows2"], ["rows1"]]

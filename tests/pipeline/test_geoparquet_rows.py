@@ -64,7 +64,7 @@ def _awkward_file(path: Path) -> Path:
     return write_geoparquet(items, path, rows_per_group=7)
 
 
-def _ingested(root: Path, source: Path, **options: Any) -> tuple[Repository, IngestReport]:
+def _ingested(root: Path, source: Path | str, **options: Any) -> tuple[Repository, IngestReport]:
     repository = Repository.create(str(root), Settings())
     return repository, ingest_items(repository, [source], **options)
 
@@ -127,3 +127,21 @@ def test_a_column_the_table_types_otherwise_is_written_as_the_item_path_writes_i
     by_id = {json.loads(text)["id"]: json.loads(text) for text in exports[0]}
     assert by_id["earlier"]["properties"]["gsd"] == "ten"
     assert by_id["item-plain"]["properties"]["gsd"] == 10
+
+
+def test_rows_from_a_url_export_what_the_item_path_does_relative_hrefs_made_absolute(
+    tmp_path, monkeypatch, rows_seen, http_server
+):
+    # Row groups of 7: the one holding a relative href ("t.png") is read as items, to be made absolute.
+    source = _awkward_file(http_server.folder / "awkward.parquet")
+    url = f"{http_server.url}/{source.name}"
+    rows_repository, rows_report = _ingested(tmp_path / "rows", url)
+    as_rows = sum(rows_seen)
+    assert as_rows > 20
+    _item_path(monkeypatch)
+    items_repository, items_report = _ingested(tmp_path / "items", url)
+
+    assert _exported(rows_repository) == _exported(items_repository)
+    assert _rejections(rows_report) == _rejections(items_report)
+    hrefs = [json.loads(text)["assets"]["thumb"]["href"] for text in _exported(rows_repository) if '"thumb"' in text]
+    assert hrefs and all(href == f"{http_server.url}/t.png" for href in hrefs)

@@ -63,3 +63,18 @@ def test_the_keys_are_not_objects_the_cyclic_collector_walks():
     # A dict of (collection, id) tuples would add a tracked object per key; the numpy runs add a handful.
     assert len(gc.get_objects()) - before < 1_000
     assert len(seen) == 100_000
+
+
+def test_a_files_rows_share_one_label_prefix_whether_numbered_or_named():
+    seen = SeenKeys()
+    keys = [("c", f"row-{index}") for index in range(6)]
+    numbers = np.arange(10, 16)
+    assert seen.add_new_numbered(keys[:3], "a.parquet#row", numbers[:3]) == [None] * 3
+    # Rows made into items are labelled file#rowN: the same prefix, not one string per row.
+    assert seen.add_new(keys[3:], [f"a.parquet#row{number}" for number in numbers[3:]]) == [None] * 3
+    assert seen._prefixes == ["a.parquet#row"]
+    assert seen.add_new_numbered([("c", "row-4"), ("c", "new"), ("c", "new")], "b.parquet#row", np.arange(3)) == [
+        "a.parquet#row14",
+        None,
+        "b.parquet#row1",
+    ]

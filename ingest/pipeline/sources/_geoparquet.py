@@ -4,7 +4,7 @@ millions of rows is never whole in memory, on disk or at a URL (through a seekab
 A batch that cannot be read ends the file with the reason, after the rows before it; where the bytes stopped
 arriving (a file object that kept its ``failure``), the reason says it was the transfer, not the file.
 
-With ``as_rows`` (a local file), the rows of a batch that :func:`~ingest.stac.geoparquet_rows` vouches for travel as
+With ``as_rows``, the rows of a batch that :func:`~ingest.stac.geoparquet_rows` vouches for travel as
 floe's rows (:class:`SourcedRows`), never made into items; the others become items as before, in the file's order.
 """
 
@@ -20,7 +20,7 @@ from ingest.pipeline._ahead import prefetched
 from ingest.pipeline.sources._documents import absolute_hrefs
 from ingest.pipeline.sources._types import SourcedItem, SourcedRows
 from ingest.remote import describe
-from ingest.stac import geoparquet_items, geoparquet_rows, row_group_batches
+from ingest.stac import ARRAYS_ASSET, geoparquet_items, geoparquet_rows, row_group_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,7 +41,8 @@ def geoparquet_file_items(
     URL: its batches are then read on a thread ahead, and the items' relative asset hrefs made absolute).
 
     ``rows``: only these rows of the file (a part of it), labelled with their numbers in the file. ``as_rows``:
-    the rows :func:`~ingest.stac.geoparquet_rows` vouches for come as rows (a local file only).
+    the rows :func:`~ingest.stac.geoparquet_rows` vouches for come as rows (from a URL, only a batch whose asset
+    hrefs are all absolute: relative ones are made absolute item by item).
     """
     import pyarrow.parquet as pq
 
@@ -54,7 +55,7 @@ def geoparquet_file_items(
         # From a URL: read and decoded on a thread ahead (Ctrl-C reaches a stalled transfer), while the last
         # batch becomes items here.
         for batch in batches() if base is None else prefetched(batches(), 2, name="floe-stream"):
-            mapped = geoparquet_rows(batch) if as_rows and base is None else None
+            mapped = geoparquet_rows(batch) if as_rows and (base is None or not _relative_hrefs(batch)) else None
             if mapped is not None:
                 yield from _mapped_runs(batch, mapped, label, row, path)
                 row += batch.num_rows
@@ -87,10 +88,36 @@ def _mapped_runs(
     taken = 0  # rows of mapped.table given so far (it holds the vouched rows in order)
     for start, stop in itertools.pairwise(bounds):
         if vouched[start]:
-            sources = [f"{label}#row{first + row}" for row in range(start, stop)]
-            yield SourcedItem(sources[0], rows=SourcedRows(mapped.table.slice(taken, stop - start), sources))
+            numbers = np.arange(first + start, first + stop, dtype=np.int64)
+            rows = SourcedRows(mapped.table.slice(taken, stop - start), f"{label}#row", numbers)
+            yield SourcedItem(f"{label}#row{first + start}", rows=rows)
             taken += stop - start
             continue
         others = batch.take(pa.array(range(start, stop), type=pa.int64()))
         for offset, item in enumerate(geoparquet_items(others)):
             yield SourcedItem(f"{label}#row{first + start + offset}", item=item, path=path)
+
+
+_ABSOLUTE = r"^[A-Za-z][A-Za-z0-9+.-]+://"
+"""An href with a URL scheme (``ingest.remote.url_scheme``'s pattern), which :func:`absolute_hrefs` leaves."""
+
+
+def _relative_hrefs(batch: pa.RecordBatch) -> bool:
+    """Whether an asset of the batch (other than floe's arrays) has an href that :func:`absolute_hrefs` would make
+    absolute against the file's URL."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if "assets" not in batch.schema.names or not pa.types.is_struct(batch.schema.field("assets").type):
+        return False
+    assets = batch.column("assets")
+    for asset in assets.type:
+        if asset.name == ARRAYS_ASSET or not pa.types.is_struct(asset.type) or asset.type.get_field_index("href") < 0:
+            continue
+        href = pc.struct_field(assets, [asset.name, "href"])
+        if not (pa.types.is_string(href.type) or pa.types.is_large_string(href.type)):
+            return True  # not text: the item path says what it is
+        relative = pc.and_(pc.not_equal(href, ""), pc.invert(pc.match_substring_regex(href, _ABSOLUTE)))
+        if pc.any(relative).as_py():
+            return True
+    return False

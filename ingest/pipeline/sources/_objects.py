@@ -94,16 +94,18 @@ class ObjectFiles:
         return isinstance(source, str) and url_scheme(source) not in (None, "file")
 
     def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
-        yield from RemoteReader(options.stores()).read(str(source))
+        yield from RemoteReader(options.stores(), rows=options.rows).read(str(source))
 
 
 class RemoteReader:
     """Reads sources named by URL through ``stores`` (credentials, public prefixes, timeouts and retries; by
-    default the ``AWS_*`` environment's)."""
+    default the ``AWS_*`` environment's); with ``rows``, stac-geoparquet rows may come as rows
+    (``SourceOptions.rows``)."""
 
-    def __init__(self, stores: Stores | None = None) -> None:
+    def __init__(self, stores: Stores | None = None, *, rows: bool = False) -> None:
         self.stores = stores if stores is not None else Stores()
         self.transport = self.stores.transport
+        self.rows = rows
 
     # -- the sources ------------------------------------------------------------------------------
     def read(self, url: str) -> Iterator[SourcedItem]:
@@ -333,7 +335,7 @@ class RemoteReader:
             return
         file = _ArrowFile(reader)
         try:
-            yield from geoparquet_file_items(file, target.url, base=target.url)
+            yield from geoparquet_file_items(file, target.url, base=target.url, as_rows=self.rows)
         finally:
             file.close()
 

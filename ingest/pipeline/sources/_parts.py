@@ -66,7 +66,7 @@ def _member_items(part: SourcePart, options: SourceOptions) -> Iterator[SourcedI
         return
     from ingest.pipeline.sources._objects import RemoteReader
 
-    yield from RemoteReader(options.stores()).read_member(part.file)
+    yield from RemoteReader(options.stores(), rows=options.rows).read_member(part.file)
 
 
 def _row_items(part: SourcePart, options: SourceOptions) -> Iterator[SourcedItem]:
@@ -83,7 +83,7 @@ def _row_items(part: SourcePart, options: SourceOptions) -> Iterator[SourcedItem
         yield SourcedItem(str(part), error=InvalidSource(error.reason))
         return
     with stream:
-        yield from geoparquet_file_items(stream, part.file, base=part.file, rows=rows)
+        yield from geoparquet_file_items(stream, part.file, base=part.file, rows=rows, as_rows=options.rows)
 
 
 def _line_items(part: SourcePart, options: SourceOptions) -> Iterator[SourcedItem]:

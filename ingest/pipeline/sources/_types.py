@@ -16,6 +16,7 @@ from ingest.remote import Stores
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    import numpy as np
     import pyarrow as pa
 
     from ingest.config import RemoteSettings, S3Settings
@@ -97,8 +98,15 @@ class SourcedRows:
 
     table: pa.Table
     """floe's rows, every one valid (``validate_item`` accepts its item), not yet in the table's sort order."""
-    sources: list[str]
-    """Each row's label (``file#rowN``)."""
+    prefix: str
+    """What each row's label starts with (``file#row``)."""
+    numbers: np.ndarray
+    """Each row's number in its file: its label is ``prefix`` and its number."""
+
+    @property
+    def sources(self) -> list[str]:
+        """Each row's label (``file#rowN``)."""
+        return [f"{self.prefix}{number}" for number in self.numbers.tolist()]
 
 
 @dataclass(frozen=True)
