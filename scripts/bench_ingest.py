@@ -12,7 +12,9 @@ same run and the ratio:
   and from stac-geoparquet, against orjson alone parsing the same lines and
   pyarrow alone reading and rewriting the same file, and each as a metadata
   backfill (``--assets none --workers 2``) against the ``--workers 0`` run
-  (``--metadata-only --items 1000000`` runs only these);
+  (``--metadata-only --items 1000000`` runs only these); the stac-geoparquet run
+  also against itself with its rows made into items as before the row path, and
+  with nested columns made into Python values (``nested_as_is`` off);
 * raster ingest in copy mode through Ray (granules/s, MB/s), actor start-up
   included, against writing the same rasters straight into an Icechunk
   repository with rioxarray (no floe); floe and the baseline run alternately
@@ -147,8 +149,40 @@ def bench_limits(
                 f"{seconds / limit:.1f}x",
             )
         )
+        if name == "stac-geoparquet":
+            rows += row_path_rows(workdir, path, count, seconds)
         rows.append(backfill_row(workdir, name, path, count, seconds, workers))
     return rows
+
+
+def row_path_rows(workdir: Path, path: Path, count: int, rows_seconds: float) -> list[tuple[str, str, str, str]]:
+    """The stac-geoparquet run again with its fast paths switched off, each against the run as shipped: every
+    row made into an item (the row path off), and every nested column made into values (``nested_as_is`` off)."""
+    from unittest import mock
+
+    import ingest.pipeline.sources._geoparquet as geoparquet_source
+    import ingest.stac._geoparquet_rows as geoparquet_rows
+
+    figures = []
+    for what, target in (
+        ("every row made into an item, as before the row path", (geoparquet_source, "geoparquet_rows")),
+        ("nested columns made into Python values (`nested_as_is` off)", (geoparquet_rows, "nested_as_is")),
+    ):
+        repository = Repository.create(workdir / f"off-{target[1]}", Settings())
+        with mock.patch.object(*target, lambda *_args, **_kwargs: None):
+            started = time.perf_counter()
+            report = ingest_items(repository, [path])
+            seconds = time.perf_counter() - started
+        assert report.rows_added == count and not report.rejected, report.rejected[:3]
+        figures.append(
+            (
+                f"the same stac-geoparquet ingest, {what} (items/s; ratio: its time over the row path's)",
+                f"{count / rows_seconds:,.0f}",
+                f"{count / seconds:,.0f}",
+                f"{seconds / rows_seconds:.2f}x",
+            )
+        )
+    return figures
 
 
 def backfill_row(
