@@ -124,7 +124,7 @@ def backfill_with_ray(
         shares: what :func:`~ingest.pipeline.sources.split_sources` planned.
         workers: the actors (one CPU each).
         branch: the branch the actors commit to.
-        batch_size: items per commit of each actor.
+        batch_size: items per commit of each actor (default: an in-process ingest's, ``ingest_items``).
         message: the commit message, each batch's followed by `` (share N) (batch M)``.
         default_collection: the collection of items that name none.
         progress: called with the run's report as shares land.

@@ -204,6 +204,7 @@ def ingest_with_ray(
             floe's ``arrays.tile`` cuts (the repository was written with another tile).
     """
     branch = branch or repository.settings.branch
+    given = batch_size  # a backfill's actors take the defaults of an in-process ingest (rows_batch_size too)
     batch_size = batch_size or repository.settings.batch_size
     raster_bytes = repository.settings.batch_raster_mb << 20
     message = message or "floe ingest"
@@ -219,7 +220,7 @@ def ingest_with_ray(
                 shares,
                 workers=workers,
                 branch=branch,
-                batch_size=batch_size,
+                batch_size=given,
                 message=message,
                 default_collection=default_collection,
                 progress=progress,
