@@ -10,6 +10,7 @@ another writer added in the meantime makes a file be written again.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import uuid
@@ -227,6 +228,10 @@ def write_group(
     return stage(io, path, table, (collection, month), items=items, untyped=untyped)
 
 
+_NO_MONTH = -(2**62)
+"""The partition key of a row without a datetime (a range's), while rows are sorted by partition."""
+
+
 def partitioned(tables: Iterable[pa.Table]) -> list[tuple[tuple[str, int | None], pa.Table]]:
     """The rows of ``tables`` (floe's rows, ``Writer.add_rows``) by partition, (collection, month), in order;
     tables of one schema are written together."""
@@ -239,12 +244,19 @@ def partitioned(tables: Iterable[pa.Table]) -> list[tuple[tuple[str, int | None]
         rows = pa.concat_tables(same)
         when = rows.column("datetime")
         months = pc.add(pc.multiply(pc.subtract(pc.year(when), 1970), 12), pc.subtract(pc.month(when), 1))
-        keyed = rows.append_column("floe:month", months)
-        for group in keyed.group_by(["collection", "floe:month"], use_threads=False).aggregate([]).to_pylist():
-            collection, month = group["collection"], group["floe:month"]
-            same_month = pc.is_null(months) if month is None else pc.equal(months, month)
-            mask = pc.and_(pc.equal(rows.column("collection"), collection), pc.fill_null(same_month, False))
-            parts.append(((collection, month), rows.filter(mask)))
+        # Sorted once by partition, then cut where it changes (no month, a range's: a key below every month's).
+        keyed = pa.table({"collection": rows.column("collection"), "month": pc.fill_null(months, _NO_MONTH)})
+        order = pc.sort_indices(keyed, [("collection", "ascending"), ("month", "ascending")])
+        rows, keyed = rows.take(order), keyed.take(order)
+        collections = keyed.column("collection").to_numpy(zero_copy_only=False)
+        month_values = keyed.column("month").to_numpy()
+        changes = (collections[1:] != collections[:-1]) | (month_values[1:] != month_values[:-1])
+        bounds = [0, *(np.flatnonzero(changes) + 1).tolist(), rows.num_rows]
+        for start, stop in itertools.pairwise(bounds):
+            month = int(month_values[start])
+            parts.append(
+                ((str(collections[start]), None if month == _NO_MONTH else month), rows.slice(start, stop - start))
+            )
     return sorted(parts, key=lambda part: (part[0][0], part[0][1] or 0))
 
 

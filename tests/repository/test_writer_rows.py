@@ -13,7 +13,8 @@ import pytest
 from ingest import Repository, Settings
 from ingest.errors import InvalidItem
 from ingest.export import export_ndjson
-from ingest.stac import geoparquet_rows
+from ingest.repository._files import month_of
+from ingest.stac import arrow_to_items, geoparquet_rows
 from tests.stac._geoparquet_cases import awkward_items, write_geoparquet
 
 
@@ -41,6 +42,10 @@ def test_rows_replace_what_the_branch_holds_and_a_second_copy_is_refused(tmp_pat
     assert writer.pending_items == len(ids)
     first = writer.commit("rows")
     assert first.rows_added == len(ids)
+    # One data file per partition (collection, month; a range's rows have none), as the item path writes them.
+    partitions = {(item["collection"], month_of(item)) for item in arrow_to_items(rows)}
+    assert None in {month for _, month in partitions} and len({collection for collection, _ in partitions}) == 2
+    assert first.files_written == len(partitions)
 
     again = repository.writer("main")
     again.add_rows(rows)
