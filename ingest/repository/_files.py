@@ -10,7 +10,6 @@ another writer added in the meantime makes a file be written again.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 import uuid
@@ -45,7 +44,7 @@ from ingest._compat import geoparquet_metadata
 from ingest._faults import fault_point
 from ingest._stages import timed
 from ingest.repository._sketch import fingerprints
-from ingest.stac import HILBERT, RESERVED, arrow_to_items, clustered, items_to_arrow, normalize_type, parse_datetime
+from ingest.stac import HILBERT, RESERVED, arrow_to_items, items_to_arrow, normalize_type, parse_datetime
 
 Fit = Literal["same", "widen", "conflict"]
 ROW_GROUP_SIZE = 2_048
@@ -54,7 +53,7 @@ search in a file ordered by place, a list of ids) reads and decodes the row grou
 fifth of a compacted file, and skips the row groups whose bbox and datetime statistics rule them out.
 Measured on 9,400-row compacted files: one 2,048-row group decodes in 2.0 ms against 5.3 ms for the whole
 file in one group; a whole read costs 1.8x more, files are 0.2% larger (a footer of 24 KB, not 11 KB)."""
-_FIXED_COLUMNS = frozenset(
+FIXED_COLUMNS = frozenset(
     (
         "type",
         "stac_version",
@@ -175,19 +174,19 @@ def _plan_columns(
     while True:
         with timed("to Arrow"):
             table = items_to_arrow(items, untyped=untyped)
-        conflicts = _conflicts(table, column_types)
+        conflicts = column_conflicts(table, column_types)
         if not conflicts:
             break
         untyped = untyped | conflicts
-    return _widened(table, column_types), untyped
+    return widened(table, column_types), untyped
 
 
-def _conflicts(table: pa.Table, column_types: Mapping[str, pa.DataType]) -> set[str]:
+def column_conflicts(table: pa.Table, column_types: Mapping[str, pa.DataType]) -> set[str]:
     """The columns of ``table`` the table's columns cannot hold as they are typed."""
     return {
         name
         for name in table.column_names
-        if name not in _FIXED_COLUMNS
+        if name not in FIXED_COLUMNS
         and name in column_types
         and (
             (match := fit(table.schema.field(name).type, column_types[name])) == "conflict"
@@ -196,7 +195,7 @@ def _conflicts(table: pa.Table, column_types: Mapping[str, pa.DataType]) -> set[
     }
 
 
-def _widened(table: pa.Table, column_types: Mapping[str, pa.DataType]) -> pa.Table:
+def widened(table: pa.Table, column_types: Mapping[str, pa.DataType]) -> pa.Table:
     """``table`` with its integer columns that the table holds as doubles cast to doubles."""
     for index, name in enumerate(table.column_names):
         if name in column_types and fit(table.schema.field(name).type, column_types[name]) == "widen":
@@ -221,64 +220,11 @@ def write_group(
     month = month_of(items[0])
     table, untyped = _plan_columns(items, column_types, untyped)
     for column in table.schema:
-        if column.name not in _FIXED_COLUMNS:
+        if column.name not in FIXED_COLUMNS:
             column_types[column.name] = merge_types(column_types.get(column.name), column.type)
 
     path = data_file_path(table_location, collection, month)
     return stage(io, path, table, (collection, month), items=items, untyped=untyped)
-
-
-_NO_MONTH = -(2**62)
-"""The partition key of a row without a datetime (a range's), while rows are sorted by partition."""
-
-
-def partitioned(tables: Iterable[pa.Table]) -> list[tuple[tuple[str, int | None], pa.Table]]:
-    """The rows of ``tables`` (floe's rows, ``Writer.add_rows``) by partition, (collection, month), in order;
-    tables of one schema are written together."""
-    by_schema: dict[pa.Schema, list[pa.Table]] = {}
-    for table in tables:
-        if table.num_rows:
-            by_schema.setdefault(table.schema, []).append(table)
-    parts: list[tuple[tuple[str, int | None], pa.Table]] = []
-    for same in by_schema.values():
-        rows = pa.concat_tables(same)
-        when = rows.column("datetime")
-        months = pc.add(pc.multiply(pc.subtract(pc.year(when), 1970), 12), pc.subtract(pc.month(when), 1))
-        # Sorted once by partition, then cut where it changes (no month, a range's: a key below every month's).
-        keyed = pa.table({"collection": rows.column("collection"), "month": pc.fill_null(months, _NO_MONTH)})
-        order = pc.sort_indices(keyed, [("collection", "ascending"), ("month", "ascending")])
-        rows, keyed = rows.take(order), keyed.take(order)
-        collections = keyed.column("collection").to_numpy(zero_copy_only=False)
-        month_values = keyed.column("month").to_numpy()
-        changes = (collections[1:] != collections[:-1]) | (month_values[1:] != month_values[:-1])
-        bounds = [0, *(np.flatnonzero(changes) + 1).tolist(), rows.num_rows]
-        for start, stop in itertools.pairwise(bounds):
-            month = int(month_values[start])
-            parts.append(
-                ((str(collections[start]), None if month == _NO_MONTH else month), rows.slice(start, stop - start))
-            )
-    return sorted(parts, key=lambda part: (part[0][0], part[0][1] or 0))
-
-
-def write_rows(
-    io: FileIO,
-    table_location: str,
-    rows: pa.Table,
-    partition: tuple[str, int | None],
-    column_types: dict[str, pa.DataType],
-) -> StagedFile:
-    """Write one partition's rows (``Writer.add_rows``) as a GeoParquet file and return it staged, as
-    :func:`write_group` does their items; where a column conflicts with the table's type, the rows are written as
-    their items are (the column in the overflow)."""
-    if _conflicts(rows, column_types):
-        return write_group(io, table_location, list(arrow_to_items(rows)), column_types)
-    with timed("to Arrow"):
-        table = clustered(_widened(rows, column_types))
-    for column in table.schema:
-        if column.name not in _FIXED_COLUMNS:
-            column_types[column.name] = merge_types(column_types.get(column.name), column.type)
-    collection, month = partition
-    return stage(io, data_file_path(table_location, collection, month), table, partition, rows=table)
 
 
 def stage(
@@ -406,7 +352,7 @@ def _repeating(path: str, values: pa.Array | pa.ChunkedArray) -> Iterable[str]:
 def file_fits(staged: StagedFile, column_types: Mapping[str, pa.DataType]) -> bool:
     """Whether a staged file can be registered as it is into a table with these columns."""
     for name, data_type in staged.column_types().items():
-        if name in _FIXED_COLUMNS or name not in column_types:
+        if name in FIXED_COLUMNS or name not in column_types:
             continue
         if fit(data_type, column_types[name]) != "same":
             return False

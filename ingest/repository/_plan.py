@@ -26,14 +26,13 @@ from ingest.repository._files import (
     file_fits,
     merge_types,
     month_of,
-    partitioned,
     table_column_types,
     to_data_file,
     union_schema,
     write_group,
-    write_rows,
 )
 from ingest.repository._replace import Located, ReplacementPlan, read_rows
+from ingest.repository._row_files import partitioned, write_rows
 from ingest.repository._slots import Moves
 from ingest.stac import Piece, arrow_to_items, moved_slots, read_arrays_asset
 

@@ -72,3 +72,34 @@ def test_rows_that_lose_a_race_to_a_column_typed_otherwise_are_written_again_as_
     assert exported["winner"]["properties"]["gsd"] == "ten"
     assert all(exported[item_id]["properties"]["gsd"] == 10 for item_id in ids)
     assert sorted(exported) == sorted([*ids, "winner"])
+
+
+def _mapped(tmp_path, name: str, items: list[dict]):
+    (batch,) = pq.read_table(write_geoparquet(items, tmp_path / f"{name}.parquet")).to_batches()
+    mapped = geoparquet_rows(batch)
+    assert mapped is not None and len(mapped.others) == 0
+    return mapped.table
+
+
+def test_rows_of_batches_with_other_columns_share_a_file_and_a_column_typed_otherwise_goes_apart(tmp_path):
+    (plain,) = [item for item in awkward_items() if item["id"] == "item-plain"]
+
+    def items(prefix: str, **properties: object) -> list[dict]:
+        return [{**plain, "id": f"{prefix}-{n}", "properties": {**plain["properties"], **properties}} for n in range(3)]
+
+    first = _mapped(tmp_path, "first", items("a", extra="x"))
+    second = _mapped(tmp_path, "second", items("b", only_here=1))
+    texts = _mapped(tmp_path, "texts", items("c", gsd="ten"))
+    assert first.schema != second.schema
+    repository = Repository.create(str(tmp_path / "repo"), Settings())
+    writer = repository.writer("main")
+    for rows in (first, second, texts):
+        writer.add_rows(rows)
+    result = writer.commit("three batches")
+    # One partition: the first two batches in one file (a property the other lacks is absent there), the third,
+    # whose gsd is text, apart.
+    assert result.files_written == 2
+    exported = _exported(repository)
+    assert exported["a-0"]["properties"]["extra"] == "x" and "only_here" not in exported["a-0"]["properties"]
+    assert exported["b-0"]["properties"]["only_here"] == 1 and "extra" not in exported["b-0"]["properties"]
+    assert exported["c-0"]["properties"]["gsd"] == "ten" and exported["a-0"]["properties"]["gsd"] == 10
