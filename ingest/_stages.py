@@ -110,6 +110,17 @@ def add(stage: str, seconds: float) -> None:
         stack[-1][1] += seconds
 
 
+def moved(seconds: float, *, out_of: str, into: str) -> None:
+    """Count ``seconds`` already counted in ``out_of`` in ``into`` instead: work done inside the wait ``out_of``
+    measures in many small pieces (stac-geoparquet rows checked and laid out while the pipeline waits for them,
+    ``_stream._reading``)."""
+    clock = _active
+    if clock is None:
+        return
+    clock.add(out_of, -seconds)
+    clock.add(into, seconds)
+
+
 def budget(seconds: dict[str, float], wall: float) -> str:
     """One line of the stages' seconds and shares of the wall time, in :data:`STAGES` order."""
     parts = [

@@ -23,6 +23,7 @@ What the item path makes of such a row, and so what these rows hold:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,10 @@ class MappedRows:
     """The batch's row index of each of them."""
     others: np.ndarray
     """The rows left to the item path, in order."""
+    checking: float = 0.0
+    """Seconds spent checking the rows (what validation is to items)."""
+    laying_out: float = 0.0
+    """Seconds spent laying the rows vouched for out as floe's columns (what conversion to Arrow is to items)."""
 
 
 def geoparquet_rows(batch: pa.RecordBatch) -> MappedRows | None:
@@ -100,8 +105,8 @@ def _field_handled(name: str, kind: pa.DataType) -> bool:
     """Whether a column of the batch is one this module reads (any other: the item path reads the batch)."""
     if name in ("type", "stac_version", "id", "collection"):
         return _text(kind)
-    if name == "stac_extensions":
-        return _is_list(kind) and _text(kind.value_type)
+    if name == "stac_extensions":  # list<null>: every row's list empty
+        return _is_list(kind) and (_text(kind.value_type) or pa.types.is_null(kind.value_type))
     if name in ("geometry", PROJ_GEOMETRY):
         return pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
     if name == "bbox":
@@ -148,6 +153,7 @@ def _has_proj_geometry(assets: pa.DataType) -> bool:
 
 
 def _mapped(batch: pa.RecordBatch) -> MappedRows:
+    started = time.perf_counter()
     count = batch.num_rows
     ok = np.ones(count, dtype=bool)
     ok &= _true(pc.equal(batch.column("type"), "Feature"))
@@ -165,10 +171,11 @@ def _mapped(batch: pa.RecordBatch) -> MappedRows:
     rows = np.flatnonzero(ok)
     others = np.flatnonzero(~ok)
     indices = pa.array(rows, type=pa.int64())
+    checked = time.perf_counter()
     table = _floe_columns(
         batch.take(indices), wkb.take(indices), {key: value.take(indices) for key, value in times.items()}
     )
-    return MappedRows(table, rows, others)
+    return MappedRows(table, rows, others, checked - started, time.perf_counter() - checked)
 
 
 def _true(mask: pa.Array | pa.ChunkedArray) -> np.ndarray:

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+import ingest.pipeline.sources._geoparquet as geoparquet_source
 from ingest import Repository, Settings
 from ingest._stages import STAGES, active, add, measuring, timed
 from ingest.pipeline import ingest_items
 from ingest.stac import items_to_arrow
 from tests._cli import floe_child
 from tests.conftest import make_item
+from tests.stac._geoparquet_cases import write_geoparquet
 
 
 def test_a_stage_inside_another_is_taken_out_of_it_on_its_thread_only() -> None:
@@ -57,6 +59,26 @@ def test_reading_stac_geoparquet_counts_as_parsing(tmp_path: Path) -> None:
     repository = Repository.create(tmp_path / "repo", Settings())
     report = ingest_items(repository, [source])
     assert report.rows_added == 50 and report.stages["parse"] > 0, report.stages
+
+
+def test_stac_geoparquet_rows_count_their_checks_and_layout_as_validation_and_conversion(tmp_path: Path) -> None:
+    source = write_geoparquet(_items(200), tmp_path / "items.parquet")
+    moves: list[tuple[str, str]] = []
+    real = geoparquet_source.moved
+
+    def counting(seconds: float, *, out_of: str, into: str) -> None:
+        moves.append((out_of, into))
+        real(seconds, out_of=out_of, into=into)
+
+    geoparquet_source.moved = counting  # type: ignore[assignment]
+    try:
+        report = ingest_items(Repository.create(tmp_path / "repo", Settings()), [source])
+    finally:
+        geoparquet_source.moved = real  # type: ignore[assignment]
+    assert report.rows_added == 200
+    # The rows came as rows: their checks and layout were taken out of the wait for them.
+    assert moves == [("parse", "validate"), ("parse", "to Arrow")]
+    assert all(report.stages[stage] > 0 for stage in ("parse", "validate", "to Arrow")), report.stages
 
 
 def test_floe_verbose_ingest_prints_the_budget(tmp_path: Path) -> None:

@@ -116,3 +116,11 @@ def test_a_layout_it_does_not_read_is_left_whole_to_the_item_path(tmp_path, chan
     batch = _one_batch(write_geoparquet(awkward_items()[:3], tmp_path / "plain.parquet"))
     assert geoparquet_rows(batch) is not None
     assert geoparquet_rows(change(batch)) is None
+
+
+def test_rows_whose_extensions_are_all_empty_decode_as_the_item_path_stores_them(tmp_path):
+    items = [{**item, "stac_extensions": []} for item in awkward_items()]
+    batch = _one_batch(write_geoparquet(items, tmp_path / "no-extensions.parquet"))
+    assert pa.types.is_null(batch.schema.field("stac_extensions").type.value_type)
+    vouched, _ = _assert_same_as_item_path(batch)
+    assert "item-plain" in vouched

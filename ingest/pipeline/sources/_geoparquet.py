@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ingest._stages import moved
 from ingest.errors import InvalidSource
 from ingest.pipeline._ahead import prefetched
 from ingest.pipeline.sources._documents import absolute_hrefs
@@ -57,6 +58,9 @@ def geoparquet_file_items(
         for batch in batches() if base is None else prefetched(batches(), 2, name="floe-stream"):
             mapped = geoparquet_rows(batch) if as_rows and (base is None or not _relative_hrefs(batch)) else None
             if mapped is not None:
+                # Read while the pipeline waits ("parse"), but checks and a conversion, as for items.
+                moved(mapped.checking, out_of="parse", into="validate")
+                moved(mapped.laying_out, out_of="parse", into="to Arrow")
                 yield from _mapped_runs(batch, mapped, label, row, path)
                 row += batch.num_rows
                 continue
