@@ -88,6 +88,8 @@ def _mapped_runs(
 
     vouched = np.zeros(batch.num_rows, dtype=bool)
     vouched[mapped.rows] = True
+    if not batch.num_rows:
+        return
     bounds = [0, *(np.flatnonzero(vouched[1:] != vouched[:-1]) + 1).tolist(), batch.num_rows]
     taken = 0  # rows of mapped.table given so far (it holds the vouched rows in order)
     for start, stop in itertools.pairwise(bounds):
