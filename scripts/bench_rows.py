@@ -1,0 +1,104 @@
+"""Do stac-geoparquet's rows pay as rows? The row path and its nested-column shortcut, each against its fallback.
+
+Run:  .venv/bin/python scripts/bench_rows.py                     (300,000 items, 3 rounds: ~5 min here)
+      .venv/bin/python scripts/bench_rows.py --items 50000 --rounds 1
+
+``scripts/bench_ingest.py``'s generated items, written once by stac-geoparquet's own writer, are ingested by
+``ingest_items`` (``floe ingest --workers 0``) at its defaults into a fresh local repository, in a fresh process
+each run (``python -c``, never a fork), two arms at a time:
+
+* ``rows``: as shipped, against every row made into an item (``geoparquet_rows`` patched to decline every batch,
+  the reader's own fallback: the item path as it was before the row path);
+* ``nested``: as shipped, against nested columns made into Python values and typed by the item path's function
+  (``nested_as_is`` patched to decline: ``_nested``'s own fallback).
+
+ON and OFF alternate round by round (the order flipped every round, so drift on a shared machine touches both
+alike); the median of each counts, and ``gain`` is OFF's median time over ON's. The team's rule: a fast path that
+makes the run less than 5% faster goes. Every run checks it added every item; nothing asserts on a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ARMS = {
+    "rows": ("ingest.pipeline.sources._geoparquet", "geoparquet_rows"),
+    "nested": ("ingest.stac._geoparquet_rows", "nested_as_is"),
+}
+
+_CHILD = """
+import importlib, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from ingest import Repository, Settings
+from ingest.pipeline import ingest_items
+module, name, variant, source, root, count = sys.argv[2:8]
+if variant == "off":
+    setattr(importlib.import_module(module), name, lambda *args, **kwargs: None)
+repository = Repository.create(root, Settings())
+started = time.perf_counter()
+report = ingest_items(repository, [Path(source)])
+seconds = time.perf_counter() - started
+assert report.rows_added == int(count) and not report.rejected, (report.rows_added, report.rejected[:3])
+print(seconds)
+"""
+
+
+def write_source(path: Path, count: int) -> Path:
+    import pyarrow as pa
+    import stac_geoparquet.arrow as sga
+
+    from scripts.bench_ingest import generated_items
+
+    table = pa.Table.from_batches(sga.parse_stac_items_to_arrow(generated_items(count)))
+    sga.to_parquet(table, path)
+    return path
+
+
+def run(arm: str, variant: str, source: Path, root: Path, count: int) -> float:
+    module, name = ARMS[arm]
+    arguments = [str(ROOT), module, name, variant, str(source), str(root), str(count)]
+    done = subprocess.run([sys.executable, "-c", _CHILD, *arguments], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{arm} {variant} failed:\n{done.stderr[-3000:]}")
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=300_000, help="generated items in the stac-geoparquet file")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each variant, alternating")
+    parser.add_argument("--only", default=",".join(ARMS), help="arms to measure, comma-separated")
+    arguments = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="floe-bench-rows-") as temporary:
+        workdir = Path(temporary)
+        source = write_source(workdir / "items.parquet", arguments.items)
+        for arm in arguments.only.split(","):
+            seconds: dict[str, list[float]] = {"on": [], "off": []}
+            for round_number in range(arguments.rounds):
+                for variant in ("on", "off") if round_number % 2 == 0 else ("off", "on"):
+                    root = workdir / f"{arm}-{variant}-{round_number}"
+                    seconds[variant].append(run(arm, variant, source, root, arguments.items))
+                    print(f"{arm} {variant}: {seconds[variant][-1]:.2f} s", file=sys.stderr, flush=True)
+            on, off = statistics.median(seconds["on"]), statistics.median(seconds["off"])
+            rounds = ", ".join(f"{a:.2f}/{b:.2f}" for a, b in zip(seconds["on"], seconds["off"], strict=True))
+            rows.append((arm, on, off, rounds))
+    print(f"{arguments.items:,} items, {arguments.rounds} rounds (median seconds; every round's on/off)")
+    print("| arm | on (as shipped) | off (its fallback) | gain off/on | rounds |")
+    print("|---|---|---|---|---|")
+    for arm, on, off, rounds in rows:
+        rate = f"{arguments.items / on:,.0f} / {arguments.items / off:,.0f} items/s"
+        print(f"| {arm} | {on:.2f} s | {off:.2f} s | **{off / on:.2f}x** ({rate}) | {rounds} |")
+
+
+if __name__ == "__main__":
+    main()
