@@ -138,7 +138,7 @@ def _plan_steps(
             continue
         decoded = arrow_to_items(run.rows.take(known))
         plain.extend(Granule(item, run.source(index)) for index, item in zip(known, decoded, strict=True))
-        new = sorted(set(range(len(found))) - set(known))
+        new = [index for index, key in enumerate(found) if key not in stored]
         if new:
             fresh.append(run.taken(new))
     steps: list[_Step] = []
@@ -255,9 +255,11 @@ def _commit_batch_once(
     steps, skipped, fresh = _plan_steps(writer, granules, remote)
     outcome = BatchOutcome(commit=None, skipped=skipped)
     for rows in fresh:
-        writer.add_rows(rows.rows, sources=rows.sources)
-        collections, ids = rows.rows.column("collection").to_pylist(), rows.rows.column("id").to_pylist()
-        outcome.landed.extend(zip(rows.sources, collections, ids, strict=True))
+        sources = rows.sources  # a label string per row: made once, for the writer and the report
+        writer.add_rows(rows.rows, sources=sources)
+        outcome.landed.extend(
+            (source, collection, item_id) for source, (collection, item_id) in zip(sources, rows.keys(), strict=True)
+        )
         outcome.granules += len(rows)
     # Copies read the next granule's rasters (GDAL decodes without the GIL) while this one is written; remote
     # rasters are read REMOTE_READS at a time, so their round trips overlap.
