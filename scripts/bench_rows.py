@@ -1,16 +1,20 @@
-"""Do stac-geoparquet's rows pay as rows? The row path and its nested-column shortcut, each against its fallback.
+"""Do rows pay as rows? stac-geoparquet's row path and its nested-column shortcut, and NDJSON's reader
+processes, each against its fallback.
 
-Run:  .venv/bin/python scripts/bench_rows.py                     (300,000 items, 3 rounds: ~5 min here)
-      .venv/bin/python scripts/bench_rows.py --items 50000 --rounds 1
+Run:  .venv/bin/python scripts/bench_rows.py                     (300,000 items, 3 rounds: ~8 min here)
+      .venv/bin/python scripts/bench_rows.py --items 50000 --rounds 1 --only ndjson
 
-``scripts/bench_ingest.py``'s generated items, written once by stac-geoparquet's own writer, are ingested by
-``ingest_items`` (``floe ingest --workers 0``) at its defaults into a fresh local repository, in a fresh process
-each run (``python -c``, never a fork), two arms at a time:
+``scripts/bench_ingest.py``'s generated items, written once by stac-geoparquet's own writer and once as NDJSON,
+are ingested by ``ingest_items`` (``floe ingest --workers 0``) at its defaults into a fresh local repository, in a
+fresh process each run (``python -c``, never a fork), two arms at a time:
 
 * ``rows``: as shipped, against every row made into an item (``geoparquet_rows`` patched to decline every batch,
   the reader's own fallback: the item path as it was before the row path);
 * ``nested``: as shipped, against nested columns made into Python values and typed by the item path's function
-  (``nested_as_is`` patched to decline: ``_nested``'s own fallback).
+  (``nested_as_is`` patched to decline: ``_nested``'s own fallback);
+* ``ndjson``: an NDJSON file read as rows by reader processes, against every line read as an item in this
+  process (``ndjson_sourced`` patched to what a small stream gets: ``ndjson_items``);
+* ``readers``: NDJSON's two reader processes against one.
 
 ON and OFF alternate round by round (the order flipped every round, so drift on a shared machine touches both
 alike); the median of each counts, and ``gain`` is OFF's median time over ON's. The team's rule: a fast path that
@@ -29,10 +33,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+DECLINE = "lambda *args, **kwargs: None"
+ITEMS = "lambda stream, label, path=None, **kwargs: ndjson_items(stream, label, path)"
+
 ARMS = {
-    "rows": ("ingest.pipeline.sources._geoparquet", "geoparquet_rows"),
-    "nested": ("ingest.stac._geoparquet_rows", "nested_as_is"),
+    "rows": ("parquet", "ingest.pipeline.sources._geoparquet", "geoparquet_rows", DECLINE),
+    "nested": ("parquet", "ingest.stac._geoparquet_rows", "nested_as_is", DECLINE),
+    "ndjson": ("ndjson", "ingest.pipeline.sources._files", "ndjson_sourced", ITEMS),
+    "readers": ("ndjson", "ingest.pipeline.sources._ndjson_rows", "READERS", "1"),
 }
+"""Each arm: the source it reads, and the name its OFF variant replaces (module, name, the replacement)."""
 
 _CHILD = """
 import importlib, sys, time
@@ -40,9 +50,10 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from ingest import Repository, Settings
 from ingest.pipeline import ingest_items
-module, name, variant, source, root, count = sys.argv[2:8]
+from ingest.pipeline.sources._documents import ndjson_items
+module, name, variant, source, root, count, off = sys.argv[2:9]
 if variant == "off":
-    setattr(importlib.import_module(module), name, lambda *args, **kwargs: None)
+    setattr(importlib.import_module(module), name, eval(off))
 repository = Repository.create(root, Settings())
 started = time.perf_counter()
 report = ingest_items(repository, [Path(source)])
@@ -52,20 +63,25 @@ print(seconds)
 """
 
 
-def write_source(path: Path, count: int) -> Path:
+def write_sources(workdir: Path, count: int) -> dict[str, Path]:
+    """The generated items as a stac-geoparquet file and as an NDJSON file."""
+    import json
+
     import pyarrow as pa
     import stac_geoparquet.arrow as sga
 
     from scripts.bench_ingest import generated_items
 
-    table = pa.Table.from_batches(sga.parse_stac_items_to_arrow(generated_items(count)))
-    sga.to_parquet(table, path)
-    return path
+    items = generated_items(count)
+    table = pa.Table.from_batches(sga.parse_stac_items_to_arrow(items))
+    sga.to_parquet(table, workdir / "items.parquet")
+    (workdir / "items.ndjson").write_text("".join(json.dumps(item) + "\n" for item in items))
+    return {"parquet": workdir / "items.parquet", "ndjson": workdir / "items.ndjson"}
 
 
 def run(arm: str, variant: str, source: Path, root: Path, count: int) -> float:
-    module, name = ARMS[arm]
-    arguments = [str(ROOT), module, name, variant, str(source), str(root), str(count)]
+    _, module, name, off = ARMS[arm]
+    arguments = [str(ROOT), module, name, variant, str(source), str(root), str(count), off]
     done = subprocess.run([sys.executable, "-c", _CHILD, *arguments], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{arm} {variant} failed:\n{done.stderr[-3000:]}")
@@ -81,8 +97,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="floe-bench-rows-") as temporary:
         workdir = Path(temporary)
-        source = write_source(workdir / "items.parquet", arguments.items)
+        sources = write_sources(workdir, arguments.items)
         for arm in arguments.only.split(","):
+            source = sources[ARMS[arm][0]]
             seconds: dict[str, list[float]] = {"on": [], "off": []}
             for round_number in range(arguments.rounds):
                 for variant in ("on", "off") if round_number % 2 == 0 else ("off", "on"):

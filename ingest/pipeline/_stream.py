@@ -67,13 +67,15 @@ def granule_stream(
     Yields:
         Each valid granule whose (collection, id) the run has not seen before, in the sources' order. With no
         asset selected, the items of a local stac-geoparquet file come as rows where they can
-        (:class:`~ingest.pipeline._granules.RowsGranule`, at most ``chunk`` each), checked on columns.
+        (:class:`~ingest.pipeline._granules.RowsGranule`, at most ``chunk`` each), checked on columns, and those
+        of a large local NDJSON file (or standard input) as rows checked by reader processes.
     """
     scope = scope if scope is not None else SourceScope()
     options = reaching(repository, options if options is not None else SourceOptions())
     sources = list(sources)
     with_recorded_cursors(repository, options, sources, branch)
     options.rows = assets is not None and not assets  # metadata only: rows need never become items
+    options.default_collection = default_collection
     pending: list[SourcedItem] = []
     for sourced in _reading(read_items(sources, options)):
         if sourced.rows is not None:

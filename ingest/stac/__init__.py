@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from ingest.stac._spatial import HILBERT, clustered, hilbert_index, spatial_order
     from ingest.stac._text import one_line, shorten, shown
     from ingest.stac._validate import (
+        accepted_items,
         check_name,
         check_timestamp,
         item_as_dict,
@@ -128,7 +129,15 @@ _HOMES = {
     **dict.fromkeys(("HILBERT", "clustered", "hilbert_index", "spatial_order"), "ingest.stac._spatial"),
     **dict.fromkeys(("one_line", "shorten", "shown"), "ingest.stac._text"),
     **dict.fromkeys(
-        ("check_name", "check_timestamp", "item_as_dict", "parse_datetime", "plainly_valid", "validate_item"),
+        (
+            "accepted_items",
+            "check_name",
+            "check_timestamp",
+            "item_as_dict",
+            "parse_datetime",
+            "plainly_valid",
+            "validate_item",
+        ),
         "ingest.stac._validate",
     ),
 }
@@ -157,6 +166,7 @@ __all__ = [
     "MappedRows",
     "Piece",
     "ServedArrays",
+    "accepted_items",
     "arrays_asset",
     "arrow_to_items",
     "check_name",

@@ -222,18 +222,21 @@ def items_to_arrow(
     items: list[dict[str, Any]],
     *,
     untyped: Iterable[str] = (),
+    in_order: bool = False,
 ) -> pa.Table:
     """Convert validated items (see :func:`validate_item`) into one Arrow table.
 
     ``untyped`` names columns that must not be typed (their values go to the
     overflow column): the writer passes columns whose type conflicts with the
-    table's. Rows are returned in spatial order.
+    table's. Rows are returned in spatial order, or with ``in_order`` in the
+    items' order, without the :data:`HILBERT` column (rows that travel before
+    they are written: ``Writer.add_rows`` clusters them).
     """
     with paused_collection():
-        return _items_to_arrow(items, set(untyped))
+        return _items_to_arrow(items, set(untyped), in_order=in_order)
 
 
-def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
+def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str], *, in_order: bool) -> pa.Table:
     overflows = Overflows()
     columns: dict[str, pa.Array] = {}
     for key in ("type", "stac_version"):
@@ -260,7 +263,7 @@ def _items_to_arrow(items: list[dict[str, Any]], untyped: set[str]) -> pa.Table:
         if typed is not None:
             columns[key] = typed
     columns[OVERFLOW] = overflows.column(len(items))
-    return clustered(pa.table(columns))
+    return pa.table(columns) if in_order else clustered(pa.table(columns))
 
 
 def _string_column(items: list[dict[str, Any]], key: str, untyped: set[str], overflows: Overflows) -> pa.Array:

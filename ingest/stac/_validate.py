@@ -22,8 +22,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.errors import InvalidItem
-from ingest.stac._geometry import bbox_problem, geometry_problem
+from ingest.errors import InvalidInput, InvalidItem
+from ingest.stac._geometry import bbox_problem, geometry_problem, refused_geometries
 from ingest.stac._text import shorten, shown
 
 MAX_NAME_LENGTH = 255
@@ -305,6 +305,26 @@ def plainly_valid(items: list[Any], *, serialized: bool = False) -> list[bool]:
             return [False] * len(items)
     verdicts = iter(good)
     return [ok and next(verdicts) for ok in plain]
+
+
+def accepted_items(items: list[Any], *, default_collection: str | None = None) -> list[dict[str, Any] | None]:
+    """For each item, what :func:`validate_item` returns for it (its geometry checked), or None where it refuses
+    it: the verdicts of a batch, at :func:`plainly_valid`'s and :func:`refused_geometries`' pace where the
+    items are plain. A caller that must name a refused item's problem validates that item alone."""
+    flags = plainly_valid(items)
+    plain = [index for index, flag in enumerate(flags) if flag]
+    for position in refused_geometries([items[index] for index in plain]):
+        flags[plain[position]] = False
+    accepted: list[dict[str, Any] | None] = []
+    for item, flag in zip(items, flags, strict=True):
+        if flag:
+            accepted.append(item)
+            continue
+        try:
+            accepted.append(validate_item(item, default_collection=default_collection))
+        except InvalidInput:
+            accepted.append(None)
+    return accepted
 
 
 def _times_of(items: list[dict[str, Any]], key: str, good: list[bool]) -> pa.Array | None:

@@ -20,6 +20,7 @@ from ingest.errors import InvalidSource
 from ingest.pipeline.sources._catalogs import local_catalog_items
 from ingest.pipeline.sources._documents import document_items, ndjson_items, parser_said
 from ingest.pipeline.sources._geoparquet import geoparquet_file_items
+from ingest.pipeline.sources._ndjson_rows import ndjson_sourced
 from ingest.pipeline.sources._types import (
     METADATA_SUFFIXES,
     NDJSON_SUFFIXES,
@@ -52,7 +53,9 @@ class LocalFiles:
             except InvalidSource as error:
                 yield SourcedItem(str(source), error=error)
                 return
-        yield from local_items([source], rows=options.rows)
+        yield from local_items(
+            [source], rows=options.rows, line_readers=options.rows, default_collection=options.default_collection
+        )
 
 
 def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:
@@ -83,9 +86,17 @@ def expand_paths(sources: Iterable[str | Path]) -> Iterator[Path | str]:
             yield path
 
 
-def local_items(sources: Iterable[str | Path], *, as_named: bool = True, rows: bool = False) -> Iterator[SourcedItem]:
+def local_items(
+    sources: Iterable[str | Path],
+    *,
+    as_named: bool = True,
+    rows: bool = False,
+    line_readers: bool = False,
+    default_collection: str | None = None,
+) -> Iterator[SourcedItem]:
     """Every item in the local ``sources`` (files, folders, ``-``), in order (with ``rows``, stac-geoparquet's as
-    rows where they can be: ``SourceOptions.rows``).
+    rows where they can be: ``SourceOptions.rows``; with ``line_readers`` too, large NDJSON's as rows read by
+    reader processes, where items without a collection take ``default_collection``: :func:`ndjson_sourced`).
 
     A STAC Catalog or Collection file named as a source is walked (its items are read through its links); without
     ``as_named`` (a file listed in a folder, read on its own) it is not, as in its folder.
@@ -94,7 +105,10 @@ def local_items(sources: Iterable[str | Path], *, as_named: bool = True, rows: b
     named = {Path(source): as_named for source in sources if str(source) != STDIN and Path(source).is_file()}
     for path in expand_paths(sources):
         if isinstance(path, str):  # only STDIN is named by a string
-            yield from ndjson_items(sys.stdin.buffer, "<stdin>")
+            if line_readers:
+                yield from ndjson_sourced(sys.stdin.buffer, "<stdin>", default_collection=default_collection)
+            else:
+                yield from ndjson_items(sys.stdin.buffer, "<stdin>")
             continue
         label = str(path)
         if not path.exists():
@@ -110,7 +124,10 @@ def local_items(sources: Iterable[str | Path], *, as_named: bool = True, rows: b
         try:
             if suffix in NDJSON_SUFFIXES:
                 with path.open("rb") as stream:
-                    yield from ndjson_items(stream, label, path)
+                    if line_readers:
+                        yield from ndjson_sourced(stream, label, path, default_collection=default_collection)
+                    else:
+                        yield from ndjson_items(stream, label, path)
                 continue
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
