@@ -7,13 +7,13 @@ from __future__ import annotations
 import io
 import json
 import math
-import multiprocessing
 import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import ingest.pipeline.sources._ndjson_rows as ndjson_rows
@@ -174,15 +174,16 @@ def test_readers_that_stop_leave_the_rest_to_this_process(tmp_path, monkeypatch,
 
     def killing(*args: Any) -> Any:
         if not killed:
-            for child in multiprocessing.active_children():
-                killed.append(child.pid)
-                os.kill(child.pid, signal.SIGKILL)
+            for child in psutil.Process().children():
+                if "_ndjson_rows" in " ".join(child.cmdline()):
+                    killed.append(child.pid)
+                    os.kill(child.pid, signal.SIGKILL)
         yield from in_order(*args)
 
     monkeypatch.setattr(ndjson_rows, "_in_order", killing)
     rows_repository, rows_report = _ingested(tmp_path / "rows", [source])
     assert killed, "no reader was running"
-    assert "reader processes stopped" in caplog.text
+    assert "reader process stopped" in caplog.text
     _item_path(monkeypatch)
     items_repository, items_report = _ingested(tmp_path / "items", [source])
     assert _exported(rows_repository) == _exported(items_repository)
@@ -198,3 +199,15 @@ def test_a_block_keeps_its_lines_order_and_count():
     assert [offset for offset, _ in done.others] == [0, 2]
     # Without a newline at its end, the last line still counts.
     assert ndjson_rows.read_block(block.rstrip(b"\r\n")).lines == 4
+
+
+def test_a_block_whose_layout_fails_is_left_to_the_item_path(monkeypatch):
+    import ingest.stac
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("an item the layout cannot take")
+
+    monkeypatch.setattr(ingest.stac, "items_to_arrow", failing)
+    done = ndjson_rows.read_block(json.dumps(awkward_items()[0]).encode() + b"\n")
+    assert done.rows is None and done.offsets.tolist() == []
+    assert [offset for offset, _ in done.others] == [0]

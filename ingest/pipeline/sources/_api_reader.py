@@ -13,19 +13,17 @@ import logging
 import os
 import pickle
 import select
-import signal
-import struct
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
 from ingest.pipeline._ahead import prefetched
 from ingest.pipeline.sources._api_pages import PAGES_AHEAD, Lanes, PageRequest, read_lanes
+from ingest.pipeline.sources._frames import helper_process, helper_started, read_frame, write_frame
 
 if TYPE_CHECKING:
     from collections.abc import Generator, Iterator
@@ -47,7 +45,6 @@ log = logging.getLogger(__name__)
 # The ingest's page thread only reads the frames (the lock-free part); a page is loaded by the thread that ingests
 # it (SentPage.load), so the two threads do not take turns with the interpreter's lock for it.
 READY, HAND_OVER, FOLLOWING, PAGE, END = b"R", b"H", b"F", b"P", b"E"
-_HEADER = struct.Struct(">cI")
 
 NICENESS = 10
 """How much the reader defers to other processes (``nice``): it works ahead of the ingest, so the ingest (and,
@@ -85,24 +82,6 @@ class SentPage:
         return page
 
 
-def _write(stream: IO[bytes], kind: bytes, payload: bytes = b"") -> None:
-    stream.write(_HEADER.pack(kind, len(payload)))
-    stream.write(payload)
-    stream.flush()
-
-
-def _read(stream: IO[bytes]) -> tuple[bytes, bytes]:
-    """The next frame's kind and bytes; EOFError when the stream ends first (the other side stopped)."""
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        raise EOFError("the stream ended")
-    kind, size = _HEADER.unpack(header)
-    payload = stream.read(size)
-    if len(payload) < size:
-        raise EOFError("the stream ended inside a frame")
-    return kind, payload
-
-
 class SearchFailed(RuntimeError):
     """A page the reader could not read: the search ends there, as it would have without a reader."""
 
@@ -119,15 +98,8 @@ class PageReader:
     @classmethod
     def start(cls) -> PageReader | None:
         """A reader starting in the background; None (logged) when no Python can be started here."""
-        package_root = str(Path(__file__).resolve().parents[3])
-        path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
         try:
-            process = subprocess.Popen(
-                [sys.executable, "-c", "from ingest.pipeline.sources._api_reader import main; main()"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                env={**os.environ, "PYTHONPATH": path},
-            )
+            process = helper_process("from ingest.pipeline.sources._api_reader import main; main()")
         except OSError as error:
             log.warning("no page reader could be started (%s): the search is read by this process alone", error)
             return None
@@ -142,7 +114,7 @@ class PageReader:
         if not wait and not select.select([stdout], [], [], 0)[0]:
             return False
         try:
-            kind, _ = _read(stdout)
+            kind, _ = read_frame(stdout)
         except (EOFError, OSError):
             kind = b""
         if kind != READY:
@@ -166,9 +138,9 @@ class PageReader:
 
         try:
             handed = (root, lanes.open(), lanes.at_once, lanes.windows, headers if headers is not None else Headers())
-            _write(stdin, HAND_OVER, pickle.dumps(handed, protocol=pickle.HIGHEST_PROTOCOL))
+            write_frame(stdin, HAND_OVER, pickle.dumps(handed, protocol=pickle.HIGHEST_PROTOCOL))
             while True:
-                kind, payload = _read(stdout)
+                kind, payload = read_frame(stdout)
                 if kind == END:
                     if payload:
                         raise SearchFailed(payload.decode())
@@ -177,7 +149,7 @@ class PageReader:
                 if kind != FOLLOWING:
                     raise EOFError(f"a frame of kind {kind!r} where the request of the next page belongs")
                 lane, following = pickle.loads(payload)  # noqa: S301 - from the reader this process started
-                kind, payload = _read(stdout)
+                kind, payload = read_frame(stdout)
                 if kind != PAGE:
                     raise EOFError(f"a frame of kind {kind!r} where a page belongs")
                 yield lane, SentPage(payload)
@@ -319,24 +291,10 @@ def _exit_when_orphaned(stdin: IO[bytes]) -> None:
     threading.Thread(target=watch, name="floe-orphaned", daemon=True).start()
 
 
-class _WithoutPandas:
-    """Refuses to import pandas. The reader has no use for it, but pyarrow imports it (when installed) at its
-    first conversion of Python values, to check for pandas objects: 0.2 s of the reader's 0.45 s start."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if name.partition(".")[0] == "pandas":
-            raise ModuleNotFoundError("the page reader does not import pandas", name=name)
-
-
 def main() -> None:
     """The reader: pages from the request it is handed to the search's end, each sent as it is ready."""
-    # Ctrl-C reaches the whole process group: the ingest stops and closes the reader's input, which ends it
-    # (no second traceback from here).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sys.meta_path.insert(0, _WithoutPandas())
-    out = os.fdopen(os.dup(1), "wb")
+    out = helper_started()
     os.nice(NICENESS)
-    os.dup2(2, 1)  # anything printed goes to standard error, not into the pages
     try:
         _serve(out)
     except (BrokenPipeError, ConnectionResetError):
@@ -357,10 +315,10 @@ def _serve(out: IO[bytes]) -> None:
     # imports), which the search would wait for at the hand-over.
     io = session_io()
 
-    _write(out, READY)
+    write_frame(out, READY)
     stdin = sys.stdin.buffer
     try:
-        kind, payload = _read(stdin)
+        kind, payload = read_frame(stdin)
     except EOFError:
         return  # the search ended before the reader was needed
     if kind != HAND_OVER:
@@ -376,10 +334,10 @@ def _serve(out: IO[bytes]) -> None:
         pages = read_lanes(io, requests, at_once)
         for lane, page, following, exact in prefetched(pages, PAGES_AHEAD) if len(requests) == 1 else pages:
             prepared = _prepare(page, io, root, seen, caught, exact=exact, window=windows.get(lane))
-            _write(out, FOLLOWING, pickle.dumps((lane, following), protocol=pickle.HIGHEST_PROTOCOL))
-            _write(out, PAGE, pickle.dumps(prepared, protocol=pickle.HIGHEST_PROTOCOL))
+            write_frame(out, FOLLOWING, pickle.dumps((lane, following), protocol=pickle.HIGHEST_PROTOCOL))
+            write_frame(out, PAGE, pickle.dumps(prepared, protocol=pickle.HIGHEST_PROTOCOL))
             fault_point("reader.after_page")
     except Exception as error:  # noqa: BLE001 - sent to the ingest, which ends the search with it
-        _write(out, END, failure_reason(error).encode())
+        write_frame(out, END, failure_reason(error).encode())
         return
-    _write(out, END)
+    write_frame(out, END)

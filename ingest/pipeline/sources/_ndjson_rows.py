@@ -2,38 +2,41 @@
 writes and commits, so a metadata-only ingest of NDJSON works on more than one core.
 
 A stream (a local file, standard input) that holds at least :data:`READER_BYTES` is cut into blocks of about
-:data:`BLOCK_BYTES` at line ends, and each block goes to a reader: a process started with ``spawn`` (the ingest
-has an Icechunk repository open, and is never forked). A reader parses each line exactly
-(:func:`~ingest.stac.loads_json`), keeps the items :func:`~ingest.stac.accepted_items` accepts, and lays them out
-with :func:`~ingest.stac.items_to_arrow` in their order: the item path's own functions, so the rows are what the
-item path would have written. Every other line (not JSON, not an item, an invalid item, a FeatureCollection)
-comes back as its bytes and is read here as any NDJSON line is (:func:`ndjson_items`), which names its problem.
-The blocks are taken in order, so first-seen items and duplicates are what they are without readers. A smaller
-stream is read as items: a reader's start (about a second) would cost more than it saves.
+:data:`BLOCK_BYTES` at line ends, and the blocks go to :data:`READERS` readers in turn: new Python processes
+(``_frames.helper_process``: the ingest has an Icechunk repository open, and is never forked). A reader parses
+each line exactly (:func:`~ingest.stac.loads_json`), keeps the items :func:`~ingest.stac.accepted_items` accepts,
+and lays them out with :func:`~ingest.stac.items_to_arrow` in their order: the item path's own functions, so the
+rows are what the item path would have written. Every other line (not JSON, not an item, an invalid item, a
+FeatureCollection) comes back as its bytes and is read here as any NDJSON line is (:func:`ndjson_items`), which
+names its problem. The blocks are taken in order, so first-seen items and duplicates are what they are without
+readers. A smaller stream is read as items: a reader's start (about a second) would cost more than it saves.
 docs/ingest.md#ndjson-as-rows.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import io
 import itertools
 import logging
-import signal
+import pickle
+import queue
+import subprocess
+import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from ingest._stages import moved
 from ingest.pipeline.sources._documents import ndjson_items
+from ingest.pipeline.sources._frames import helper_process, helper_started, read_frame, write_frame
 from ingest.pipeline.sources._types import SourcedItem, SourcedRows
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future, ProcessPoolExecutor
-
     import numpy as np
     import pyarrow as pa
 
@@ -47,6 +50,12 @@ BLOCK_BYTES = 4 << 20
 
 READERS = 2
 """Reader processes for one stream (this machine's two cores: the ingest itself needs a fraction of one)."""
+
+CLOSE_SECONDS = 5.0
+"""How long a stopped reader has to exit before it is killed."""
+
+_COLLECTION, _BLOCK = b"C", b"B"
+"""The frames: the default collection (pickled) first, then each block's bytes (and each answer, pickled)."""
 
 _DOCUMENT_KINDS = frozenset(("FeatureCollection", "Collection", "Catalog"))
 """What a line may be other than an item (:func:`~._documents.document_items` reads them)."""
@@ -99,7 +108,10 @@ def read_block(block: bytes, default_collection: str | None = None) -> ReadBlock
         accepted = accepted_items(items, default_collection=default_collection)
         validated = time.perf_counter()
         kept = [item for item in accepted if item is not None]
-        rows = items_to_arrow(kept, in_order=True) if kept else None
+        try:
+            rows = items_to_arrow(kept, in_order=True) if kept else None
+        except Exception:  # noqa: BLE001 - the item path meets the same items, and says what becomes of them
+            rows, accepted = None, [None] * len(accepted)
     laid_out = time.perf_counter()
     others.extend((offset, lines[offset]) for offset, item in zip(offsets, accepted, strict=True) if item is None)
     others.sort(key=lambda other: other[0])
@@ -124,7 +136,7 @@ def ndjson_sourced(
     head += stream.readline()
     blocks = itertools.chain(_blocks(io.BytesIO(head)), _blocks(stream))
     first = 1
-    for done in _read_by_readers(blocks, functools.partial(read_block, default_collection=default_collection)):
+    for done in _read_by_readers(blocks, default_collection):
         yield from _in_order(done, label, path, first)
         first += done.lines
 
@@ -141,64 +153,156 @@ def _blocks(stream: IO[bytes]) -> Iterator[bytes]:
         yield block
 
 
-def _read_by_readers(blocks: Iterator[bytes], read: Callable[[bytes], ReadBlock]) -> Iterator[ReadBlock]:
-    """Each block read by :data:`READERS` reader processes, in order, two blocks ahead of the one taken per
-    reader. Readers that stop (a reader killed, for memory) are logged, and the blocks left are read here."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
+def _read_by_readers(blocks: Iterator[bytes], default_collection: str | None) -> Iterator[ReadBlock]:
+    """Each block read by :data:`READERS` reader processes in turn, taken in order, each reader two blocks ahead
+    of the one taken. Readers that cannot start, or stop (one killed, for memory), are logged, and the blocks left
+    are read here."""
+    readers = _Readers.started(READERS, default_collection)
+    pending: deque[bytes] = deque()  # the blocks handed out and not taken yet, in order
+    handed = taken = 0
+    try:
+        for block in itertools.chain(blocks, [None]):
+            if block is not None:
+                pending.append(block)
+                if readers is not None:
+                    readers, handed = _handed(readers, handed, block)
+            while pending and (block is None or len(pending) > 2 * READERS):
+                done = None
+                if readers is not None and taken < handed:
+                    readers, done = _taken(readers, taken)
+                if done is None:
+                    done = _read_here(pending[0], default_collection)
+                pending.popleft()
+                taken += 1
+                yield done
+    finally:
+        if readers is not None:
+            readers.close()
 
-    pool: ProcessPoolExecutor | None = ProcessPoolExecutor(
-        READERS, mp_context=multiprocessing.get_context("spawn"), initializer=_reader_started
-    )
-    pending: deque[tuple[bytes, Future[ReadBlock] | None]] = deque()
 
-    def submitted(block: bytes) -> Future[ReadBlock] | None:
-        nonlocal pool
-        if pool is None:
-            return None
+def _handed(readers: _Readers, index: int, block: bytes) -> tuple[_Readers | None, int]:
+    """Block ``index`` handed to its reader, and the count handed; no readers after one stopped."""
+    try:
+        readers.hand(index, block)
+    except OSError:
+        _stopped(readers)
+        return None, index
+    return readers, index + 1
+
+
+def _taken(readers: _Readers, index: int) -> tuple[_Readers | None, ReadBlock | None]:
+    """What a reader made of block ``index`` (None, and no readers, after one stopped)."""
+    try:
+        return readers, readers.take(index)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        _stopped(readers)
+        return None, None
+
+
+def _stopped(readers: _Readers) -> None:
+    """A reader stopped: say so, stop the others, and let the rest be read here."""
+    log.warning("an NDJSON reader process stopped: the rest of the stream is read by this process")
+    readers.close()
+
+
+def _read_here(block: bytes, default_collection: str | None) -> ReadBlock:
+    """A block read by this process, inside the pipeline's wait for it (its parse stage): its checks and layout
+    are counted where they belong."""
+    done = read_block(block, default_collection)
+    moved(done.seconds["validate"], out_of="parse", into="validate")
+    moved(done.seconds["to Arrow"], out_of="parse", into="to Arrow")
+    return done
+
+
+class _Readers:
+    """Reader processes, block ``index`` handed to reader ``index % count``: each reads its blocks in the order it
+    is handed them, so the ingest takes them back in the stream's order."""
+
+    def __init__(self, processes: list[subprocess.Popen[bytes]]) -> None:
+        self._processes = processes
+
+    @classmethod
+    def started(cls, count: int, default_collection: str | None) -> _Readers | None:
+        """``count`` readers starting (their first block waits for them); None (logged) when no Python can be
+        started here."""
+        processes: list[subprocess.Popen[bytes]] = []
         try:
-            return pool.submit(read, block)
-        except BrokenProcessPool:
-            _stop(pool)
-            pool = None
+            for _ in range(count):
+                processes.append(helper_process("from ingest.pipeline.sources._ndjson_rows import main; main()"))
+                assert processes[-1].stdin is not None
+                write_frame(processes[-1].stdin, _COLLECTION, pickle.dumps(default_collection))
+        except OSError as error:
+            log.warning("no NDJSON reader could be started (%s): the stream is read by this process alone", error)
+            cls(processes).close()
             return None
+        return cls(processes)
 
-    def taken(block: bytes, future: Future[ReadBlock] | None) -> ReadBlock:
-        nonlocal pool
-        if future is not None:
-            try:
-                return future.result()
-            except BrokenProcessPool:
-                _stop(pool)
-                pool = None
-        done = read(block)  # here, inside the pipeline's wait for it (its parse stage): the checks are not parsing
-        moved(done.seconds["validate"], out_of="parse", into="validate")
-        moved(done.seconds["to Arrow"], out_of="parse", into="to Arrow")
+    def hand(self, index: int, block: bytes) -> None:
+        """Give block ``index`` to its reader.
+
+        Raises:
+            OSError: the reader stopped.
+        """
+        stdin = self._processes[index % len(self._processes)].stdin
+        assert stdin is not None
+        write_frame(stdin, _BLOCK, block)
+
+    def take(self, index: int) -> ReadBlock:
+        """What its reader made of block ``index`` (every block before it taken already).
+
+        Raises:
+            OSError, EOFError, pickle.UnpicklingError: the reader stopped.
+        """
+        stdout = self._processes[index % len(self._processes)].stdout
+        assert stdout is not None
+        _, payload = read_frame(stdout)
+        done: ReadBlock = pickle.loads(payload)  # noqa: S301 - from the reader this process started
         return done
 
+    def close(self) -> None:
+        """Stop the readers (closing their input ends them) and wait for them; safe to call more than once."""
+        for process in self._processes:
+            for stream in (process.stdin, process.stdout):
+                if stream is not None and not stream.closed:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+        for process in self._processes:
+            try:
+                process.wait(CLOSE_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def main() -> None:
+    """A reader: the default collection, then block after block, each answered with what :func:`read_block` made
+    of it, until its input ends. Blocks are taken from the input on a thread of their own, so the ingest never waits
+    to hand one over while the reader sends an answer."""
+    out = helper_started()
+    stdin = sys.stdin.buffer
     try:
-        for block in blocks:
-            pending.append((block, submitted(block)))
-            if len(pending) > 2 * READERS:
-                yield taken(*pending.popleft())
-        while pending:
-            yield taken(*pending.popleft())
+        _, payload = read_frame(stdin)
+    except EOFError:
+        return
+    default_collection = pickle.loads(payload)  # noqa: S301 - from the ingest that started it
+    blocks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+
+    def feed() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                blocks.put(read_frame(stdin)[1])
+        blocks.put(None)
+
+    threading.Thread(target=feed, name="floe-blocks", daemon=True).start()
+    try:
+        while (block := blocks.get()) is not None:
+            done = read_block(block, default_collection)
+            write_frame(out, _BLOCK, pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL))
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the ingest stopped listening: nothing is left to say
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _stop(pool: ProcessPoolExecutor | None) -> None:
-    """The reader processes stopped: say so (once), and let the rest be read here."""
-    if pool is not None:
-        log.warning("the NDJSON reader processes stopped: the rest of the stream is read by this process")
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _reader_started() -> None:
-    """A reader ignores Ctrl-C: it reaches the whole process group, and the ingest stops its readers itself."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with contextlib.suppress(OSError):
+            out.close()
 
 
 def _in_order(done: ReadBlock, label: str, path: Path | None, first: int) -> Iterator[SourcedItem]:
