@@ -4,7 +4,6 @@ table types otherwise written as the item path writes it."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -13,24 +12,10 @@ import pytest
 
 import ingest.pipeline.sources._geoparquet as geoparquet_source
 from ingest import Repository, Settings
-from ingest.export import export_ndjson
 from ingest.pipeline import ingest_items
 from ingest.pipeline._report import IngestReport
+from tests.pipeline._compare import exported, rejections
 from tests.stac._geoparquet_cases import awkward_items, write_geoparquet
-
-
-def _exported(repository: Repository) -> list[str]:
-    """The items at main, as JSON text with sorted keys, by (collection, id)."""
-    out = io.StringIO()
-    export_ndjson(repository.view("main"), out)
-    items = [json.loads(line) for line in out.getvalue().splitlines()]
-    return [
-        json.dumps(item, sort_keys=True) for item in sorted(items, key=lambda item: (item["collection"], item["id"]))
-    ]
-
-
-def _rejections(report: IngestReport) -> list[tuple[str, str | None, str]]:
-    return sorted((rejection.source, rejection.item_id, rejection.reason) for rejection in report.rejected)
 
 
 @pytest.fixture
@@ -76,11 +61,11 @@ def test_rows_ingest_exports_and_rejects_what_the_item_path_does(tmp_path, monke
     _item_path(monkeypatch)
     items_repository, items_report = _ingested(tmp_path / "items", source, batch_size=10)
 
-    assert _exported(rows_repository) == _exported(items_repository)
-    assert _rejections(rows_report) == _rejections(items_report)
+    assert exported(rows_repository) == exported(items_repository)
+    assert rejections(rows_report) == rejections(items_report)
     # The duplicate is refused by the row it repeats, and each refusal names its row.
-    assert any("duplicate id (first seen in" in reason for _, _, reason in _rejections(rows_report))
-    assert all("#row" in source for source, _, _ in _rejections(rows_report))
+    assert any("duplicate id (first seen in" in reason for _, _, reason in rejections(rows_report))
+    assert all("#row" in source for source, _, _ in rejections(rows_report))
     assert rows_report.rows_added == items_report.rows_added
     # Batches fill to their size in rows as in items: the same commits.
     assert len(rows_report.commits) == len(items_report.commits)
@@ -101,9 +86,9 @@ def test_a_rerun_skips_every_row_and_a_changed_row_replaces_its_item(tmp_path, r
     changed[plain] = {**changed[plain], "properties": {**changed[plain]["properties"], "platform": "s2b"}}
     report = ingest_items(repository, [write_geoparquet(changed, tmp_path / "changed.parquet")])
     assert (report.skipped, report.replaced, report.rows_added) == (added - 1, 1, 1)
-    exported = {json.loads(text)["id"]: json.loads(text) for text in _exported(repository)}
-    assert exported["item-plain"]["properties"]["platform"] == "s2b"
-    assert len(exported) == added
+    by_id = {json.loads(text)["id"]: json.loads(text) for text in exported(repository)}
+    assert by_id["item-plain"]["properties"]["platform"] == "s2b"
+    assert len(by_id) == added
 
 
 def test_a_column_the_table_types_otherwise_is_written_as_the_item_path_writes_it(tmp_path, monkeypatch, rows_seen):
@@ -121,7 +106,7 @@ def test_a_column_the_table_types_otherwise_is_written_as_the_item_path_writes_i
         repository, _ = _ingested(tmp_path / name, text)
         report = ingest_items(repository, [source])
         assert report.rows_added > 10
-        exports.append(_exported(repository))
+        exports.append(exported(repository))
     assert sum(rows_seen) > 0
     assert exports[0] == exports[1]
     by_id = {json.loads(text)["id"]: json.loads(text) for text in exports[0]}
@@ -141,7 +126,7 @@ def test_rows_from_a_url_export_what_the_item_path_does_relative_hrefs_made_abso
     _item_path(monkeypatch)
     items_repository, items_report = _ingested(tmp_path / "items", url)
 
-    assert _exported(rows_repository) == _exported(items_repository)
-    assert _rejections(rows_report) == _rejections(items_report)
-    hrefs = [json.loads(text)["assets"]["thumb"]["href"] for text in _exported(rows_repository) if '"thumb"' in text]
+    assert exported(rows_repository) == exported(items_repository)
+    assert rejections(rows_report) == rejections(items_report)
+    hrefs = [json.loads(text)["assets"]["thumb"]["href"] for text in exported(rows_repository) if '"thumb"' in text]
     assert hrefs and all(href == f"{http_server.url}/t.png" for href in hrefs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import math
 import os
 import signal
@@ -18,24 +19,10 @@ import pytest
 
 import ingest.pipeline.sources._ndjson_rows as ndjson_rows
 from ingest import Repository, Settings
-from ingest.export import export_ndjson
 from ingest.pipeline import ingest_items
 from ingest.pipeline._report import IngestReport
+from tests.pipeline._compare import exported, rejections
 from tests.stac._geoparquet_cases import INVALID, awkward_items
-
-
-def _exported(repository: Repository) -> list[str]:
-    """The items at main, as JSON text with sorted keys, by (collection, id)."""
-    out = io.StringIO()
-    export_ndjson(repository.view("main"), out)
-    items = [json.loads(line) for line in out.getvalue().splitlines()]
-    return [
-        json.dumps(item, sort_keys=True) for item in sorted(items, key=lambda item: (item["collection"], item["id"]))
-    ]
-
-
-def _rejections(report: IngestReport) -> list[tuple[str, str | None, str]]:
-    return sorted((rejection.source, rejection.item_id, rejection.reason) for rejection in report.rejected)
 
 
 def _awkward_lines() -> bytes:
@@ -103,32 +90,34 @@ def _ingested(root: Path, sources: list[Any], **options: Any) -> tuple[Repositor
     return repository, ingest_items(repository, sources, default_collection="c-default", **options)
 
 
-def test_readers_ingest_what_the_item_path_does_awkward_lines_included(tmp_path, monkeypatch, rows_taken):
+def test_readers_ingest_what_the_item_path_does_awkward_lines_included(tmp_path, monkeypatch, rows_taken, caplog):
+    caplog.set_level(logging.INFO, logger=ndjson_rows.__name__)
     source = tmp_path / "awkward.ndjson"
     source.write_bytes(_awkward_lines())
     rows_repository, rows_report = _ingested(tmp_path / "rows", [source])
+    assert "NDJSON readers' stages: parse" in caplog.text  # the readers' own time, said where -v shows it
     assert sum(rows_taken) > 60, "the lines did not come as rows"
     assert rows_taken.count(0) > 10, "the other lines did not come as items"
     _item_path(monkeypatch)
     items_repository, items_report = _ingested(tmp_path / "items", [source])
 
-    assert _exported(rows_repository) == _exported(items_repository)
-    assert _rejections(rows_report) == _rejections(items_report)
+    assert exported(rows_repository) == exported(items_repository)
+    assert rejections(rows_report) == rejections(items_report)
     assert rows_report.rows_added == items_report.rows_added
     assert rows_report.items_read == items_report.items_read
     assert rows_repository.collections("main").keys() == items_repository.collections("main").keys()
-    rejected = {item_id for _, item_id, _ in _rejections(rows_report)}
+    rejected = {item_id for _, item_id, _ in rejections(rows_report)}
     # Every invalid item (each copy of it), and the duplicate, by its line.
     assert all(f"{name}-2" in rejected if name.startswith("item-") else name in rejected for name in INVALID)
     assert "plain-7" in rejected
-    reasons = dict(((source, reason) for source, _, reason in _rejections(rows_report)))
+    reasons = dict(((source, reason) for source, _, reason in rejections(rows_report)))
     assert any(reason.startswith("duplicate id (first seen in") for reason in reasons.values())
     assert any(reason.startswith("not UTF-8") for reason in reasons.values())
-    exported = {json.loads(text)["id"]: json.loads(text) for text in _exported(rows_repository)}
-    assert exported["huge-int"]["properties"]["count"] == 2**70 + 1
-    assert math.isnan(exported["nan-text"]["properties"]["score"])
-    assert exported["no-collection"]["collection"] == "c-default"
-    assert {"crlf", "in-fc-0", "in-fc-1", "in-array"} <= exported.keys()
+    by_id = {json.loads(text)["id"]: json.loads(text) for text in exported(rows_repository)}
+    assert by_id["huge-int"]["properties"]["count"] == 2**70 + 1
+    assert math.isnan(by_id["nan-text"]["properties"]["score"])
+    assert by_id["no-collection"]["collection"] == "c-default"
+    assert {"crlf", "in-fc-0", "in-fc-1", "in-array"} <= by_id.keys()
 
 
 def test_standard_input_is_read_by_readers_too(tmp_path, monkeypatch, rows_taken):
@@ -140,8 +129,8 @@ def test_standard_input_is_read_by_readers_too(tmp_path, monkeypatch, rows_taken
     source.write_bytes(lines)
     _item_path(monkeypatch)
     items_repository, _ = _ingested(tmp_path / "items", [source])
-    assert _exported(rows_repository) == _exported(items_repository)
-    assert all(source.startswith("<stdin>:") for source, _, _ in _rejections(rows_report))
+    assert exported(rows_repository) == exported(items_repository)
+    assert all(source.startswith("<stdin>:") for source, _, _ in rejections(rows_report))
 
 
 def test_a_rerun_skips_every_line_and_a_changed_line_replaces_its_item(tmp_path, rows_taken):
@@ -161,8 +150,8 @@ def test_a_rerun_skips_every_line_and_a_changed_line_replaces_its_item(tmp_path,
     source.write_bytes(b"\n".join(lines))
     report = ingest_items(repository, [source], default_collection="c-default")
     assert (report.skipped, report.replaced, report.rows_added) == (added - 1, 1, 1)
-    exported = {json.loads(text)["id"]: json.loads(text) for text in _exported(repository)}
-    assert exported["plain-3"]["properties"]["platform"] == "s2b"
+    by_id = {json.loads(text)["id"]: json.loads(text) for text in exported(repository)}
+    assert by_id["plain-3"]["properties"]["platform"] == "s2b"
 
 
 def test_readers_that_stop_leave_the_rest_to_this_process(tmp_path, monkeypatch, rows_taken, caplog):
@@ -186,8 +175,8 @@ def test_readers_that_stop_leave_the_rest_to_this_process(tmp_path, monkeypatch,
     assert "reader process stopped" in caplog.text
     _item_path(monkeypatch)
     items_repository, items_report = _ingested(tmp_path / "items", [source])
-    assert _exported(rows_repository) == _exported(items_repository)
-    assert _rejections(rows_report) == _rejections(items_report)
+    assert exported(rows_repository) == exported(items_repository)
+    assert rejections(rows_report) == rejections(items_report)
 
 
 def test_a_block_keeps_its_lines_order_and_count():

@@ -160,6 +160,7 @@ def _read_by_readers(blocks: Iterator[bytes], default_collection: str | None) ->
     readers = _Readers.started(READERS, default_collection)
     pending: deque[bytes] = deque()  # the blocks handed out and not taken yet, in order
     handed = taken = 0
+    spent: dict[str, float] = {}  # the readers' seconds by stage, for the log
     try:
         for block in itertools.chain(blocks, [None]):
             if block is not None:
@@ -170,6 +171,8 @@ def _read_by_readers(blocks: Iterator[bytes], default_collection: str | None) ->
                 done = None
                 if readers is not None and taken < handed:
                     readers, done = _taken(readers, taken)
+                    for stage, seconds in (done.seconds if done is not None else {}).items():
+                        spent[stage] = spent.get(stage, 0.0) + seconds
                 if done is None:
                     done = _read_here(pending[0], default_collection)
                 pending.popleft()
@@ -178,6 +181,11 @@ def _read_by_readers(blocks: Iterator[bytes], default_collection: str | None) ->
     finally:
         if readers is not None:
             readers.close()
+        if spent:
+            # The ingest's parse stage is its wait for the readers; where their own time went is said here.
+            log.info(
+                "NDJSON readers' stages: %s", ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in spent.items())
+            )
 
 
 def _handed(readers: _Readers, index: int, block: bytes) -> tuple[_Readers | None, int]:
