@@ -200,3 +200,15 @@ def test_a_block_whose_layout_fails_is_left_to_the_item_path(monkeypatch):
     done = ndjson_rows.read_block(json.dumps(awkward_items()[0]).encode() + b"\n")
     assert done.rows is None and done.offsets.tolist() == []
     assert [offset for offset, _ in done.others] == [0]
+
+
+def test_file_ranges_hold_every_line_once(tmp_path):
+    # Lines of every length around the range size, one longer than several ranges, no newline at the very end.
+    lines = [b"x" * length for length in (0, 1, 6, 7, 8, 13, 30, 2, 0, 5)] + [b"last"]
+    path = tmp_path / "lines.ndjson"
+    path.write_bytes(b"\n".join(lines))
+    size = path.stat().st_size
+    for step in (1, 3, 7, 8, 64):
+        parts = [ndjson_rows.FileRange(str(path), start, start + step).read() for start in range(0, size, step)]
+        assert b"".join(parts) == path.read_bytes()
+        assert sum(ndjson_rows.read_block(part).lines for part in parts) == len(lines)

@@ -19,8 +19,10 @@ import contextlib
 import io
 import itertools
 import logging
+import os
 import pickle
 import queue
+import stat
 import subprocess
 import sys
 import threading
@@ -54,8 +56,9 @@ READERS = 2
 CLOSE_SECONDS = 5.0
 """How long a stopped reader has to exit before it is killed."""
 
-_COLLECTION, _BLOCK = b"C", b"B"
-"""The frames: the default collection (pickled) first, then each block's bytes (and each answer, pickled)."""
+_COLLECTION, _BLOCK, _RANGE = b"C", b"B", b"F"
+"""The frames: the default collection (pickled) first, then each block's bytes or its :class:`FileRange`
+(pickled), and each answer (pickled)."""
 
 _DOCUMENT_KINDS = frozenset(("FeatureCollection", "Collection", "Catalog"))
 """What a line may be other than an item (:func:`~._documents.document_items` reads them)."""
@@ -77,13 +80,44 @@ class ReadBlock:
     """The reader's time by stage (parse, validate, to Arrow)."""
 
 
+@dataclass(frozen=True, slots=True)
+class FileRange:
+    """The lines of a local file that start at byte ``start`` or after, and before ``stop``: a block a reader reads
+    from the file itself (nothing of it passes through the ingest). Every line belongs to exactly one range, as in
+    the parts a backfill reads (``_parts.py``)."""
+
+    path: str
+    start: int
+    stop: int
+
+    def read(self) -> bytes:
+        """The range's lines, as bytes.
+
+        Raises:
+            OSError: the file cannot be read.
+        """
+        with open(self.path, "rb") as stream:
+            if self.start > 0:
+                stream.seek(self.start - 1)
+                stream.readline()  # the end of a line that started before the range: the range before holds it
+            begin = stream.tell()
+            data = stream.read(max(0, self.stop - begin))
+            if data and not data.endswith(b"\n"):
+                data += stream.readline()  # a line that starts in the range ends wherever it ends
+        return data
+
+
+type Block = bytes | FileRange
+"""What a reader is handed: lines (standard input's), or where to read them."""
+
+
 def read_block(block: bytes, default_collection: str | None = None) -> ReadBlock:
     """The rows of a block's lines, and the lines left to the item path (run by a reader, or here)."""
     import numpy as np
 
     from ingest.stac import accepted_items, items_to_arrow, loads_json, paused_collection
 
-    lines = block.split(b"\n")
+    lines = block.split(b"\n") if block else []
     if block.endswith(b"\n"):
         lines.pop()  # the end of the last line, not a line
     items: list[dict[str, object]] = []
@@ -129,16 +163,34 @@ def ndjson_sourced(
     Raises:
         OSError: the stream could not be read (after the items before the failure).
     """
-    head = stream.read(READER_BYTES)
-    if len(head) < READER_BYTES:
-        yield from ndjson_items(io.BytesIO(head), label, path)
-        return
-    head += stream.readline()
-    blocks = itertools.chain(_blocks(io.BytesIO(head)), _blocks(stream))
+    blocks: Iterator[Block]
+    size = _file_size(stream) if path is not None else None
+    if path is not None and size is not None:
+        if size < READER_BYTES:
+            yield from ndjson_items(stream, label, path)
+            return
+        where = os.path.abspath(path)
+        blocks = (FileRange(where, start, start + BLOCK_BYTES) for start in range(0, size, BLOCK_BYTES))
+    else:
+        head = stream.read(READER_BYTES)
+        if len(head) < READER_BYTES:
+            yield from ndjson_items(io.BytesIO(head), label, path)
+            return
+        head += stream.readline()
+        blocks = itertools.chain(_blocks(io.BytesIO(head)), _blocks(stream))
     first = 1
     for done in _read_by_readers(blocks, default_collection):
         yield from _in_order(done, label, path, first)
         first += done.lines
+
+
+def _file_size(stream: IO[bytes]) -> int | None:
+    """The size of the regular file ``stream`` reads (None: a pipe, a terminal, no file)."""
+    try:
+        status = os.fstat(stream.fileno())
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) else None
 
 
 def _blocks(stream: IO[bytes]) -> Iterator[bytes]:
@@ -153,12 +205,12 @@ def _blocks(stream: IO[bytes]) -> Iterator[bytes]:
         yield block
 
 
-def _read_by_readers(blocks: Iterator[bytes], default_collection: str | None) -> Iterator[ReadBlock]:
+def _read_by_readers(blocks: Iterator[Block], default_collection: str | None) -> Iterator[ReadBlock]:
     """Each block read by :data:`READERS` reader processes in turn, taken in order, each reader two blocks ahead
     of the one taken. Readers that cannot start, or stop (one killed, for memory), are logged, and the blocks left
     are read here."""
     readers = _Readers.started(READERS, default_collection)
-    pending: deque[bytes] = deque()  # the blocks handed out and not taken yet, in order
+    pending: deque[Block] = deque()  # the blocks handed out and not taken yet, in order
     handed = taken = 0
     spent: dict[str, float] = {}  # the readers' seconds by stage, for the log
     try:
@@ -188,7 +240,7 @@ def _read_by_readers(blocks: Iterator[bytes], default_collection: str | None) ->
             )
 
 
-def _handed(readers: _Readers, index: int, block: bytes) -> tuple[_Readers | None, int]:
+def _handed(readers: _Readers, index: int, block: Block) -> tuple[_Readers | None, int]:
     """Block ``index`` handed to its reader, and the count handed; no readers after one stopped."""
     try:
         readers.hand(index, block)
@@ -213,10 +265,14 @@ def _stopped(readers: _Readers) -> None:
     readers.close()
 
 
-def _read_here(block: bytes, default_collection: str | None) -> ReadBlock:
+def _read_here(block: Block, default_collection: str | None) -> ReadBlock:
     """A block read by this process, inside the pipeline's wait for it (its parse stage): its checks and layout
-    are counted where they belong."""
-    done = read_block(block, default_collection)
+    are counted where they belong.
+
+    Raises:
+        OSError: the file of a :class:`FileRange` cannot be read.
+    """
+    done = read_block(block.read() if isinstance(block, FileRange) else block, default_collection)
     moved(done.seconds["validate"], out_of="parse", into="validate")
     moved(done.seconds["to Arrow"], out_of="parse", into="to Arrow")
     return done
@@ -237,15 +293,17 @@ class _Readers:
         try:
             for _ in range(count):
                 processes.append(helper_process("from ingest.pipeline.sources._ndjson_rows import main; main()"))
-                assert processes[-1].stdin is not None
-                write_frame(processes[-1].stdin, _COLLECTION, pickle.dumps(default_collection))
+                stdin = processes[-1].stdin
+                assert stdin is not None
+                _wider(stdin)
+                write_frame(stdin, _COLLECTION, pickle.dumps(default_collection))
         except OSError as error:
             log.warning("no NDJSON reader could be started (%s): the stream is read by this process alone", error)
             cls(processes).close()
             return None
         return cls(processes)
 
-    def hand(self, index: int, block: bytes) -> None:
+    def hand(self, index: int, block: Block) -> None:
         """Give block ``index`` to its reader.
 
         Raises:
@@ -253,7 +311,10 @@ class _Readers:
         """
         stdin = self._processes[index % len(self._processes)].stdin
         assert stdin is not None
-        write_frame(stdin, _BLOCK, block)
+        if isinstance(block, FileRange):
+            write_frame(stdin, _RANGE, pickle.dumps(block))
+        else:
+            write_frame(stdin, _BLOCK, block)
 
     def take(self, index: int) -> ReadBlock:
         """What its reader made of block ``index`` (every block before it taken already).
@@ -282,6 +343,17 @@ class _Readers:
                 process.wait()
 
 
+def _wider(pipe: IO[bytes]) -> None:
+    """Let ``pipe`` hold a megabyte where the system allows (Linux): a block of standard input's lines then passes
+    in 4 writes, not 64, each of which waits for the reader to take its turn at its interpreter's lock."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError):
+        pass  # another system, or a limit below a megabyte: the pipe's own size
+
+
 def main() -> None:
     """A reader: the default collection, then block after block, each answered with what :func:`read_block` made
     of it, until its input ends. Blocks are taken from the input on a thread of their own, so the ingest never waits
@@ -293,17 +365,20 @@ def main() -> None:
     except EOFError:
         return
     default_collection = pickle.loads(payload)  # noqa: S301 - from the ingest that started it
-    blocks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+    blocks: queue.SimpleQueue[tuple[bytes, bytes] | None] = queue.SimpleQueue()
 
     def feed() -> None:
         with contextlib.suppress(EOFError, OSError):
             while True:
-                blocks.put(read_frame(stdin)[1])
+                blocks.put(read_frame(stdin))
         blocks.put(None)
 
     threading.Thread(target=feed, name="floe-blocks", daemon=True).start()
     try:
-        while (block := blocks.get()) is not None:
+        while (frame := blocks.get()) is not None:
+            kind, payload = frame
+            # A range the reader cannot read (the file went away) ends it: the ingest reads the rest, and says why.
+            block = pickle.loads(payload).read() if kind == _RANGE else payload  # noqa: S301 - from the ingest
             done = read_block(block, default_collection)
             write_frame(out, _BLOCK, pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL))
     except (BrokenPipeError, ConnectionResetError):
