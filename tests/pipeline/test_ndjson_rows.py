@@ -212,3 +212,40 @@ def test_file_ranges_hold_every_line_once(tmp_path):
         parts = [ndjson_rows.FileRange(str(path), start, start + step).read() for start in range(0, size, step)]
         assert b"".join(parts) == path.read_bytes()
         assert sum(ndjson_rows.read_block(part).lines for part in parts) == len(lines)
+
+
+def test_an_object_at_a_url_is_read_by_readers_its_relative_hrefs_made_absolute(
+    tmp_path, monkeypatch, rows_taken, http_server
+):
+    source = http_server.folder / "awkward.ndjson"
+    source.write_bytes(_awkward_lines())
+    url = f"{http_server.url}/{source.name}"
+    rows_repository, rows_report = _ingested(tmp_path / "rows", [url])
+    assert sum(rows_taken) > 60, "the lines did not come as rows"
+    _item_path(monkeypatch)
+    items_repository, items_report = _ingested(tmp_path / "items", [url])
+    assert exported(rows_repository) == exported(items_repository)
+    assert rejections(rows_report) == rejections(items_report)
+    hrefs = [json.loads(text)["assets"]["thumb"]["href"] for text in exported(rows_repository) if '"thumb"' in text]
+    assert hrefs and all(href == f"{http_server.url}/t.png" for href in hrefs)
+
+
+def test_line_blocks_of_a_broken_transfer_end_where_the_lines_of_the_item_path_do(monkeypatch):
+    from ingest.pipeline.sources._objects import _Lines
+
+    monkeypatch.setattr(ndjson_rows, "BLOCK_BYTES", 10)
+    text = b"".join(b"%d-%s\n" % (number, b"y" * (number % 7)) for number in range(40)) + b"no newline"
+
+    def chunks(broken: bool) -> Any:
+        for start in range(0, len(text), 9):
+            if broken and start > len(text) // 2:
+                raise OSError("connection reset")
+            yield text[start : start + 9]
+
+    for broken in (False, True):
+        blocks, lines = ndjson_rows.LineBlocks(chunks(broken)), _Lines(chunks(broken))
+        joined = b"".join(blocks)
+        assert joined.split(b"\n")[: blocks.count] == list(lines)
+        assert (blocks.count, type(blocks.failure)) == (lines.count, type(lines.failure))
+        made = list(ndjson_rows.LineBlocks(chunks(broken)))
+        assert len(made) > 5 and all(block.endswith(b"\n") for block in made[:-1])

@@ -28,13 +28,13 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from ingest._stages import moved
-from ingest.pipeline.sources._documents import ndjson_items
+from ingest.pipeline.sources._documents import absolute_hrefs, ndjson_items
 from ingest.pipeline.sources._frames import helper_process, helper_started, read_frame, write_frame
 from ingest.pipeline.sources._types import SourcedItem, SourcedRows
 
@@ -56,8 +56,8 @@ READERS = 2
 CLOSE_SECONDS = 5.0
 """How long a stopped reader has to exit before it is killed."""
 
-_COLLECTION, _BLOCK, _RANGE = b"C", b"B", b"F"
-"""The frames: the default collection (pickled) first, then each block's bytes or its :class:`FileRange`
+_DEFAULTS, _BLOCK, _RANGE = b"D", b"B", b"F"
+"""The frames: the stream's :class:`ItemDefaults` (pickled) first, then each block's bytes or its :class:`FileRange`
 (pickled), and each answer (pickled)."""
 
 _DOCUMENT_KINDS = frozenset(("FeatureCollection", "Collection", "Catalog"))
@@ -78,6 +78,16 @@ class ReadBlock:
     """The lines left to the item path, each with its offset, in order."""
     seconds: dict[str, float] = field(default_factory=dict)
     """The reader's time by stage (parse, validate, to Arrow)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItemDefaults:
+    """What every item of a stream is given before it is checked, as the item path gives it."""
+
+    collection: str | None = None
+    """The collection of an item that names none (``--collection``)."""
+    base: str | None = None
+    """The URL the stream was read from: relative asset hrefs are made absolute against it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +121,7 @@ type Block = bytes | FileRange
 """What a reader is handed: lines (standard input's), or where to read them."""
 
 
-def read_block(block: bytes, default_collection: str | None = None) -> ReadBlock:
+def read_block(block: bytes, defaults: ItemDefaults = ItemDefaults()) -> ReadBlock:
     """The rows of a block's lines, and the lines left to the item path (run by a reader, or here)."""
     import numpy as np
 
@@ -134,12 +144,14 @@ def read_block(block: bytes, default_collection: str | None = None) -> ReadBlock
                 others.append((offset, raw))
                 continue
             if type(document) is dict and document.get("type") not in _DOCUMENT_KINDS:
+                if defaults.base is not None:
+                    absolute_hrefs(document, defaults.base)
                 items.append(document)
                 offsets.append(offset)
             else:
                 others.append((offset, raw))
         parsed = time.perf_counter()
-        accepted = accepted_items(items, default_collection=default_collection)
+        accepted = accepted_items(items, default_collection=defaults.collection)
         validated = time.perf_counter()
         kept = [item for item in accepted if item is not None]
         try:
@@ -152,6 +164,11 @@ def read_block(block: bytes, default_collection: str | None = None) -> ReadBlock
     kept_offsets = np.array([offset for offset, item in zip(offsets, accepted, strict=True) if item is not None])
     seconds = {"parse": parsed - started, "validate": validated - parsed, "to Arrow": laid_out - validated}
     return ReadBlock(len(lines), rows, kept_offsets.astype(np.int64), others, seconds)
+
+
+def large(size: int) -> bool:
+    """Whether a stream of ``size`` bytes is read by readers (at least :data:`READER_BYTES`)."""
+    return size >= READER_BYTES
 
 
 def ndjson_sourced(
@@ -178,10 +195,69 @@ def ndjson_sourced(
             return
         head += stream.readline()
         blocks = itertools.chain(_blocks(io.BytesIO(head)), _blocks(stream))
+    yield from _sourced_blocks(blocks, label, path, ItemDefaults(default_collection))
+
+
+def ndjson_chunks_sourced(
+    blocks: LineBlocks, label: str, *, default_collection: str | None = None, base: str | None = None
+) -> Iterator[SourcedItem]:
+    """The items of an NDJSON stream that arrives in chunks (an object at a URL: ``base``), in :class:`LineBlocks`,
+    as rows read by reader processes (the caller knows the stream is large), its items' relative asset hrefs made
+    absolute against ``base`` as the item path makes them. The lines a reader leaves come back as
+    :func:`ndjson_items` reads them: their hrefs are the caller's to make absolute."""
+    yield from _sourced_blocks(iter(blocks), label, None, ItemDefaults(default_collection, base))
+
+
+def _sourced_blocks(
+    blocks: Iterator[Block], label: str, path: Path | None, defaults: ItemDefaults
+) -> Iterator[SourcedItem]:
     first = 1
-    for done in _read_by_readers(blocks, default_collection):
+    for done in _read_by_readers(blocks, defaults):
         yield from _in_order(done, label, path, first)
         first += done.lines
+
+
+class LineBlocks:
+    """A stream of byte chunks in blocks of whole lines, of about :data:`BLOCK_BYTES` each, counting the lines.
+
+    A transfer that fails part way ends the blocks (the part of a line it cut is dropped, not read as bad JSON),
+    and is kept in ``failure``, as ``_objects._Lines`` keeps it.
+    """
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self.failure: BaseException | None = None
+        self.count = 0
+        """Lines in the blocks given so far (blank ones too)."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        pending: list[bytes] = []
+        held = 0
+        chunks = iter(self._chunks)
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                break
+            except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
+                self.failure = error
+                return
+            pending.append(chunk)
+            held += len(chunk)
+            if held < BLOCK_BYTES:
+                continue
+            data = b"".join(pending)
+            end = data.rfind(b"\n") + 1
+            if not end:  # one line longer than a block so far
+                pending = [data]
+                continue
+            self.count += data.count(b"\n", 0, end)
+            yield data[:end]
+            pending, held = [data[end:]], len(data) - end
+        tail = b"".join(pending)
+        if tail:
+            self.count += tail.count(b"\n") + (not tail.endswith(b"\n"))
+            yield tail
 
 
 def _file_size(stream: IO[bytes]) -> int | None:
@@ -205,11 +281,11 @@ def _blocks(stream: IO[bytes]) -> Iterator[bytes]:
         yield block
 
 
-def _read_by_readers(blocks: Iterator[Block], default_collection: str | None) -> Iterator[ReadBlock]:
+def _read_by_readers(blocks: Iterator[Block], defaults: ItemDefaults) -> Iterator[ReadBlock]:
     """Each block read by :data:`READERS` reader processes in turn, taken in order, each reader two blocks ahead
     of the one taken. Readers that cannot start, or stop (one killed, for memory), are logged, and the blocks left
     are read here."""
-    readers = _Readers.started(READERS, default_collection)
+    readers = _Readers.started(READERS, defaults)
     pending: deque[Block] = deque()  # the blocks handed out and not taken yet, in order
     handed = taken = 0
     spent: dict[str, float] = {}  # the readers' seconds by stage, for the log
@@ -226,7 +302,7 @@ def _read_by_readers(blocks: Iterator[Block], default_collection: str | None) ->
                     for stage, seconds in (done.seconds if done is not None else {}).items():
                         spent[stage] = spent.get(stage, 0.0) + seconds
                 if done is None:
-                    done = _read_here(pending[0], default_collection)
+                    done = _read_here(pending[0], defaults)
                 pending.popleft()
                 taken += 1
                 yield done
@@ -265,14 +341,14 @@ def _stopped(readers: _Readers) -> None:
     readers.close()
 
 
-def _read_here(block: Block, default_collection: str | None) -> ReadBlock:
+def _read_here(block: Block, defaults: ItemDefaults) -> ReadBlock:
     """A block read by this process, inside the pipeline's wait for it (its parse stage): its checks and layout
     are counted where they belong.
 
     Raises:
         OSError: the file of a :class:`FileRange` cannot be read.
     """
-    done = read_block(block.read() if isinstance(block, FileRange) else block, default_collection)
+    done = read_block(block.read() if isinstance(block, FileRange) else block, defaults)
     moved(done.seconds["validate"], out_of="parse", into="validate")
     moved(done.seconds["to Arrow"], out_of="parse", into="to Arrow")
     return done
@@ -286,7 +362,7 @@ class _Readers:
         self._processes = processes
 
     @classmethod
-    def started(cls, count: int, default_collection: str | None) -> _Readers | None:
+    def started(cls, count: int, defaults: ItemDefaults) -> _Readers | None:
         """``count`` readers starting (their first block waits for them); None (logged) when no Python can be
         started here."""
         processes: list[subprocess.Popen[bytes]] = []
@@ -296,7 +372,7 @@ class _Readers:
                 stdin = processes[-1].stdin
                 assert stdin is not None
                 _wider(stdin)
-                write_frame(stdin, _COLLECTION, pickle.dumps(default_collection))
+                write_frame(stdin, _DEFAULTS, pickle.dumps(defaults))
         except OSError as error:
             log.warning("no NDJSON reader could be started (%s): the stream is read by this process alone", error)
             cls(processes).close()
@@ -364,7 +440,7 @@ def main() -> None:
         _, payload = read_frame(stdin)
     except EOFError:
         return
-    default_collection = pickle.loads(payload)  # noqa: S301 - from the ingest that started it
+    defaults = pickle.loads(payload)  # noqa: S301 - from the ingest that started it
     blocks: queue.SimpleQueue[tuple[bytes, bytes] | None] = queue.SimpleQueue()
 
     def feed() -> None:
@@ -379,7 +455,7 @@ def main() -> None:
             kind, payload = frame
             # A range the reader cannot read (the file went away) ends it: the ingest reads the rest, and says why.
             block = pickle.loads(payload).read() if kind == _RANGE else payload  # noqa: S301 - from the ingest
-            done = read_block(block, default_collection)
+            done = read_block(block, defaults)
             write_frame(out, _BLOCK, pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL))
     except (BrokenPipeError, ConnectionResetError):
         pass  # the ingest stopped listening: nothing is left to say

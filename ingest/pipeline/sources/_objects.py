@@ -26,6 +26,7 @@ from ingest.pipeline._ahead import InOrder, prefetched
 from ingest.pipeline.sources._catalogs import remote_catalog_items
 from ingest.pipeline.sources._documents import absolute_hrefs, document_items, ndjson_items, parser_said
 from ingest.pipeline.sources._geoparquet import geoparquet_file_items
+from ingest.pipeline.sources._ndjson_rows import LineBlocks, large, ndjson_chunks_sourced
 from ingest.pipeline.sources._types import (
     METADATA_SUFFIXES,
     NDJSON_SUFFIXES,
@@ -94,18 +95,34 @@ class ObjectFiles:
         return isinstance(source, str) and url_scheme(source) not in (None, "file")
 
     def read(self, source: SourceName, options: SourceOptions) -> Iterator[SourcedItem]:
-        yield from RemoteReader(options.stores(), rows=options.rows).read(str(source))
+        reader = RemoteReader(
+            options.stores(),
+            rows=options.rows,
+            line_readers=options.rows,
+            default_collection=options.default_collection,
+        )
+        yield from reader.read(str(source))
 
 
 class RemoteReader:
     """Reads sources named by URL through ``stores`` (credentials, public prefixes, timeouts and retries; by
     default the ``AWS_*`` environment's); with ``rows``, stac-geoparquet rows may come as rows
-    (``SourceOptions.rows``)."""
+    (``SourceOptions.rows``), and with ``line_readers`` too, a large NDJSON object's lines, read by reader
+    processes (``_ndjson_rows.py``: items without a collection take ``default_collection``)."""
 
-    def __init__(self, stores: Stores | None = None, *, rows: bool = False) -> None:
+    def __init__(
+        self,
+        stores: Stores | None = None,
+        *,
+        rows: bool = False,
+        line_readers: bool = False,
+        default_collection: str | None = None,
+    ) -> None:
         self.stores = stores if stores is not None else Stores()
         self.transport = self.stores.transport
         self.rows = rows
+        self.line_readers = rows and line_readers
+        self.default_collection = default_collection
 
     # -- the sources ------------------------------------------------------------------------------
     def read(self, url: str) -> Iterator[SourcedItem]:
@@ -280,8 +297,15 @@ class RemoteReader:
             yield SourcedItem(target.url, error=InvalidSource(describe(error)))
             return
         # The chunks arrive on a thread ahead (see _waited: Ctrl-C reaches a stalled transfer), while lines parse.
-        lines = _Lines(prefetched(result.stream(min_chunk_size=self.transport.stream_chunk), 2, name="floe-stream"))
-        for sourced in ndjson_items(lines, target.url):
+        chunks = prefetched(result.stream(min_chunk_size=self.transport.stream_chunk), 2, name="floe-stream")
+        lines: _Lines | LineBlocks
+        if self.line_readers and large(result.meta["size"]):
+            lines = LineBlocks(chunks)
+            read = ndjson_chunks_sourced(lines, target.url, default_collection=self.default_collection, base=target.url)
+        else:
+            lines = _Lines(chunks)
+            read = ndjson_items(lines, target.url)
+        for sourced in read:
             absolute_hrefs(sourced.item, target.url)
             absolute_hrefs(sourced.collection, target.url)
             yield sourced
