@@ -217,31 +217,49 @@ def _sourced_blocks(
         first += done.lines
 
 
-class LineBlocks:
-    """A stream of byte chunks in blocks of whole lines, of about :data:`BLOCK_BYTES` each, counting the lines.
-
-    A transfer that fails part way ends the blocks (the part of a line it cut is dropped, not read as bad JSON),
-    and is kept in ``failure``, as ``_objects._Lines`` keeps it.
-    """
+class CaughtChunks:
+    """A transfer's chunks, ending early where the transfer fails; the failure is kept in ``failure``."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
         self._chunks = chunks
         self.failure: BaseException | None = None
-        self.count = 0
-        """Lines in the blocks given so far (blank ones too)."""
 
     def __iter__(self) -> Iterator[bytes]:
-        pending: list[bytes] = []
-        held = 0
         chunks = iter(self._chunks)
         while True:
             try:
                 chunk = next(chunks)
             except StopIteration:
-                break
+                return
             except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
                 self.failure = error
                 return
+            yield chunk
+
+
+class ChunkedLines:
+    """The lines a transfer's chunks hold, as something to iterate: a transfer that fails part way ends them (the
+    part of a line it cut is dropped, not read as bad JSON), and is kept in ``failure``; ``count`` says how many
+    lines were given (blank ones too)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = CaughtChunks(chunks)
+        self.count = 0
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why the transfer ended early (None: it did not)."""
+        return self._chunks.failure
+
+
+class LineBlocks(ChunkedLines):
+    """A stream of byte chunks in blocks of whole lines, of about :data:`BLOCK_BYTES` each (what the readers are
+    handed), ending as ``_objects._Lines`` ends."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        pending: list[bytes] = []
+        held = 0
+        for chunk in self._chunks:
             pending.append(chunk)
             held += len(chunk)
             if held < BLOCK_BYTES:
@@ -255,7 +273,7 @@ class LineBlocks:
             yield data[:end]
             pending, held = [data[end:]], len(data) - end
         tail = b"".join(pending)
-        if tail:
+        if tail and self.failure is None:
             self.count += tail.count(b"\n") + (not tail.endswith(b"\n"))
             yield tail
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -26,7 +26,7 @@ from ingest.pipeline._ahead import InOrder, prefetched
 from ingest.pipeline.sources._catalogs import remote_catalog_items
 from ingest.pipeline.sources._documents import absolute_hrefs, document_items, ndjson_items, parser_said
 from ingest.pipeline.sources._geoparquet import geoparquet_file_items
-from ingest.pipeline.sources._ndjson_rows import LineBlocks, large, ndjson_chunks_sourced
+from ingest.pipeline.sources._ndjson_rows import ChunkedLines, LineBlocks, large, ndjson_chunks_sourced
 from ingest.pipeline.sources._types import (
     METADATA_SUFFIXES,
     NDJSON_SUFFIXES,
@@ -364,29 +364,16 @@ class RemoteReader:
             file.close()
 
 
-class _Lines:
+class _Lines(ChunkedLines):
     """The lines of a stream of byte chunks (without their ``\\n``); a line cut between chunks is joined.
 
     A transfer that fails part way ends the lines (the part of a line it cut
     is dropped, not reported as bad JSON) and is kept in ``failure``.
     """
 
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks = chunks
-        self.failure: BaseException | None = None
-        self.count = 0
-
     def __iter__(self) -> Iterator[bytes]:
         pending: list[bytes] = []
-        chunks = iter(self._chunks)
-        while True:
-            try:
-                chunk = next(chunks)
-            except StopIteration:
-                break
-            except Exception as error:  # noqa: BLE001 - obstore raises builtins and its own kinds
-                self.failure = error
-                return
+        for chunk in self._chunks:
             parts = chunk.split(b"\n")
             if len(parts) == 1:
                 pending.append(chunk)
@@ -397,7 +384,7 @@ class _Lines:
                 yield line
             pending = [parts[-1]] if parts[-1] else []
         tail = b"".join(pending)
-        if tail:
+        if tail and self.failure is None:
             self.count += 1
             yield tail
 
