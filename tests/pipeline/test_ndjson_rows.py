@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 import pytest
 
+import ingest.pipeline.sources._ndjson_reader as ndjson_reader
 import ingest.pipeline.sources._ndjson_rows as ndjson_rows
 from ingest import Repository, Settings
 from ingest.pipeline import ingest_items
@@ -164,7 +165,7 @@ def test_readers_that_stop_leave_the_rest_to_this_process(tmp_path, monkeypatch,
     def killing(*args: Any) -> Any:
         if not killed:
             for child in psutil.Process().children():
-                if "_ndjson_rows" in " ".join(child.cmdline()):
+                if "_ndjson_reader" in " ".join(child.cmdline()):
                     killed.append(child.pid)
                     os.kill(child.pid, signal.SIGKILL)
         yield from in_order(*args)
@@ -181,13 +182,13 @@ def test_readers_that_stop_leave_the_rest_to_this_process(tmp_path, monkeypatch,
 
 def test_a_block_keeps_its_lines_order_and_count():
     block = b'{"type": "Feature"}\n\n{not json\r\n' + json.dumps(awkward_items()[0]).encode() + b"\r\n"
-    done = ndjson_rows.read_block(block)
+    done = ndjson_reader.read_block(block)
     assert done.lines == 4
     assert done.offsets.tolist() == [3]
     assert done.rows is not None and done.rows.column("id").to_pylist() == ["item-plain"]
     assert [offset for offset, _ in done.others] == [0, 2]
     # Without a newline at its end, the last line still counts.
-    assert ndjson_rows.read_block(block.rstrip(b"\r\n")).lines == 4
+    assert ndjson_reader.read_block(block.rstrip(b"\r\n")).lines == 4
 
 
 def test_a_block_whose_layout_fails_is_left_to_the_item_path(monkeypatch):
@@ -197,7 +198,7 @@ def test_a_block_whose_layout_fails_is_left_to_the_item_path(monkeypatch):
         raise ValueError("an item the layout cannot take")
 
     monkeypatch.setattr(ingest.stac, "items_to_arrow", failing)
-    done = ndjson_rows.read_block(json.dumps(awkward_items()[0]).encode() + b"\n")
+    done = ndjson_reader.read_block(json.dumps(awkward_items()[0]).encode() + b"\n")
     assert done.rows is None and done.offsets.tolist() == []
     assert [offset for offset, _ in done.others] == [0]
 
@@ -209,9 +210,9 @@ def test_file_ranges_hold_every_line_once(tmp_path):
     path.write_bytes(b"\n".join(lines))
     size = path.stat().st_size
     for step in (1, 3, 7, 8, 64):
-        parts = [ndjson_rows.FileRange(str(path), start, start + step).read() for start in range(0, size, step)]
+        parts = [ndjson_reader.FileRange(str(path), start, start + step).read() for start in range(0, size, step)]
         assert b"".join(parts) == path.read_bytes()
-        assert sum(ndjson_rows.read_block(part).lines for part in parts) == len(lines)
+        assert sum(ndjson_reader.read_block(part).lines for part in parts) == len(lines)
 
 
 def test_an_object_at_a_url_is_read_by_readers_its_relative_hrefs_made_absolute(
