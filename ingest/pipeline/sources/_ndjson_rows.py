@@ -24,7 +24,7 @@ import subprocess
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from ingest._stages import moved
 from ingest.pipeline.sources._documents import ndjson_items
@@ -40,9 +40,6 @@ from ingest.pipeline.sources._ndjson_reader import (
     read_block,
 )
 from ingest.pipeline.sources._types import SourcedItem, SourcedRows
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 
