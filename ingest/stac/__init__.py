@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from ingest.stac._text import one_line, shorten, shown
     from ingest.stac._validate import (
         accepted_items,
+        certainly_valid,
         check_name,
         check_timestamp,
         item_as_dict,
@@ -131,6 +132,7 @@ _HOMES = {
     **dict.fromkeys(
         (
             "accepted_items",
+            "certainly_valid",
             "check_name",
             "check_timestamp",
             "item_as_dict",
@@ -169,6 +171,7 @@ __all__ = [
     "accepted_items",
     "arrays_asset",
     "arrow_to_items",
+    "certainly_valid",
     "check_name",
     "check_timestamp",
     "clustered",

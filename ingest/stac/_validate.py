@@ -307,14 +307,22 @@ def plainly_valid(items: list[Any], *, serialized: bool = False) -> list[bool]:
     return [ok and next(verdicts) for ok in plain]
 
 
-def accepted_items(items: list[Any], *, default_collection: str | None = None) -> list[dict[str, Any] | None]:
-    """For each item, what :func:`validate_item` returns for it (its geometry checked), or None where it refuses
-    it: the verdicts of a batch, at :func:`plainly_valid`'s and :func:`refused_geometries`' pace where the
-    items are plain. A caller that must name a refused item's problem validates that item alone."""
-    flags = plainly_valid(items)
+def certainly_valid(items: list[Any], *, serialized: bool = False) -> list[bool]:
+    """For each item, whether :func:`validate_item` accepts it as it is, its geometry included: :func:`plainly_valid`
+    and :func:`refused_geometries` for the batch at once. False says nothing: that item is to be validated alone
+    (which names its problem). ``serialized``: as for :func:`plainly_valid`."""
+    flags = plainly_valid(items, serialized=serialized)
     plain = [index for index, flag in enumerate(flags) if flag]
     for position in refused_geometries([items[index] for index in plain]):
         flags[plain[position]] = False
+    return flags
+
+
+def accepted_items(items: list[Any], *, default_collection: str | None = None) -> list[dict[str, Any] | None]:
+    """For each item, what :func:`validate_item` returns for it (its geometry checked), or None where it refuses
+    it: the verdicts of a batch, at :func:`certainly_valid`'s pace where the items are plain. A caller that must
+    name a refused item's problem validates that item alone."""
+    flags = certainly_valid(items)
     accepted: list[dict[str, Any] | None] = []
     for item, flag in zip(items, flags, strict=True):
         if flag:

@@ -247,19 +247,6 @@ class _Warnings(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def checked_flags(items: list[Any], *, serialized: bool = False) -> list[bool]:
-    """For each item, whether :func:`~ingest.stac.validate_item` accepts it as it is, its geometry included
-    (False says nothing: the ingest validates that item itself, as any other, and names its problem, so the verdicts
-    and the report are the same with a reader or without). ``serialized``: orjson wrote ``items``."""
-    from ingest.stac import plainly_valid, refused_geometries
-
-    flags = plainly_valid(items, serialized=serialized)
-    plain = [index for index, flag in enumerate(flags) if flag]
-    for position in refused_geometries([items[index] for index in plain]):
-        flags[plain[position]] = False
-    return flags
-
-
 def _prepare(
     page: dict[str, Any], io: Any, root: str, seen: set[str], caught: _Warnings, *, exact: bool, window: Any = None
 ) -> WalkedPage:
@@ -273,7 +260,9 @@ def _prepare(
         # One serialization is both what travels and the validation's nesting check.
         with contextlib.suppress(TypeError, orjson.JSONEncodeError):  # then the items go as they are
             prepared.items_json = orjson.dumps(prepared.items)
-    prepared.checked = checked_flags(prepared.items, serialized=prepared.items_json is not None)
+    from ingest.stac import certainly_valid
+
+    prepared.checked = certainly_valid(prepared.items, serialized=prepared.items_json is not None)
     if prepared.items_json is not None:
         prepared.items = []
     prepared.warnings, caught.messages = caught.messages, []
