@@ -63,8 +63,11 @@ class RowsGranule:
         return f"{self.prefix}{self.numbers[index]}"
 
     def taken(self, indices: list[int] | np.ndarray) -> RowsGranule:
-        """Only the rows at ``indices``, in that order."""
-        return RowsGranule(self.rows.take(indices), self.prefix, self.numbers[indices])
+        """Only the rows at ``indices``, in that order (none: an empty granule)."""
+        import numpy as np
+
+        positions = np.asarray(indices, dtype=np.int64)  # an empty list would be taken as nulls, not positions
+        return RowsGranule(self.rows.take(positions), self.prefix, self.numbers[positions])
 
     def keys(self) -> list[tuple[str, str]]:
         """(collection, id) of each row."""

@@ -190,3 +190,27 @@ def test_rows_fill_a_batch_exactly_at_the_rows_size_and_mix_with_items_by_share(
     assert shape(batched([*items, _rows(8)], size=3, rows_size=10)) == [["item", "item", "rows3"], ["rows5"]]
     # Without a rows size, a row counts as an item.
     assert shape(batched([_rows(5)], size=2)) == [["rows2"], ["rows2"], ["rows1"]]
+
+
+def test_a_run_of_rows_seen_before_is_rejected_whole_and_leaves_no_granule() -> None:
+    # A run of one row, or of rows that are all duplicates (a search's page whose only item was seen on a page
+    # before), leaves nothing to take: no granule, each row rejected by its label.
+    from ingest.pipeline._prune import SourceScope
+    from ingest.pipeline._report import IngestReport
+    from ingest.pipeline._stream import _row_granules
+    from ingest.pipeline.sources import SourcedRows
+
+    scope, report = SourceScope(), IngestReport()
+    first = _rows(3)
+    assert [
+        len(granule)
+        for granule in _row_granules(SourcedRows(first.rows, first.prefix, first.numbers), report, scope, 10)
+    ] == [3]
+    again = _rows(2, first=1)
+    again_rows = SourcedRows(again.rows, "g.parquet#row", again.numbers)
+    assert list(_row_granules(again_rows, report, scope, 10)) == []
+    assert [(rejection.source, rejection.item_id) for rejection in report.rejected] == [
+        ("g.parquet#row1", "r1"),
+        ("g.parquet#row2", "r2"),
+    ]
+    assert len(first.taken([])) == 0
