@@ -1,12 +1,14 @@
-"""Do rows pay as rows? stac-geoparquet's row path and its nested-column shortcut, and NDJSON's reader
-processes, each against its fallback.
+"""Do rows pay as rows? stac-geoparquet's row path and its nested-column shortcut, NDJSON's reader processes, and
+a STAC API search's page reader sending rows, each against its fallback.
 
-Run:  .venv/bin/python scripts/bench_rows.py                     (300,000 items, 3 rounds: ~8 min here)
+Run:  .venv/bin/python scripts/bench_rows.py                     (300,000 items, 3 rounds: ~12 min here)
       .venv/bin/python scripts/bench_rows.py --items 50000 --rounds 1 --only ndjson
 
-``scripts/bench_ingest.py``'s generated items, written once by stac-geoparquet's own writer and once as NDJSON,
-are ingested by ``ingest_items`` (``floe ingest --workers 0``) at its defaults into a fresh local repository, in a
-fresh process each run (``python -c``, never a fork), two arms at a time:
+``scripts/bench_ingest.py``'s generated items, written once by stac-geoparquet's own writer, once as NDJSON and
+once as a static STAC API's search pages (1,000 items a page, served by ``tests/_http_server.py`` on 127.0.0.1: a
+server that sends files costs the two cores little, so the ingest is what is measured), are ingested by
+``ingest_items`` (``floe ingest --workers 0``) at its defaults into a fresh local repository, in a fresh process
+each run (``python -c``, never a fork), two arms at a time:
 
 * ``rows``: as shipped, against every row made into an item (``geoparquet_rows`` patched to decline every batch,
   the reader's own fallback: the item path as it was before the row path);
@@ -14,7 +16,10 @@ fresh process each run (``python -c``, never a fork), two arms at a time:
   (``nested_as_is`` patched to decline: ``_nested``'s own fallback);
 * ``ndjson``: an NDJSON file read as rows by reader processes, against every line read as an item in this
   process (``ndjson_sourced`` patched to what a small stream gets: ``ndjson_items``);
-* ``readers``: NDJSON's two reader processes against one.
+* ``readers``: NDJSON's two reader processes against one;
+* ``pages``: a search's page reader laying out the items it accepts as rows, against it sending them as items
+  (``page_rows`` patched to None: the reader as it was before). The first 20,000 items are read by the ingest
+  itself in both, as items, while the reader starts (``HANDOFF_ITEMS``).
 
 ON and OFF alternate round by round (the order flipped every round, so drift on a shared machine touches both
 alike); the median of each counts, and ``gain`` is OFF's median time over ON's. The team's rule: a fast path that
@@ -24,10 +29,18 @@ makes the run less than 5% faster goes. Every run checks it added every item; no
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +54,7 @@ ARMS = {
     "nested": ("parquet", "ingest.stac._geoparquet_rows", "nested_as_is", DECLINE),
     "ndjson": ("ndjson", "ingest.pipeline.sources._files", "ndjson_sourced", ITEMS),
     "readers": ("ndjson", "ingest.pipeline.sources._ndjson_rows", "READERS", "1"),
+    "pages": ("api", "ingest.pipeline.sources._api", "page_rows", "lambda options: None"),
 }
 """Each arm: the source it reads, and the name its OFF variant replaces (module, name, the replacement)."""
 
@@ -56,7 +70,7 @@ if variant == "off":
     setattr(importlib.import_module(module), name, eval(off))
 repository = Repository.create(root, Settings())
 started = time.perf_counter()
-report = ingest_items(repository, [Path(source)])
+report = ingest_items(repository, [source if "://" in source else Path(source)])
 seconds = time.perf_counter() - started
 assert report.rows_added == int(count) and not report.rejected, (report.rows_added, report.rejected[:3])
 print(seconds)
@@ -65,8 +79,6 @@ print(seconds)
 
 def write_sources(workdir: Path, count: int) -> dict[str, Path]:
     """The generated items as a stac-geoparquet file and as an NDJSON file."""
-    import json
-
     import pyarrow as pa
     import stac_geoparquet.arrow as sga
 
@@ -79,7 +91,53 @@ def write_sources(workdir: Path, count: int) -> dict[str, Path]:
     return {"parquet": workdir / "items.parquet", "ndjson": workdir / "items.ndjson"}
 
 
-def run(arm: str, variant: str, source: Path, root: Path, count: int) -> float:
+@contextlib.contextmanager
+def served_api(folder: Path, items: list[dict]) -> Iterator[str]:
+    """``items`` as a static STAC API's search, 1,000 a page, served from ``folder`` by tests/_http_server.py on
+    127.0.0.1 (stopped by its pid); yields the API's URL."""
+    from tests.pipeline._static_api import static_collection, write_search_pages
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/api"
+    landing = {
+        "type": "Catalog",
+        "id": "bench",
+        "stac_version": "1.0.0",
+        "description": "generated items, as files",
+        "conformsTo": ["https://api.stacspec.org/v1.0.0/core", "https://api.stacspec.org/v1.0.0/item-search"],
+        "links": [{"rel": "search", "href": f"{url}/search", "type": "application/geo+json", "method": "POST"}],
+    }
+    api = folder / "api"
+    write_search_pages(api, url, "search", items, 1000)
+    (api / "index.json").write_text(json.dumps(landing))
+    for collection in sorted({item["collection"] for item in items}):
+        (api / "collections" / collection).mkdir(parents=True)
+        (api / "collections" / collection / "index.json").write_text(json.dumps(static_collection(collection)))
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests._http_server", str(folder), str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/__stats__", timeout=5).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise SystemExit("the static API's server did not start") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        os.kill(server.pid, signal.SIGTERM)
+        server.wait(timeout=10)
+
+
+def run(arm: str, variant: str, source: Path | str, root: Path, count: int) -> float:
     _, module, name, off = ARMS[arm]
     arguments = [str(ROOT), module, name, variant, str(source), str(root), str(count), off]
     done = subprocess.run([sys.executable, "-c", _CHILD, *arguments], capture_output=True, text=True, check=False)
@@ -95,9 +153,13 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(ARMS), help="arms to measure, comma-separated")
     arguments = parser.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="floe-bench-rows-") as temporary:
+    with tempfile.TemporaryDirectory(prefix="floe-bench-rows-") as temporary, contextlib.ExitStack() as servers:
         workdir = Path(temporary)
-        sources = write_sources(workdir, arguments.items)
+        sources: dict[str, Path | str] = dict(write_sources(workdir, arguments.items))
+        if any(ARMS[arm][0] == "api" for arm in arguments.only.split(",")):
+            from scripts.bench_ingest import generated_items
+
+            sources["api"] = servers.enter_context(served_api(workdir, generated_items(arguments.items)))
         for arm in arguments.only.split(","):
             source = sources[ARMS[arm][0]]
             seconds: dict[str, list[float]] = {"on": [], "off": []}

@@ -68,7 +68,7 @@ def granule_stream(
         Each valid granule whose (collection, id) the run has not seen before, in the sources' order. With no
         asset selected, the items of a local stac-geoparquet file come as rows where they can
         (:class:`~ingest.pipeline._granules.RowsGranule`, at most ``chunk`` each), checked on columns, and those
-        of a large local NDJSON file (or standard input) as rows checked by reader processes.
+        of a large NDJSON stream, and the pages of a large STAC API search, as rows checked by reader processes.
     """
     scope = scope if scope is not None else SourceScope()
     options = reaching(repository, options if options is not None else SourceOptions())

@@ -318,11 +318,14 @@ def certainly_valid(items: list[Any], *, serialized: bool = False) -> list[bool]
     return flags
 
 
-def accepted_items(items: list[Any], *, default_collection: str | None = None) -> list[dict[str, Any] | None]:
+def accepted_items(
+    items: list[Any], *, default_collection: str | None = None, flags: list[bool] | None = None
+) -> list[dict[str, Any] | None]:
     """For each item, what :func:`validate_item` returns for it (its geometry checked), or None where it refuses
     it: the verdicts of a batch, at :func:`certainly_valid`'s pace where the items are plain. A caller that must
-    name a refused item's problem validates that item alone."""
-    flags = certainly_valid(items)
+    name a refused item's problem validates that item alone. ``flags``: :func:`certainly_valid`'s verdicts on
+    ``items``, where the caller has them already."""
+    flags = flags if flags is not None else certainly_valid(items)
     accepted: list[dict[str, Any] | None] = []
     for item, flag in zip(items, flags, strict=True):
         if flag:

@@ -36,8 +36,8 @@ def hand_over_at_the_second_page(monkeypatch: Any, note: Callable[[int, Any], No
     ingest waits for the reader); ``note(lane, page)`` is told of each page the reader sends."""
     read_from = _api_reader.PageReader.read_from
 
-    def noting(self: Any, root: str, lanes: Any, headers: Any = None) -> Any:
-        for lane, page in read_from(self, root, lanes, headers):
+    def noting(self: Any, root: str, lanes: Any, *args: Any) -> Any:
+        for lane, page in read_from(self, root, lanes, *args):
             note(lane, page)
             yield lane, page
 

@@ -176,8 +176,8 @@ def test_a_reader_that_dies_leaves_the_search_to_this_process(http_server, tmp_p
     url = _static_api(http_server.folder, http_server.url, "dies", _features())
     read_from = _api_reader.PageReader.read_from  # the counting one
 
-    def killed_after_one_page(self, root, lanes, headers=None):
-        pages = read_from(self, root, lanes, headers)
+    def killed_after_one_page(self, root, lanes, *args):
+        pages = read_from(self, root, lanes, *args)
         yield next(pages)
         os.kill(self._process.pid, signal.SIGKILL)
         self._process.wait()

@@ -13,7 +13,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from ingest.errors import InvalidSearch, InvalidSource
@@ -23,9 +23,19 @@ from ingest.pipeline.sources._api_lanes import Lane, irregular, lanes_for, plan_
 from ingest.pipeline.sources._api_pages import PAGES_AHEAD, Lanes, PageRequest
 from ingest.pipeline.sources._api_reader import SENT_PAGES_AHEAD, SearchPages
 from ingest.pipeline.sources._api_walk import UpdatedCount, WalkedPage, collection_url, walk_page
-from ingest.pipeline.sources._types import FILE_SUFFIXES, SearchParameters, SourcedItem, SourceName, SourceOptions
+from ingest.pipeline.sources._types import (
+    FILE_SUFFIXES,
+    SearchParameters,
+    SourcedItem,
+    SourcedRows,
+    SourceName,
+    SourceOptions,
+)
 from ingest.remote import Headers
 from ingest.stac import shown
+
+if TYPE_CHECKING:
+    from ingest.pipeline.sources._ndjson_reader import ItemDefaults
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +55,7 @@ class StacApi:
         if isinstance(source, SearchLane):
             search = replace(source.search)  # a copy: what this read counts is this lane's
             options.searches.append(search)
-            yield from read_search(search, only=source.lane)
+            yield from read_search(search, only=source.lane, rows=page_rows(options))
             return
         try:
             search = resolved_search(str(source), options)
@@ -53,7 +63,16 @@ class StacApi:
             yield SourcedItem(str(source), error=error)
             return
         options.searches.append(search)
-        yield from read_search(search)
+        yield from read_search(search, rows=page_rows(options))
+
+
+def page_rows(options: SourceOptions) -> ItemDefaults | None:
+    """Where the ingest takes rows (``options.rows``: a metadata-only ingest), what a search's items are given
+    before a page reader lays out those it accepts as rows (docs/ingest.md#stac-api-pages-as-rows); None: the
+    reader sends items."""
+    from ingest.pipeline.sources._ndjson_reader import ItemDefaults
+
+    return ItemDefaults(options.default_collection) if options.rows else None
 
 
 def resolved_search(url: str, options: SourceOptions) -> ApiSearch:
@@ -287,7 +306,9 @@ def cursor_metadata(searches: list[ApiSearch]) -> dict[str, Any] | None:
     return {SOURCE_CURSORS: cursors} if cursors else None
 
 
-def read_search(search: ApiSearch, *, only: Lane | None = None) -> Iterator[SourcedItem]:
+def read_search(
+    search: ApiSearch, *, only: Lane | None = None, rows: ItemDefaults | None = None
+) -> Iterator[SourcedItem]:
     """Each item, collection and failure of ``search``, labelled by URL (``.../search#N``: the Nth item; read in
     lanes, ``.../search?collections=C#N`` or ``.../search?datetime=I#N``: the Nth item its lane kept, in order
     within the lane).
@@ -296,6 +317,9 @@ def read_search(search: ApiSearch, *, only: Lane | None = None) -> Iterator[Sour
     they are stored before it. ``search.complete`` is set once the last page
     is read. With ``only``, that lane of the search alone is read, labelled as
     it is when the search is read in lanes (``search.lane_of`` says which).
+    With ``rows``, the pages a page reader reads come with the items this
+    process would accept laid out as rows, given ``rows`` first
+    (:class:`~._types.SourcedRows`, labelled as the items would be).
     """
     io = session_io(search.headers)
     try:
@@ -319,7 +343,8 @@ def read_search(search: ApiSearch, *, only: Lane | None = None) -> Iterator[Sour
             item_search = whole if lane == Lane() else opened.asked(lane)
             firsts.append(PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters()))
         windows = {number: lane.window for number, lane in enumerate(lanes) if lane.window is not None}
-        pages = SearchPages(io, search.root, Lanes(firsts, at_once=lanes_for(search), windows=windows), search.headers)
+        lanes_read = Lanes(firsts, at_once=lanes_for(search), windows=windows)
+        pages = SearchPages(io, search.root, lanes_read, search.headers, rows)
         labels = [lane.label(search.root) for lane in lanes]
         twice: set[tuple[Any, Any]] | None = set() if windows else None
         numbers = [0] * len(labels)
@@ -411,7 +436,8 @@ def _page_items(
     ``number`` (returns the last number); each collection ``seen`` here for the first time is yielded before its
     first item (the reader fetches those it saw first: one this search has yielded already is not again). With
     ``twice`` (a search in time lanes), an item two lanes may keep (:func:`~ingest.pipeline._lanes.irregular`)
-    is yielded once: ``twice`` holds those yielded."""
+    is yielded once: ``twice`` holds those yielded. Items the reader laid out as rows come as runs of rows, in
+    their places among the others (so what is seen first is what it would be as items)."""
     for warning in page.warnings:
         log.warning("%s", warning)
     if page.updated is not None:
@@ -420,19 +446,53 @@ def _page_items(
         search.note_unfiltered()
     marks = iter(page.collections)
     mark = next(marks, None)
+    row_of = {index: position for position, index in enumerate(page.row_at)}
+    run: int | None = None  # where the run of rows not yielded yet starts
     for index, (item, checked) in enumerate(zip(page.items, page.checked, strict=True)):
+        if run is not None and (index not in row_of or (mark is not None and mark[0] == index)):
+            yield _rows_of(page, run, index, first_row=row_of[run], label=label, number=number)
+            run = None
         while mark is not None and mark[0] == index:
-            _, collection_id, collection = mark
-            if collection_id not in seen:
-                seen.add(collection_id)
-                if collection is not None:
-                    yield SourcedItem(collection_url(search.root, collection_id), collection=collection)
+            yield from _first_seen(search, seen, mark[1], mark[2])
             mark = next(marks, None)
-        if twice is not None and isinstance(item, dict) and irregular(item):
-            key = (item.get("collection"), item.get("id"))
-            if key in twice:
-                search.items -= 1  # counted by the lane that kept it first
-                continue  # kept by another time lane too
-            twice.add(key)
-        yield SourcedItem(f"{label}#{number + index + 1}", item=item, checked=checked)
+        if index in row_of:
+            run = index if run is None else run
+        elif _kept_once(item, search, twice):
+            yield SourcedItem(f"{label}#{number + index + 1}", item=item, checked=checked)
+    if run is not None:
+        yield _rows_of(page, run, len(page.items), first_row=row_of[run], label=label, number=number)
     return number + len(page.items)
+
+
+def _first_seen(
+    search: ApiSearch, seen: set[str], collection_id: str, collection: dict[str, Any] | None
+) -> Iterator[SourcedItem]:
+    """The collection, the first time this search sees it (none when its document could not be read)."""
+    if collection_id not in seen:
+        seen.add(collection_id)
+        if collection is not None:
+            yield SourcedItem(collection_url(search.root, collection_id), collection=collection)
+
+
+def _kept_once(item: Any, search: ApiSearch, twice: set[tuple[Any, Any]] | None) -> bool:
+    """Whether ``item`` is yielded: in time lanes (``twice``), an item two lanes may keep is yielded by the first
+    alone (and counted once)."""
+    if twice is None or not isinstance(item, dict) or not irregular(item):
+        return True
+    key = (item.get("collection"), item.get("id"))
+    if key in twice:
+        search.items -= 1  # counted by the lane that kept it first
+        return False
+    twice.add(key)
+    return True
+
+
+def _rows_of(page: WalkedPage, start: int, stop: int, *, first_row: int, label: str, number: int) -> SourcedItem:
+    """The page's items ``start`` to ``stop``, all rows (from row ``first_row`` on), labelled as those items would
+    be."""
+    import numpy as np
+
+    assert page.rows is not None
+    numbers = np.arange(number + start + 1, number + stop + 1, dtype=np.int64)
+    rows = SourcedRows(page.rows.slice(first_row, stop - start), f"{label}#", numbers)
+    return SourcedItem(f"{label}#{numbers[0]}", rows=rows)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Generator, Iterator
 
     from ingest.pipeline.sources._api_walk import WalkedPage
+    from ingest.pipeline.sources._ndjson_reader import ItemDefaults
     from ingest.remote import Headers
 
 # The reader's own side imports floe's STAC code and pystac-client inside :func:`main`, once it refuses pandas.
@@ -38,7 +39,8 @@ log = logging.getLogger(__name__)
 # The protocol: frames (a kind byte, a length, the bytes) on the reader's standard input and output.
 # 1. The reader says it is ready (READY).
 # 2. The ingest hands it the search's root, the request of each lane's next page (by lane number), how many lanes to
-#    read at once, the items each time lane keeps and the headers requests carry (HAND_OVER, a pickle).
+#    read at once, the items each time lane keeps, the headers requests carry and, where the ingest takes rows, what
+#    items are given before they are laid out as rows (HAND_OVER, a pickle).
 # 3. The reader sends each page: its lane and the request after it in that lane (FOLLOWING, a pickle), then the page
 #    (PAGE, a pickled WalkedPage, its items as JSON bytes inside); then END with the reason the search failed (a page
 #    that could not be read after retries), empty when it read the last page of every lane.
@@ -124,10 +126,14 @@ class PageReader:
         self._ready = True
         return True
 
-    def read_from(self, root: str, lanes: Lanes, headers: Headers | None = None) -> Generator[tuple[int, SentPage]]:
+    def read_from(
+        self, root: str, lanes: Lanes, headers: Headers | None = None, rows: ItemDefaults | None = None
+    ) -> Generator[tuple[int, SentPage]]:
         """The reader's pages, each with its lane, from each lane's next request on. ``lanes`` follows them: once
         a page is taken, its lane's request is the one after it; all are None when the reader read every lane to
-        its end. A reader that stopped without saying why leaves them where it stopped (logged).
+        its end. A reader that stopped without saying why leaves them where it stopped (logged). With ``rows``,
+        the items the ingest would accept come laid out as rows (:attr:`~._api_walk.WalkedPage.rows`), given
+        ``rows`` first.
 
         Raises:
             SearchFailed: a page could not be read (the reader's reason).
@@ -137,7 +143,14 @@ class PageReader:
         from ingest.remote import Headers
 
         try:
-            handed = (root, lanes.open(), lanes.at_once, lanes.windows, headers if headers is not None else Headers())
+            handed = (
+                root,
+                lanes.open(),
+                lanes.at_once,
+                lanes.windows,
+                headers if headers is not None else Headers(),
+                rows,
+            )
             write_frame(stdin, HAND_OVER, pickle.dumps(handed, protocol=pickle.HIGHEST_PROTOCOL))
             while True:
                 kind, payload = read_frame(stdout)
@@ -192,9 +205,12 @@ class SearchPages:
     lane had reached; a page the reader could not read (after retries) fails the search as one read here would.
     """
 
-    def __init__(self, io: Any, root: str, lanes: Lanes, headers: Headers | None = None) -> None:
+    def __init__(
+        self, io: Any, root: str, lanes: Lanes, headers: Headers | None = None, rows: ItemDefaults | None = None
+    ) -> None:
         self._io, self._root = io, root
         self._headers = headers if headers is not None else Headers()
+        self._rows = rows
         self.lanes = lanes
         self._reader: PageReader | None = None
         self._tried = False
@@ -209,7 +225,7 @@ class SearchPages:
                     if here is not None:
                         here.close()  # its pages on their way are dropped: the reader asks for them again
                         here = None
-                    yield from reader.read_from(self._root, lanes, self._headers)
+                    yield from reader.read_from(self._root, lanes, self._headers, self._rows)
                     self.close()
                     continue
                 if reader is not None and reader.lost:
@@ -247,15 +263,26 @@ class _Warnings(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """How the reader walks every page of the search it was handed."""
+
+    root: str
+    windows: dict[int, Any]
+    """The items each time lane keeps, by lane (none: the search is not read in time lanes)."""
+    rows: ItemDefaults | None = None
+    """Where the ingest takes rows: what items are given before they are laid out as rows."""
+
+
 def _prepare(
-    page: dict[str, Any], io: Any, root: str, seen: set[str], caught: _Warnings, *, exact: bool, window: Any = None
+    page: dict[str, Any], io: Any, walk: Walk, lane: int, *, seen: set[str], caught: _Warnings, exact: bool
 ) -> WalkedPage:
-    """``page`` walked as the ingest would walk it (keeping what its lane's ``window`` keeps), its items checked,
+    """``page`` walked as the ingest would walk it (keeping what its lane's window keeps), its items checked,
     ready to send: as JSON that orjson reads back exactly, or as they are (pickled) where the page needed the exact
-    parser (NaN, integers beyond 64 bits)."""
+    parser (NaN, integers beyond 64 bits); where the ingest takes rows, those it would accept as rows."""
     from ingest.pipeline.sources._api_walk import walk_page
 
-    prepared = walk_page(page, io, root, seen, window)
+    prepared = walk_page(page, io, walk.root, seen, walk.windows.get(lane))
     if exact:
         # One serialization is both what travels and the validation's nesting check.
         with contextlib.suppress(TypeError, orjson.JSONEncodeError):  # then the items go as they are
@@ -263,10 +290,43 @@ def _prepare(
     from ingest.stac import certainly_valid
 
     prepared.checked = certainly_valid(prepared.items, serialized=prepared.items_json is not None)
+    if walk.rows is not None:
+        _laid_out(prepared, walk.rows, windowed=bool(walk.windows))
     if prepared.items_json is not None:
         prepared.items = []
     prepared.warnings, caught.messages = caught.messages, []
     return prepared
+
+
+def _laid_out(prepared: WalkedPage, defaults: ItemDefaults, *, windowed: bool) -> None:
+    """The items of ``prepared`` the ingest would accept (given ``defaults``), laid out as floe's rows in the page's
+    order in place of the items (:func:`~ingest.stac.items_to_arrow`: the item path's layout, so the rows are what
+    it would write). The rest stay items, for the ingest to take as before: those it refuses (it names their
+    problem), and, in a search ``windowed`` in time lanes, those two lanes may each keep (the ingest keeps such an
+    item once). A page whose layout fails stays items whole."""
+    from ingest.pipeline.sources._api_lanes import irregular
+    from ingest.stac import accepted_items, items_to_arrow
+
+    items = prepared.items
+    candidates = [
+        index for index, item in enumerate(items) if not (windowed and isinstance(item, dict) and irregular(item))
+    ]
+    flags = [prepared.checked[index] for index in candidates]
+    accepted = accepted_items(
+        [items[index] for index in candidates], default_collection=defaults.collection, flags=flags
+    )
+    kept = [(index, item) for index, item in zip(candidates, accepted, strict=True) if item is not None]
+    if not kept:
+        return
+    try:
+        prepared.rows = items_to_arrow([item for _, item in kept], in_order=True)
+    except Exception:  # noqa: BLE001 - the ingest meets the same items on the item path, and says what becomes of them
+        return
+    prepared.row_at = [index for index, _ in kept]
+    for index in prepared.row_at:
+        items[index] = None
+    if prepared.items_json is not None:
+        prepared.items_json = orjson.dumps(items)
 
 
 def _exit_when_orphaned(stdin: IO[bytes]) -> None:
@@ -312,7 +372,8 @@ def _serve(out: IO[bytes]) -> None:
         return  # the search ended before the reader was needed
     if kind != HAND_OVER:
         return
-    root, requests, at_once, windows, headers = pickle.loads(payload)  # noqa: S301 - from the ingest that started it
+    root, requests, at_once, windows, headers, rows = pickle.loads(payload)  # noqa: S301 - from the ingest
+    walk = Walk(root, windows, rows)
     _exit_when_orphaned(stdin)
     io = with_headers(io, headers)
     seen: set[str] = set()
@@ -322,7 +383,7 @@ def _serve(out: IO[bytes]) -> None:
         # read on threads of their own already).
         pages = read_lanes(io, requests, at_once)
         for lane, page, following, exact in prefetched(pages, PAGES_AHEAD) if len(requests) == 1 else pages:
-            prepared = _prepare(page, io, root, seen, caught, exact=exact, window=windows.get(lane))
+            prepared = _prepare(page, io, walk, lane, seen=seen, caught=caught, exact=exact)
             write_frame(out, FOLLOWING, pickle.dumps((lane, following), protocol=pickle.HIGHEST_PROTOCOL))
             write_frame(out, PAGE, pickle.dumps(prepared, protocol=pickle.HIGHEST_PROTOCOL))
             fault_point("reader.after_page")

@@ -146,11 +146,12 @@ class SourceOptions:
     remote_assets: bool = False
     """Copy raster assets at ``s3://`` and ``http(s)://`` URLs into arrays too (without it they stay metadata)."""
     rows: bool = False
-    """Local stac-geoparquet files, and large local NDJSON files, may give their items as rows
-    (``SourcedItem.rows``), never made into items: for a reader that writes items as rows only (a metadata-only
-    ingest)."""
+    """Local stac-geoparquet files, large NDJSON streams and the pages of a large STAC API search (its page
+    reader's) may give their items as rows (``SourcedItem.rows``), never made into items: for a reader that writes
+    items as rows only (a metadata-only ingest)."""
     default_collection: str | None = None
-    """The collection of items that name none, where a source checks items itself (NDJSON read as rows)."""
+    """The collection of items that name none, where a source checks items itself (NDJSON, or a search's pages,
+    read as rows)."""
     _stores: tuple[Any, Stores] | None = field(default=None, init=False, repr=False, compare=False)
 
     def stores(self) -> Stores:
