@@ -19,7 +19,9 @@ each run (``python -c``, never a fork), two arms at a time:
 * ``readers``: NDJSON's two reader processes against one;
 * ``pages``: a search's page reader laying out the items it accepts as rows, against it sending them as items
   (``page_rows`` patched to None: the reader as it was before). The first 20,000 items are read by the ingest
-  itself in both, as items, while the reader starts (``HANDOFF_ITEMS``).
+  itself in both, as items, while the reader starts (``HANDOFF_ITEMS``);
+* ``sharing``: the pages' layout shared between the reader and the ingest (``LAYOUT = "shared"``: the ingest lays
+  out a page when it waits for pages), against the reader laying out every page (``"reader"``).
 
 ON and OFF alternate round by round (the order flipped every round, so drift on a shared machine touches both
 alike); the median of each counts, and ``gain`` is OFF's median time over ON's. The team's rule: a fast path that
@@ -55,6 +57,7 @@ ARMS = {
     "ndjson": ("ndjson", "ingest.pipeline.sources._files", "ndjson_sourced", ITEMS),
     "readers": ("ndjson", "ingest.pipeline.sources._ndjson_rows", "READERS", "1"),
     "pages": ("api", "ingest.pipeline.sources._api", "page_rows", "lambda options: None"),
+    "sharing": ("api", "ingest.pipeline.sources._api_reader", "LAYOUT", "'reader'"),
 }
 """Each arm: the source it reads, and the name its OFF variant replaces (module, name, the replacement)."""
 

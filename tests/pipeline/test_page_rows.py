@@ -20,7 +20,7 @@ from ingest import Repository
 from ingest.config import RemoteSettings
 from ingest.pipeline import SearchParameters, SourceOptions, ingest_items
 from ingest.pipeline.sources import _api, _api_reader
-from ingest.pipeline.sources._api_walk import WalkedPage
+from ingest.pipeline.sources._api_walk import WalkedPage, lay_out_rows
 from ingest.pipeline.sources._ndjson_reader import ItemDefaults
 from ingest.stac import items_to_arrow
 from tests.conftest import make_item, with_square
@@ -94,17 +94,43 @@ def _ingested(root: Path, url: str, search: SearchParameters | None = None, lane
     return exported(repository), rejections(report), counts, report.rows_added, report.items_read, collections
 
 
+@pytest.fixture
+def laid_out_here(monkeypatch) -> list[int]:
+    """Rows this process laid out itself, on pages the reader left to it, counted."""
+    counted: list[int] = []
+    lay_out_rows = _api.lay_out_rows
+
+    def counting(page: WalkedPage, *args: Any, **kwargs: Any) -> None:
+        lay_out_rows(page, *args, **kwargs)
+        counted.append(len(page.row_at))
+
+    monkeypatch.setattr(_api, "lay_out_rows", counting)
+    return counted
+
+
+def _row_ids(pages: list[WalkedPage]) -> list[str]:
+    return [identifier for page in pages if page.rows is not None for identifier in page.rows.column("id").to_pylist()]
+
+
 @pytest.mark.slow
-def test_the_page_reader_sends_rows_the_ingest_takes_as_it_takes_items(http_server, tmp_path, sent, monkeypatch):
+def test_the_page_reader_sends_rows_the_ingest_takes_as_it_takes_items(http_server, tmp_path, sent, laid_out_here):
     url = _static_api(http_server, "awkward", _features())
-    as_rows = _ingested(tmp_path / "rows", url)
-    row_ids = [
-        identifier for page in sent if page.rows is not None for identifier in page.rows.column("id").to_pylist()
-    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_api_reader, "LAYOUT", "reader")  # the reader lays out every page
+        as_rows = _ingested(tmp_path / "rows", url)
+    row_ids = _row_ids(sent)
     left = [item for page in sent for item in page.items if item is not None]
     assert len(row_ids) > 40, "the reader sent no rows"
     assert "no-collection" in row_ids and "huge-int" in row_ids  # given the default collection; exactly
     assert 42 in left and {"bad/id", "item-lat-95-1"} <= {item["id"] for item in left if isinstance(item, dict)}
+    assert not laid_out_here
+
+    sent.clear()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_api_reader, "LAYOUT", "ingest")  # the reader leaves every page's layout to the ingest
+        laid_out_by_ingest = _ingested(tmp_path / "ingest", url)
+    assert sent and not _row_ids(sent) and not any(page.laid_out for page in sent)
+    assert sum(laid_out_here) == len(row_ids)  # the same rows, laid out by this process
 
     sent.clear()
     with pytest.MonkeyPatch.context() as patch:
@@ -117,6 +143,7 @@ def test_the_page_reader_sends_rows_the_ingest_takes_as_it_takes_items(http_serv
         alone = _ingested(tmp_path / "alone", url)
     assert not sent
 
+    assert as_rows == laid_out_by_ingest
     assert as_rows == as_items == alone
     exports, rejected, counts, added, read, collections = as_rows
     rejected_ids = {item_id for _, item_id, _ in rejected}
@@ -145,7 +172,9 @@ def test_in_time_lanes_an_item_two_lanes_keep_stays_an_item_and_lands_once(http_
     odd["properties"].update(start_datetime="2024-02-01T09:00:00Z", end_datetime="2024-02-01T10:00:00Z")
     url = lanes_api(http_server, "lanes", {"s": items})
     search = SearchParameters(collections=("s",), datetime=DAY, page_size=4)
-    as_rows = _ingested(tmp_path / "rows", url, search, lanes=3)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_api_reader, "LAYOUT", "reader")
+        as_rows = _ingested(tmp_path / "rows", url, search, lanes=3)
     assert any(page.rows is not None for page in sent)
     assert [item["id"] for page in sent for item in page.items if item is not None].count("s-01") >= 1
     assert not any("s-01" in page.rows.column("id").to_pylist() for page in sent if page.rows is not None)
@@ -202,8 +231,20 @@ def test_a_page_whose_layout_fails_stays_items(monkeypatch):
         raise ValueError("no layout")
 
     monkeypatch.setattr(ingest.stac, "items_to_arrow", failing)
-    _api_reader._laid_out(page, ItemDefaults(), windowed=False)
-    assert page.rows is None and page.row_at == [] and page.items == items
+    lay_out_rows(page, ItemDefaults(), windowed=False)
+    assert page.rows is None and page.row_at == [] and page.items == items and page.laid_out
     monkeypatch.undo()
-    _api_reader._laid_out(page, ItemDefaults(), windowed=False)
+    lay_out_rows(page, ItemDefaults(), windowed=False)
     assert page.rows is not None and page.row_at == [0, 1, 2] and page.items == [None, None, None]
+
+
+def test_the_reader_leaves_a_layout_to_the_ingest_only_while_the_ingest_waits_for_pages():
+    import os
+
+    read, write = os.pipe()
+    with os.fdopen(write, "wb", buffering=0) as out, os.fdopen(read, "rb", buffering=0) as taken:
+        assert _api_reader._ingest_waits(out)  # nothing sent is left in the pipe: the ingest took it all
+        out.write(b"a page")
+        assert not _api_reader._ingest_waits(out)  # a page not taken yet: the reader lays out the next itself
+        assert taken.read(6) == b"a page"
+        assert _api_reader._ingest_waits(out)

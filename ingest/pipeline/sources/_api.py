@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -16,13 +17,14 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
+from ingest._stages import moved
 from ingest.errors import InvalidSearch, InvalidSource
 from ingest.pipeline._ahead import prefetched
 from ingest.pipeline.sources._api_io import failure_reason, session_io
 from ingest.pipeline.sources._api_lanes import Lane, irregular, lanes_for, plan_lanes, rfc3339, timestamp
 from ingest.pipeline.sources._api_pages import PAGES_AHEAD, Lanes, PageRequest
 from ingest.pipeline.sources._api_reader import SENT_PAGES_AHEAD, SearchPages
-from ingest.pipeline.sources._api_walk import UpdatedCount, WalkedPage, collection_url, walk_page
+from ingest.pipeline.sources._api_walk import UpdatedCount, WalkedPage, collection_url, lay_out_rows, walk_page
 from ingest.pipeline.sources._types import (
     FILE_SUFFIXES,
     SearchParameters,
@@ -351,12 +353,13 @@ def read_search(
         seen: set[str] = set()  # collections yielded
         fetched: set[str] = set()  # collections fetched by this process
         for number, page in prefetched(iter(pages), SENT_PAGES_AHEAD, _page_weight):
-            # A dict was read here; the rest the page reader read, walked and checked.
-            walked = (
-                walk_page(page, io, search.root, fetched, windows.get(number))
-                if isinstance(page, dict)
-                else page.load()
-            )
+            # A dict was read here; the rest the page reader read, walked and checked (and laid out, or not).
+            if isinstance(page, dict):
+                walked = walk_page(page, io, search.root, fetched, windows.get(number))
+            else:
+                walked = page.load()
+                if rows is not None and not walked.laid_out:
+                    _lay_out_here(walked, rows, windowed=bool(windows))
             label, count = labels[number], numbers[number]
             numbers[number] = yield from _page_items(walked, search, seen, label, count, twice=twice)
     except Exception as error:  # noqa: BLE001 - a page that cannot be read ends the search, reported
@@ -462,6 +465,14 @@ def _page_items(
     if run is not None:
         yield _rows_of(page, run, len(page.items), first_row=row_of[run], label=label, number=number)
     return number + len(page.items)
+
+
+def _lay_out_here(page: WalkedPage, rows: ItemDefaults, *, windowed: bool) -> None:
+    """A reader's page whose rows it left to this process, laid out here (its time counted as the ingest's "to
+    Arrow", out of the wait for pages it happens in)."""
+    started = time.perf_counter()
+    lay_out_rows(page, rows, windowed=windowed)
+    moved(time.perf_counter() - started, out_of="parse", into="to Arrow")
 
 
 def _first_seen(

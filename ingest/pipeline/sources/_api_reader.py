@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 # 1. The reader says it is ready (READY).
 # 2. The ingest hands it the search's root, the request of each lane's next page (by lane number), how many lanes to
 #    read at once, the items each time lane keeps, the headers requests carry and, where the ingest takes rows, what
-#    items are given before they are laid out as rows (HAND_OVER, a pickle).
+#    items are given before they are laid out as rows and who lays them out (LAYOUT) (HAND_OVER, a pickle).
 # 3. The reader sends each page: its lane and the request after it in that lane (FOLLOWING, a pickle), then the page
 #    (PAGE, a pickled WalkedPage, its items as JSON bytes inside); then END with the reason the search failed (a page
 #    that could not be read after retries), empty when it read the last page of every lane.
@@ -64,6 +64,15 @@ lanes, the reader gives 1.18x the items a second of the same search read by the 
 HANDOFF_WAITS = False
 """Wait for the page reader to start before reading the next page (tests: the hand-over happens at the page it
 is asked for); by default pages are read here until the reader is ready."""
+
+type Layout = Literal["reader", "ingest", "shared"]
+
+LAYOUT: Layout = "shared"
+"""Where the ingest takes rows, who lays out a page's rows (``lay_out_rows``): the reader (``reader``), the ingest
+(``ingest``: the reader sends checked items), or, page by page, the reader unless the ingest waits for pages
+(``shared``: the pipe to the ingest is empty when the page is ready; then the ingest lays it out while the reader
+reads on). Laying out is the reader's costliest step; shared, the two processes' cores share it as each has time.
+``reader`` and ``ingest`` are for tests."""
 
 SENT_PAGES_AHEAD = 12
 """Pages a page reader may have sent ahead of the ingest (as bytes, a sixth of a decoded page's memory): it keeps
@@ -150,6 +159,7 @@ class PageReader:
                 lanes.windows,
                 headers if headers is not None else Headers(),
                 rows,
+                LAYOUT,
             )
             write_frame(stdin, HAND_OVER, pickle.dumps(handed, protocol=pickle.HIGHEST_PROTOCOL))
             while True:
@@ -272,15 +282,26 @@ class Walk:
     """The items each time lane keeps, by lane (none: the search is not read in time lanes)."""
     rows: ItemDefaults | None = None
     """Where the ingest takes rows: what items are given before they are laid out as rows."""
+    layout: Layout = "shared"
+    """Who lays out the rows (:data:`LAYOUT`)."""
 
 
 def _prepare(
-    page: dict[str, Any], io: Any, walk: Walk, lane: int, *, seen: set[str], caught: _Warnings, exact: bool
+    page: dict[str, Any],
+    io: Any,
+    walk: Walk,
+    lane: int,
+    *,
+    seen: set[str],
+    caught: _Warnings,
+    exact: bool,
+    lay_out: bool = True,
 ) -> WalkedPage:
     """``page`` walked as the ingest would walk it (keeping what its lane's window keeps), its items checked,
     ready to send: as JSON that orjson reads back exactly, or as they are (pickled) where the page needed the exact
-    parser (NaN, integers beyond 64 bits); where the ingest takes rows, those it would accept as rows."""
-    from ingest.pipeline.sources._api_walk import walk_page
+    parser (NaN, integers beyond 64 bits); where the ingest takes rows and ``lay_out`` says, those it would accept
+    as rows."""
+    from ingest.pipeline.sources._api_walk import lay_out_rows, walk_page
 
     prepared = walk_page(page, io, walk.root, seen, walk.windows.get(lane))
     if exact:
@@ -290,43 +311,28 @@ def _prepare(
     from ingest.stac import certainly_valid
 
     prepared.checked = certainly_valid(prepared.items, serialized=prepared.items_json is not None)
-    if walk.rows is not None:
-        _laid_out(prepared, walk.rows, windowed=bool(walk.windows))
+    if walk.rows is not None and lay_out:
+        lay_out_rows(prepared, walk.rows, windowed=bool(walk.windows))
+        if prepared.items_json is not None:
+            prepared.items_json = orjson.dumps(prepared.items)  # the items left (None where they became rows)
     if prepared.items_json is not None:
         prepared.items = []
     prepared.warnings, caught.messages = caught.messages, []
     return prepared
 
 
-def _laid_out(prepared: WalkedPage, defaults: ItemDefaults, *, windowed: bool) -> None:
-    """The items of ``prepared`` the ingest would accept (given ``defaults``), laid out as floe's rows in the page's
-    order in place of the items (:func:`~ingest.stac.items_to_arrow`: the item path's layout, so the rows are what
-    it would write). The rest stay items, for the ingest to take as before: those it refuses (it names their
-    problem), and, in a search ``windowed`` in time lanes, those two lanes may each keep (the ingest keeps such an
-    item once). A page whose layout fails stays items whole."""
-    from ingest.pipeline.sources._api_lanes import irregular
-    from ingest.stac import accepted_items, items_to_arrow
-
-    items = prepared.items
-    candidates = [
-        index for index, item in enumerate(items) if not (windowed and isinstance(item, dict) and irregular(item))
-    ]
-    flags = [prepared.checked[index] for index in candidates]
-    accepted = accepted_items(
-        [items[index] for index in candidates], default_collection=defaults.collection, flags=flags
-    )
-    kept = [(index, item) for index, item in zip(candidates, accepted, strict=True) if item is not None]
-    if not kept:
-        return
+def _ingest_waits(out: IO[bytes]) -> bool:
+    """Whether the ingest has taken every page sent (the pipe to it holds nothing): then it waits for pages, and a
+    page's layout is better left to it. False where the pipe cannot say (the reader lays out every page)."""
     try:
-        prepared.rows = items_to_arrow([item for _, item in kept], in_order=True)
-    except Exception:  # noqa: BLE001 - the ingest meets the same items on the item path, and says what becomes of them
-        return
-    prepared.row_at = [index for index, _ in kept]
-    for index in prepared.row_at:
-        items[index] = None
-    if prepared.items_json is not None:
-        prepared.items_json = orjson.dumps(items)
+        import fcntl
+        import termios
+
+        waiting = bytearray(4)
+        fcntl.ioctl(out.fileno(), termios.FIONREAD, waiting)
+    except (ImportError, AttributeError, OSError):
+        return False
+    return int.from_bytes(waiting, sys.byteorder) == 0
 
 
 def _exit_when_orphaned(stdin: IO[bytes]) -> None:
@@ -372,8 +378,8 @@ def _serve(out: IO[bytes]) -> None:
         return  # the search ended before the reader was needed
     if kind != HAND_OVER:
         return
-    root, requests, at_once, windows, headers, rows = pickle.loads(payload)  # noqa: S301 - from the ingest
-    walk = Walk(root, windows, rows)
+    root, requests, at_once, windows, headers, rows, layout = pickle.loads(payload)  # noqa: S301 - from the ingest
+    walk = Walk(root, windows, rows, layout)
     _exit_when_orphaned(stdin)
     io = with_headers(io, headers)
     seen: set[str] = set()
@@ -383,7 +389,8 @@ def _serve(out: IO[bytes]) -> None:
         # read on threads of their own already).
         pages = read_lanes(io, requests, at_once)
         for lane, page, following, exact in prefetched(pages, PAGES_AHEAD) if len(requests) == 1 else pages:
-            prepared = _prepare(page, io, walk, lane, seen=seen, caught=caught, exact=exact)
+            lay_out = walk.layout == "reader" or (walk.layout == "shared" and not _ingest_waits(out))
+            prepared = _prepare(page, io, walk, lane, seen=seen, caught=caught, exact=exact, lay_out=lay_out)
             write_frame(out, FOLLOWING, pickle.dumps((lane, following), protocol=pickle.HIGHEST_PROTOCOL))
             write_frame(out, PAGE, pickle.dumps(prepared, protocol=pickle.HIGHEST_PROTOCOL))
             fault_point("reader.after_page")

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from ingest.pipeline.sources._api_io import failure_reason
-from ingest.pipeline.sources._api_lanes import Window, outside, owned, timestamp
+from ingest.pipeline.sources._api_lanes import Window, irregular, outside, owned, timestamp
 from ingest.stac import ARRAYS_ASSET, without_served_assets
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from ingest.pipeline.sources._ndjson_reader import ItemDefaults
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +66,12 @@ class WalkedPage:
     """The items as JSON, where orjson writes and reads them back exactly (a page orjson decoded): cheaper to
     send than a pickle of them (1 us an item to write and 5 to read, against 3 and 6)."""
     rows: pa.Table | None = None
-    """The items the ingest would accept, laid out as floe's rows in the page's order, where the ingest takes rows
-    (the page reader's, for a metadata-only ingest); their places in :attr:`items` hold None."""
+    """The items the ingest would accept, laid out as floe's rows in the page's order (:func:`lay_out_rows`, where
+    the ingest takes rows); their places in :attr:`items` hold None."""
     row_at: list[int] = field(default_factory=list)
     """The index in :attr:`items` of each of :attr:`rows`, in order."""
+    laid_out: bool = False
+    """:func:`lay_out_rows` ran on the page (it may have accepted none)."""
 
 
 @dataclass(slots=True)
@@ -121,6 +125,37 @@ def walk_page(
             collections.append((len(items), collection_id, fetch_collection(io, root, collection_id)))
         items.append(item_from_api(feature))
     return WalkedPage(items, [False] * len(items), collections, updated=counted, outside=unfiltered)
+
+
+def lay_out_rows(page: WalkedPage, defaults: ItemDefaults, *, windowed: bool) -> None:
+    """The items of ``page`` (checked: :attr:`WalkedPage.checked` holds their verdicts) the ingest would accept
+    (given ``defaults``), laid out as floe's rows in the page's order in place of the items
+    (:func:`~ingest.stac.items_to_arrow`: the item path's layout, so the rows are what it would write). The rest
+    stay items, for the ingest to take as before: those it refuses (it names their problem), and, in a search
+    ``windowed`` in time lanes, those two lanes may each keep (:func:`irregular`: the ingest keeps such an item
+    once). A page whose layout fails stays items whole. Run by the page reader, or by the ingest on a page the
+    reader left to it."""
+    from ingest.stac import accepted_items, items_to_arrow
+
+    page.laid_out = True
+    items = page.items
+    candidates = [
+        index for index, item in enumerate(items) if not (windowed and isinstance(item, dict) and irregular(item))
+    ]
+    flags = [page.checked[index] for index in candidates]
+    accepted = accepted_items(
+        [items[index] for index in candidates], default_collection=defaults.collection, flags=flags
+    )
+    kept = [(index, item) for index, item in zip(candidates, accepted, strict=True) if item is not None]
+    if not kept:
+        return
+    try:
+        page.rows = items_to_arrow([item for _, item in kept], in_order=True)
+    except Exception:  # noqa: BLE001 - the ingest meets the same items on the item path, and says what becomes of them
+        return
+    page.row_at = [index for index, _ in kept]
+    for index in page.row_at:
+        items[index] = None
 
 
 def strip_links(document: dict[str, Any], structural: frozenset[str]) -> dict[str, Any]:
