@@ -98,26 +98,13 @@ def write_sources(workdir: Path, count: int) -> dict[str, Path]:
 def served_api(folder: Path, items: list[dict]) -> Iterator[str]:
     """``items`` as a static STAC API's search, 1,000 a page, served from ``folder`` by tests/_http_server.py on
     127.0.0.1 (stopped by its pid); yields the API's URL."""
-    from tests.pipeline._static_api import static_collection, write_search_pages
+    from tests.pipeline._static_api import write_static_api
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}/api"
-    landing = {
-        "type": "Catalog",
-        "id": "bench",
-        "stac_version": "1.0.0",
-        "description": "generated items, as files",
-        "conformsTo": ["https://api.stacspec.org/v1.0.0/core", "https://api.stacspec.org/v1.0.0/item-search"],
-        "links": [{"rel": "search", "href": f"{url}/search", "type": "application/geo+json", "method": "POST"}],
-    }
-    api = folder / "api"
-    write_search_pages(api, url, "search", items, 1000)
-    (api / "index.json").write_text(json.dumps(landing))
-    for collection in sorted({item["collection"] for item in items}):
-        (api / "collections" / collection).mkdir(parents=True)
-        (api / "collections" / collection / "index.json").write_text(json.dumps(static_collection(collection)))
+    write_static_api(folder / "api", url, items, 1000)
     server = subprocess.Popen(
         [sys.executable, "-m", "tests._http_server", str(folder), str(port)],
         cwd=ROOT,

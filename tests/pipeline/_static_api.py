@@ -70,16 +70,8 @@ def lanes_api(
     folder, url = server.folder / name, server.url
     base = f"{url}/{name}"
     search = f"{url}/__together__/{together}/{name}/search" if together else f"{base}/search"
-    landing = {
-        "type": "Catalog",
-        "id": name,
-        "stac_version": "1.0.0",
-        "description": "static, searched by collection",
-        "conformsTo": ["https://api.stacspec.org/v1.0.0/core", "https://api.stacspec.org/v1.0.0/item-search"],
-        "links": [{"rel": "search", "href": search, "type": "application/geo+json", "method": "POST"}],
-    }
     (folder / "collections").mkdir(parents=True)
-    (folder / "index.json").write_text(json.dumps(landing))
+    (folder / "index.json").write_text(json.dumps(landing_page(name, search, "static, searched by collection")))
     everything = [feature for features in collections.values() for feature in features]
     write_search_pages(folder, base, "search", everything, page)
     for collection_id, features in collections.items():
@@ -88,3 +80,26 @@ def lanes_api(
         broken_after = 0 if collection_id == broken else None
         write_search_pages(folder, base, f"search/{collection_id}", features, page, broken_after=broken_after)
     return base
+
+
+def landing_page(name: str, search: str, description: str = "static") -> dict:
+    """A static STAC API's landing page: core and item search, its search at ``search`` (POST)."""
+    return {
+        "type": "Catalog",
+        "id": name,
+        "stac_version": "1.0.0",
+        "description": description,
+        "conformsTo": ["https://api.stacspec.org/v1.0.0/core", "https://api.stacspec.org/v1.0.0/item-search"],
+        "links": [{"rel": "search", "href": search, "type": "application/geo+json", "method": "POST"}],
+    }
+
+
+def write_static_api(folder: Path, base: str, features: list, size: int) -> None:
+    """``features`` as a static STAC API at ``base`` (its files under ``folder``): its landing page, its search's
+    pages of ``size`` and a document for each collection the features name (each one a folder's name can be)."""
+    write_search_pages(folder, base, "search", features, size)
+    (folder / "index.json").write_text(json.dumps(landing_page(folder.name, f"{base}/search")))
+    named = {feature.get("collection") for feature in features if isinstance(feature, dict)}
+    for collection_id in sorted(name for name in named if isinstance(name, str) and "/" not in name):
+        (folder / "collections" / collection_id).mkdir(parents=True)
+        (folder / "collections" / collection_id / "index.json").write_text(json.dumps(static_collection(collection_id)))

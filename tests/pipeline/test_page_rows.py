@@ -25,7 +25,7 @@ from ingest.pipeline.sources._ndjson_reader import ItemDefaults
 from ingest.stac import items_to_arrow
 from tests.conftest import make_item, with_square
 from tests.pipeline._compare import exported, rejections
-from tests.pipeline._static_api import hand_over_at_the_second_page, lanes_api, static_collection, write_search_pages
+from tests.pipeline._static_api import hand_over_at_the_second_page, lanes_api, static_collection, write_static_api
 from tests.stac._geoparquet_cases import INVALID, awkward_items
 
 PAGE = 7
@@ -57,21 +57,8 @@ def _features() -> list[Any]:
 
 def _static_api(server: Any, name: str, features: list[Any]) -> str:
     """A static STAC API of ``features``, PAGE a page, with a document for each collection they name."""
-    folder, base = server.folder / name, f"{server.url}/{name}"
-    landing = {
-        "type": "Catalog",
-        "id": name,
-        "stac_version": "1.0.0",
-        "description": "static",
-        "conformsTo": ["https://api.stacspec.org/v1.0.0/core", "https://api.stacspec.org/v1.0.0/item-search"],
-        "links": [{"rel": "search", "href": f"{base}/search", "type": "application/geo+json", "method": "POST"}],
-    }
-    write_search_pages(folder, base, "search", features, PAGE)
-    (folder / "index.json").write_text(json.dumps(landing))
-    named = {feature.get("collection") for feature in features if isinstance(feature, dict)}
-    for collection_id in (name for name in named if isinstance(name, str) and "/" not in name):
-        (folder / "collections" / collection_id).mkdir(parents=True)
-        (folder / "collections" / collection_id / "index.json").write_text(json.dumps(static_collection(collection_id)))
+    base = f"{server.url}/{name}"
+    write_static_api(server.folder / name, base, features, PAGE)
     return base
 
 
