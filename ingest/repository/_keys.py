@@ -81,6 +81,9 @@ class KeyIndex:
 
     def holding(self, files: Iterable[DataFile], ids: Collection[str]) -> list[DataFile]:
         """The files of ``files`` that may hold one of ``ids`` (a hash collision may add one; none is missed)."""
+        files = list(files)
+        if not files:
+            return []  # nothing to probe: the ids need no hashing (a batch whose id bounds ruled out every file)
         wanted = id_hashes(ids)
         if len(wanted) == 0:
             return []

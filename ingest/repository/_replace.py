@@ -63,6 +63,9 @@ def locate(cache: ManifestCache, files: Iterable[DataFile], keys: set[Key]) -> d
     The repository's key index rules out, in memory, the files that hold none
     of them; only the rest are read, to confirm which keys they hold.
     """
+    files = list(files)
+    if not files:
+        return {}  # the usual case of a new batch, whose id bounds ruled out every file: nothing to go over per key
     collections = {collection for collection, _ in keys}
     io = cache.io
     found: dict[str, tuple[DataFile, set[Key]]] = {}
@@ -123,7 +126,8 @@ class Located:
 def find(cache: ManifestCache, table: Table, keys: Iterable[Key]) -> Located:
     """Search ``table`` for ``keys``: prune by partition and id bounds, then read only the collection and id columns."""
     keys = frozenset(keys)
-    found = locate(cache, candidate_files(cache, table.metadata, keys), set(keys)) if keys else {}
+    candidates = candidate_files(cache, table.metadata, keys) if keys else []
+    found = locate(cache, candidates, set(keys)) if candidates else {}
     return Located(table.metadata_location, keys, found)
 
 
@@ -154,10 +158,10 @@ class ReplacementPlan:
         live = cache.live_files(table.metadata)
         found: dict[str, tuple[DataFile, set[Key]]] = {}
         if self._live is None:
-            unsearched = set(self.keys)
+            unsearched = self.keys
             if self._primed is not None and self._primed.metadata_location == table.metadata_location:
                 # Looked up at this very version already (by Writer.stored_items): only the rest needs a search.
-                unsearched -= self._primed.searched
+                unsearched = self.keys - self._primed.searched
                 for path, (data_file, hits) in self._primed.found.items():
                     if hits & self.keys:
                         found[path] = (data_file, hits & self.keys)
