@@ -270,9 +270,9 @@ class Settings(BaseSettings):
     batch_max_size: int = Field(default=40_000, ge=1)
     # ... or fewer, once the local rasters a batch copies reach this many MB.
     batch_raster_mb: int = Field(default=512, ge=1)
-    # Items per commit when they come as rows, not items (local stac-geoparquet, or large local NDJSON, metadata
-    # only: they hold no Python objects, so a commit's fixed cost is spread over more of them); `--batch-size` sets
-    # both.
+    # Items per commit when they come as rows, not items (local stac-geoparquet, large NDJSON, or a large STAC API
+    # search's pages, metadata only: they hold no Python objects, so a commit's fixed cost is spread over more of
+    # them); `--batch-size` sets both.
     rows_batch_size: int = Field(default=50_000, ge=1)
     # A metadata backfill with Ray (`floe ingest --assets none`) reads NDJSON files in parts of this many MB, and
     # stac-geoparquet files in runs of rows about as large on disk: an actor reads one part at a time.

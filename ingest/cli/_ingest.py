@@ -46,9 +46,9 @@ def ingest(  # noqa: PLR0917 - typer maps parameters to options
             min=1,
             help=(
                 "Items per commit (default: batch_size, 5000; with --workers 0 on object storage, doubling up to "
-                "batch_max_size while commits mostly wait on the store; stac-geoparquet rows, and a large NDJSON "
-                "file's lines, taken as rows: rows_batch_size, 50000), fewer once a batch's rasters reach "
-                "batch_raster_mb. Given, it holds for both."
+                "batch_max_size while commits mostly wait on the store; stac-geoparquet rows, a large NDJSON "
+                "file's lines and a large STAC API search's pages, taken as rows: rows_batch_size, 50000), fewer "
+                "once a batch's rasters reach batch_raster_mb. Given, it holds for both."
             ),
         ),
     ] = None,

@@ -142,7 +142,8 @@ class PageReader:
         a page is taken, its lane's request is the one after it; all are None when the reader read every lane to
         its end. A reader that stopped without saying why leaves them where it stopped (logged). With ``rows``,
         the items the ingest would accept come laid out as rows (:attr:`~._api_walk.WalkedPage.rows`), given
-        ``rows`` first.
+        ``rows`` first, on the pages the reader lays out (:data:`LAYOUT`); the others say it left them
+        (``laid_out`` False).
 
         Raises:
             SearchFailed: a page could not be read (the reader's reason).
