@@ -50,10 +50,14 @@ class _FileIds:
         self.hashes = np.sort(hashes)
 
     def holds_any(self, wanted: np.ndarray) -> bool:
-        if len(self.hashes) == 0 or len(wanted) == 0:
+        """Whether any of ``wanted`` (sorted) is among the file's hashes. The shorter of the two is looked up in the
+        other: a file of 5,000 rows asked about a batch of 50,000 ids makes 5,000 look-ups, not 50,000."""
+        hashes = self.hashes
+        if len(hashes) == 0 or len(wanted) == 0:
             return False
-        positions = np.searchsorted(self.hashes, wanted).clip(max=len(self.hashes) - 1)
-        return bool(np.any(self.hashes[positions] == wanted))
+        few, many = (hashes, wanted) if len(hashes) < len(wanted) else (wanted, hashes)
+        positions = np.searchsorted(many, few).clip(max=len(many) - 1)
+        return bool(np.any(many[positions] == few))
 
 
 class KeyIndex:
