@@ -21,7 +21,7 @@ from ingest.config import RemoteSettings
 from ingest.pipeline import SearchParameters, SourceOptions, ingest_items
 from ingest.pipeline.sources import _api, _api_reader
 from ingest.pipeline.sources._api_walk import WalkedPage, lay_out_rows
-from ingest.pipeline.sources._ndjson_reader import ItemDefaults
+from ingest.pipeline.sources._types import ItemDefaults
 from ingest.stac import items_to_arrow
 from tests.conftest import make_item, with_square
 from tests.pipeline._compare import exported, rejections

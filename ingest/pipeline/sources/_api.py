@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse, urlunparse
 
 from ingest._stages import moved
@@ -27,6 +27,7 @@ from ingest.pipeline.sources._api_reader import SENT_PAGES_AHEAD, SearchPages
 from ingest.pipeline.sources._api_walk import UpdatedCount, WalkedPage, collection_url, lay_out_rows, walk_page
 from ingest.pipeline.sources._types import (
     FILE_SUFFIXES,
+    ItemDefaults,
     SearchParameters,
     SourcedItem,
     SourcedRows,
@@ -35,9 +36,6 @@ from ingest.pipeline.sources._types import (
 )
 from ingest.remote import Headers
 from ingest.stac import shown
-
-if TYPE_CHECKING:
-    from ingest.pipeline.sources._ndjson_reader import ItemDefaults
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +70,6 @@ def page_rows(options: SourceOptions) -> ItemDefaults | None:
     """Where the ingest takes rows (``options.rows``: a metadata-only ingest), what a search's items are given
     before a page reader lays out those it accepts as rows (docs/ingest.md#stac-api-pages-as-rows); None: the
     reader sends items."""
-    from ingest.pipeline.sources._ndjson_reader import ItemDefaults
-
     return ItemDefaults(options.default_collection) if options.rows else None
 
 
@@ -345,8 +341,8 @@ def read_search(
             item_search = whole if lane == Lane() else opened.asked(lane)
             firsts.append(PageRequest(item_search.url, item_search.method or "GET", None, item_search.get_parameters()))
         windows = {number: lane.window for number, lane in enumerate(lanes) if lane.window is not None}
-        lanes_read = Lanes(firsts, at_once=lanes_for(search), windows=windows)
-        pages = SearchPages(io, search.root, lanes_read, search.headers, rows)
+        lane_requests = Lanes(firsts, at_once=lanes_for(search), windows=windows)
+        pages = SearchPages(io, search.root, lane_requests, search.headers, rows)
         labels = [lane.label(search.root) for lane in lanes]
         twice: set[tuple[Any, Any]] | None = set() if windows else None
         numbers = [0] * len(labels)

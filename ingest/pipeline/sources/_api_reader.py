@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Generator, Iterator
 
     from ingest.pipeline.sources._api_walk import WalkedPage
-    from ingest.pipeline.sources._ndjson_reader import ItemDefaults
+    from ingest.pipeline.sources._types import ItemDefaults
     from ingest.remote import Headers
 
 # The reader's own side imports floe's STAC code and pystac-client inside :func:`main`, once it refuses pandas.
@@ -296,7 +296,7 @@ def _prepare(
     seen: set[str],
     caught: _Warnings,
     exact: bool,
-    lay_out: bool = True,
+    lay_out: bool,
 ) -> WalkedPage:
     """``page`` walked as the ingest would walk it (keeping what its lane's window keeps), its items checked,
     ready to send: as JSON that orjson reads back exactly, or as they are (pickled) where the page needed the exact

@@ -23,7 +23,7 @@ from ingest.stac import ARRAYS_ASSET, without_served_assets
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ingest.pipeline.sources._ndjson_reader import ItemDefaults
+    from ingest.pipeline.sources._types import ItemDefaults
 
 log = logging.getLogger(__name__)
 

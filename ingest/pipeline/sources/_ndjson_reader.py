@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ingest.pipeline.sources._documents import absolute_hrefs
 from ingest.pipeline.sources._frames import helper_started, read_frame, write_frame
+from ingest.pipeline.sources._types import ItemDefaults
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,16 +49,6 @@ class ReadBlock:
     """The lines left to the item path, each with its offset, in order."""
     seconds: dict[str, float] = field(default_factory=dict)
     """The reader's time by stage (parse, validate, to Arrow)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ItemDefaults:
-    """What every item of a stream is given before it is checked, as the item path gives it."""
-
-    collection: str | None = None
-    """The collection of an item that names none (``--collection``)."""
-    base: str | None = None
-    """The URL the stream was read from: relative asset hrefs are made absolute against it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +81,11 @@ class FileRange:
 type Block = bytes | FileRange
 """What a reader is handed: lines (standard input's), or where to read them."""
 
+_GIVEN_NOTHING = ItemDefaults()
+"""Items given nothing: no default collection, no base URL."""
 
-def read_block(block: bytes, defaults: ItemDefaults = ItemDefaults()) -> ReadBlock:
+
+def read_block(block: bytes, defaults: ItemDefaults = _GIVEN_NOTHING) -> ReadBlock:
     """The rows of a block's lines, and the lines left to the item path (run by a reader, or here)."""
     import numpy as np
 

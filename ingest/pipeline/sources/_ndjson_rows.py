@@ -35,11 +35,10 @@ from ingest.pipeline.sources._ndjson_reader import (
     RANGE_FRAME,
     Block,
     FileRange,
-    ItemDefaults,
     ReadBlock,
     read_block,
 )
-from ingest.pipeline.sources._types import SourcedItem, SourcedRows
+from ingest.pipeline.sources._types import ItemDefaults, SourcedItem, SourcedRows
 
 log = logging.getLogger(__name__)
 

@@ -109,6 +109,17 @@ class SourcedRows:
         return [f"{self.prefix}{number}" for number in self.numbers.tolist()]
 
 
+@dataclass(frozen=True, slots=True)
+class ItemDefaults:
+    """What every item of a stream is given before it is checked, as the item path gives it: by a source that
+    checks and lays out items itself (NDJSON's readers, a STAC API search's page reader)."""
+
+    collection: str | None = None
+    """The collection of an item that names none (``--collection``)."""
+    base: str | None = None
+    """The URL the stream was read from: relative asset hrefs are made absolute against it."""
+
+
 @dataclass(frozen=True)
 class SearchParameters:
     """What ``--collections``, ``--bbox``, ``--datetime`` and ``--filter`` ask of every STAC API source."""
